@@ -1,0 +1,310 @@
+"""Finding files, recognising their format by content, and ingesting them one commit per file.
+
+Owns: walking paths (files, folders, globs), the format registry (every module in this package
+that exposes ``READER``), rank resolution through ``slowcard.ranks``, the commit point of each
+file (``store.commit_source``), parallel files (``jobs``) and the end-of-run checks (duplicate
+and missing ranks). It parses no format itself and never prints: progress goes to a callback.
+"""
+
+from __future__ import annotations
+
+import glob as globlib
+import importlib
+import os
+import pkgutil
+import threading
+import time
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import duckdb
+
+from .. import ranks as ranks_mod
+from .. import store
+from ..errors import InputError, UsageError
+from .base import Context, IngestOptions, Outcome, read_head
+
+# Formats whose files belong to one rank; a file of these without a rank is reported.
+RANKED_FORMATS = {"kineto", "ascend_trace", "chrome_array", "kernel_details", "op_summary"}
+# Companion files that carry metadata for other files and are not ingested themselves.
+COMPANION = ("profiler_info", "profiler_metadata")
+
+
+def readers() -> list:
+    """Every format module's READER, in module-name order (a new format = a new module)."""
+    found = []
+    for mod in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if mod.name.startswith("_") or mod.name == "base":
+            continue
+        module = importlib.import_module(f"{__name__}.{mod.name}")
+        reader = getattr(module, "READER", None)
+        if reader is not None:
+            found.append(reader)
+    return found
+
+
+def detect(path: Path) -> tuple[object | None, str | None]:
+    """(reader, format name) for a file, by its content; (None, None) when nothing claims it.
+
+    Raises InputError when the file cannot be read at all (empty, corrupt gzip, unreadable).
+    """
+    try:
+        head = read_head(path)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise InputError(path, f"cannot read the file ({exc})",
+                         hint="if it is gzip, the archive is corrupt: re-copy or re-compress it") from None
+    if not head.strip():
+        raise InputError(path, "the file is empty; expected a Chrome trace JSON, an operator CSV or "
+                         "another supported format (see README, Input formats)")
+    for reader in readers():
+        fmt = reader.sniff(path, head)
+        if fmt:
+            return reader, fmt
+    return None, None
+
+
+@dataclass
+class FileResult:
+    """One line of the ingest summary."""
+
+    path: str
+    format: str | None
+    status: str              # ok | salvaged | truncated | failed | skipped
+    rank: int | None = None
+    rank_source: str | None = None
+    rows_kept: int = 0
+    rows_dropped: int = 0
+    size_bytes: int = 0
+    seconds: float = 0.0
+    message: str = ""
+
+
+@dataclass
+class IngestReport:
+    run: str
+    db_path: str
+    files: list[FileResult] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def failed(self) -> list[FileResult]:
+        return [f for f in self.files if f.status == "failed"]
+
+    @property
+    def exit_code(self) -> int:
+        """0 all ingested, 1 some files failed or were salvaged/truncated (README contract)."""
+        return 1 if any(f.status in ("failed", "salvaged", "truncated") for f in self.files) else 0
+
+
+def expand_paths(paths: list[str | Path]) -> list[tuple[Path, bool]]:
+    """Files to ingest, each with whether the user named it explicitly (True) or it was found by
+    walking a folder or a glob (False: unknown formats there are skipped, not failed)."""
+    out: list[tuple[Path, bool]] = []
+    seen: set[Path] = set()
+
+    def add(p: Path, explicit: bool):
+        rp = p.resolve()
+        if rp not in seen:
+            seen.add(rp)
+            out.append((rp, explicit))
+
+    for raw in paths:
+        p = Path(raw)
+        if p.is_file():
+            add(p, True)
+        elif p.is_dir():
+            for root, dirs, files in os.walk(p):
+                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+                for name in sorted(files):
+                    if not name.startswith("."):
+                        add(Path(root) / name, False)
+        elif any(ch in str(raw) for ch in "*?["):
+            matches = sorted(globlib.glob(str(raw), recursive=True))
+            if not matches:
+                raise UsageError(f"{raw}: the pattern matches no file")
+            for m in matches:
+                mp = Path(m)
+                if mp.is_file():
+                    add(mp, False)
+                elif mp.is_dir():
+                    out.extend(x for x in expand_paths([mp]) if x[0] not in seen and not seen.add(x[0]))
+        else:
+            raise UsageError(f"{raw}: no such file or folder")
+    return out
+
+
+def default_run_name(paths: list[str | Path]) -> str:
+    p = Path(paths[0]).resolve()
+    if any(ch in str(paths[0]) for ch in "*?["):
+        p = Path(str(paths[0]).split("*")[0]).resolve()
+    return (p if p.is_dir() else p.parent).name or "run"
+
+
+ProgressFn = Callable[[dict], None]
+
+
+class _Progress:
+    def __init__(self, fn: ProgressFn | None, total_files: int, total_bytes: int):
+        self.fn = fn
+        self.lock = threading.Lock()
+        self.state = {"files_done": 0, "files_total": total_files, "bytes_done": 0,
+                      "bytes_total": total_bytes, "events": 0, "current": None}
+
+    def update(self, **kw):
+        if not self.fn:
+            return
+        with self.lock:
+            for k, v in kw.items():
+                if k in ("files_done", "bytes_done", "events"):
+                    self.state[k] += v
+                else:
+                    self.state[k] = v
+            self.fn(dict(self.state))
+
+
+def ingest_paths(db_path: str | Path, paths: list[str | Path], run: str | None = None,
+                 jobs: int = 1, rank_pattern: str | None = None, rank_map: str | Path | None = None,
+                 options: IngestOptions | None = None, progress: ProgressFn | None = None,
+                 con: duckdb.DuckDBPyConnection | None = None) -> IngestReport:
+    """Ingest files, folders or globs into one database under one run name.
+
+    Each file is one commit: it appears whole or not at all; ingesting the same path into the
+    same run again replaces its rows. Files that fail are reported and the others go on.
+    """
+    if not paths:
+        raise UsageError("give at least one file, folder or glob to ingest")
+    files = expand_paths(paths)
+    run = run or default_run_name(paths)
+    rmap = ranks_mod.load_rank_map(rank_map) if rank_map else None
+    if rank_pattern:
+        try:
+            import re
+            re.compile(rank_pattern)
+        except re.error as exc:
+            raise UsageError(f"--rank-pattern {rank_pattern!r} is not a valid regular expression: {exc}") from None
+    opts = options or IngestOptions()
+    own = con is None
+    con = con or store.open_db(db_path)
+    report = IngestReport(run=run, db_path=str(db_path))
+    try:
+        store.ensure_run(con, run, str(Path(paths[0]).resolve()))
+        sizes = {p: p.stat().st_size for p, _ in files}
+        prog = _Progress(progress, len(files), sum(sizes.values()))
+        work = [(p, explicit, sizes[p]) for p, explicit in files]
+
+        def one(item):
+            p, explicit, size = item
+            cur = con.cursor()
+            try:
+                prog.update(current=str(p))
+                res = ingest_file(cur, p, run, explicit, size, opts, rank_pattern, rmap)
+            finally:
+                cur.close()
+            prog.update(files_done=1, bytes_done=size, events=res.rows_kept)
+            return res
+
+        if jobs > 1 and len(work) > 1:
+            # Each worker thread has its own cursor; DuckDB runs the parsing off the GIL.
+            per_job = IngestOptions(tmp_dir=opts.tmp_dir, part_bytes=opts.part_bytes,
+                                    threads=max(1, opts.threads // jobs) or 1)
+            opts = per_job
+            with ThreadPoolExecutor(max_workers=jobs) as pool:
+                report.files = list(pool.map(one, work))
+        else:
+            report.files = [one(item) for item in work]
+        report.warnings = run_checks(con, run)
+    finally:
+        if own:
+            con.close()
+    return report
+
+
+def ingest_file(con, path: Path, run: str, explicit: bool, size: int, opts: IngestOptions,
+                rank_pattern: str | None = None, rank_map=None) -> FileResult:
+    """Ingest one file; never raises for bad input (the FileResult says what happened)."""
+    t0 = time.perf_counter()
+    result = FileResult(path=str(path), format=None, status="failed", size_bytes=size)
+    if path.name.startswith(COMPANION) and path.suffix == ".json":
+        result.status, result.message = "skipped", "metadata companion file (read for rank identity)"
+        return result
+    try:
+        reader, fmt = detect(path)
+    except InputError as exc:
+        result.message = str(exc)
+        return result
+    if reader is None:
+        msg = (f"{path}: unknown format; expected a Chrome trace JSON (.json/.json.gz), an Ascend "
+               "kernel_details/op_summary CSV, an msServiceProfiler CSV or expert-load data")
+        result.status = "failed" if explicit else "skipped"
+        result.message = msg
+        return result
+    result.format = fmt
+    sid = store.new_source_id(con)
+    try:
+        outcome: Outcome = reader.ingest(Context(path, fmt, sid, run, con, opts))
+        info = ranks_mod.resolve(path, outcome.rank_hints, rank_pattern, rank_map)
+        rec = store.SourceRecord(
+            format=fmt, rows_seen=outcome.rows_seen, rows_kept=outcome.rows_kept,
+            rows_dropped=outcome.rows_dropped, status=outcome.status, message=outcome.message,
+            metadata=outcome.metadata, base_time_ns=outcome.base_time_ns, rank=info.rank,
+            rank_source=info.source, dp_rank=info.dp_rank, tp_rank=info.tp_rank,
+            pp_rank=info.pp_rank, ep_rank=info.ep_rank, world_size=info.world_size, host=info.host,
+        )
+        store.commit_source(con, sid, run, str(path), size, store.fingerprint_file(path, size),
+                            rec, outcome.drops)
+    except InputError as exc:
+        store.discard_source(con, sid)
+        result.message = str(exc)
+        return result
+    except duckdb.Error as exc:
+        store.discard_source(con, sid)
+        result.message = f"{path}: the database refused the rows ({str(exc).splitlines()[0]})"
+        return result
+    except BaseException:
+        try:
+            store.discard_source(con, sid)
+        except duckdb.Error:
+            pass
+        raise
+    result.status = outcome.status
+    result.rank, result.rank_source = info.rank, info.source
+    result.rows_kept, result.rows_dropped = outcome.rows_kept, outcome.rows_dropped
+    result.message = outcome.message
+    if info.rank is None and fmt in RANKED_FORMATS:
+        note = ("no rank: no distributedInfo.rank, profiler_info, vLLM folder name, --rank-pattern "
+                "or --rank-map entry names it; stored with rank NULL")
+        result.message = f"{result.message}; {note}" if result.message else note
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
+def run_checks(con, run: str) -> list[str]:
+    """Duplicate ranks and missing ranks (when world_size is known) in one run."""
+    warnings = []
+    fmts = ", ".join(f"'{f}'" for f in sorted(RANKED_FORMATS))
+    for fmt, rank, n in con.execute(
+        f"""SELECT format, rank, count(*) FROM sources WHERE run = ? AND rank IS NOT NULL
+            AND format IN ({fmts}) GROUP BY ALL HAVING count(*) > 1 ORDER BY 1, 2""", [run]
+    ).fetchall():
+        warnings.append(f"run {run!r}: rank {rank} appears in {n} {fmt} files (duplicate rank)")
+    for fmt, ws, have in con.execute(
+        f"""SELECT format, max(world_size), list(DISTINCT rank ORDER BY rank) FROM sources
+            WHERE run = ? AND format IN ({fmts}) AND rank IS NOT NULL GROUP BY format""", [run]
+    ).fetchall():
+        if ws and len(have) < ws:
+            missing = sorted(set(range(ws)) - set(have))
+            shown = ", ".join(map(str, missing[:20])) + (" …" if len(missing) > 20 else "")
+            warnings.append(f"run {run!r}: {fmt} world_size is {ws} but {len(missing)} ranks are "
+                            f"missing ({shown})")
+    n_null = con.execute(
+        f"SELECT count(*) FROM sources WHERE run = ? AND rank IS NULL AND format IN ({fmts})", [run]
+    ).fetchone()[0]
+    if n_null:
+        warnings.append(f"run {run!r}: {n_null} file(s) have no rank (rank NULL)")
+    ws = con.execute("SELECT max(world_size) FROM sources WHERE run = ?", [run]).fetchone()[0]
+    if ws:
+        con.execute("UPDATE runs SET world_size = ? WHERE run = ?", [ws, run])
+    return warnings

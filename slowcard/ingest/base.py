@@ -1,0 +1,97 @@
+"""The contract between the ingest driver and one format module.
+
+A format module (``slowcard/ingest/<format>.py``) exposes ``READER``, an object with:
+
+- ``name``: the family name (``chrome``, ``op_csv`` …);
+- ``sniff(path, head) -> str | None``: given the first bytes of a file (already decompressed
+  for ``.gz``), return the precise format name (stored in ``sources.format``) or None;
+- ``ingest(ctx) -> Outcome``: write the file's rows into its own tables, tagged with
+  ``ctx.source_id``, using ``ctx.con`` (already inside the file's transaction), and return counts.
+
+Its tables are declared in ``slowcard/ingest/<format>.sql`` beside it. A module raises
+``InputError`` for a file it cannot read at all; a partly bad file is salvaged and the drops
+are returned in ``Outcome.drops``. Modules never print, never commit, and touch no other
+format's tables.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import duckdb
+
+
+@dataclass
+class IngestOptions:
+    """User options that reach the format modules."""
+
+    tmp_dir: Path | None = None          # where part files go (default: /dev/shm or the system tmp)
+    part_bytes: int = 64 << 20           # target size of one JSON part handed to DuckDB
+    threads: int = 2                     # DuckDB threads / parts per wave
+
+
+@dataclass
+class Context:
+    """One file being ingested."""
+
+    path: Path
+    format: str               # what sniff() returned
+    source_id: int
+    run: str
+    con: duckdb.DuckDBPyConnection
+    options: IngestOptions
+
+
+@dataclass
+class Outcome:
+    """What a format module reports back for one file.
+
+    ``rows_seen == rows_kept + rows_dropped`` must hold; every drop has a reason in ``drops``.
+    """
+
+    rows_seen: int
+    rows_kept: int
+    rows_dropped: int = 0
+    status: str = "ok"                    # ok | salvaged | truncated
+    message: str = ""
+    drops: list[tuple[str, str, int]] = field(default_factory=list)   # (reason, position, n)
+    metadata: dict = field(default_factory=dict)                       # header keys worth keeping
+    rank_hints: dict = field(default_factory=dict)                     # rank, world_size, dp_rank, host, … from content
+    base_time_ns: int = 0
+
+
+class Reader(Protocol):
+    name: str
+
+    def sniff(self, path: Path, head: bytes) -> str | None: ...
+
+    def ingest(self, ctx: Context) -> Outcome: ...
+
+
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def is_gzip(path: Path) -> bool:
+    with open(path, "rb") as f:
+        return f.read(2) == GZIP_MAGIC
+
+
+def open_bytes(path: Path) -> io.BufferedIOBase:
+    """A binary stream of the file's content, decompressing gzip transparently."""
+    if is_gzip(path):
+        return gzip.open(path, "rb")
+    return open(path, "rb")
+
+
+def read_head(path: Path, n: int = 1 << 16) -> bytes:
+    """First n bytes of the (decompressed) content; raises OSError / EOFError / gzip errors."""
+    with open_bytes(path) as f:
+        return f.read(n)
+
+
+def strip_bom(head: bytes) -> bytes:
+    return head[3:] if head.startswith(b"\xef\xbb\xbf") else head

@@ -1,0 +1,293 @@
+"""The query catalog: loading ``sql/*.sql`` with their headers, binding parameters, running
+a query read-only and handing the rows to ``verdict`` for a status.
+
+Header rules (docs/contract.md): ``name`` equals the file stem (kebab-case); ``version`` is an
+integer; ``description`` one line; ``requires`` the tables/views read; ``param: NAME TYPE =
+DEFAULT -- help`` for each ``$NAME`` (``$run`` is always bound); ``verdict`` a rule or ``none``;
+optional ``summary`` (per-row template) and ``pass`` (text when no rows). Does not decide statuses.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.resources as resources
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+
+from . import verdict as verdict_mod
+from .errors import QueryDefinitionError, UsageError
+
+KEYS = ("name", "version", "description", "requires", "param", "verdict", "summary", "pass")
+TYPES = {"INTEGER": int, "BIGINT": int, "DOUBLE": float, "VARCHAR": str, "BOOLEAN": bool}
+_NAME = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
+_PARAM = re.compile(
+    r"^(?P<name>[a-z_][a-z0-9_]*)\s+(?P<type>[A-Z]+)\s*=\s*(?P<default>.*?)\s*(?:--\s*(?P<help>.*))?$"
+)
+_DOLLAR = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    type: str
+    default: object
+    help: str = ""
+
+
+@dataclass
+class Query:
+    """One named query file."""
+
+    name: str
+    version: int
+    description: str
+    requires: list[str]
+    params: list[Param]
+    rule: list[verdict_mod.Clause] | None
+    rule_text: str
+    summary: str | None
+    pass_text: str | None
+    body: str
+    path: Path
+
+    def fingerprint(self) -> str:
+        """What must not change without a version bump: body, params and rule (not comments)."""
+        h = hashlib.sha256()
+        h.update(_normalise_sql(self.body).encode())
+        for p in self.params:
+            h.update(f"{p.name}:{p.type}={p.default!r}".encode())
+        h.update(self.rule_text.strip().lower().encode())
+        return h.hexdigest()[:16]
+
+
+def _strip_comments_and_strings(sql: str) -> str:
+    sql = re.sub(r"'(?:[^']|'')*'", "''", sql)
+    sql = re.sub(r"--[^\n]*", "", sql)
+    return re.sub(r"/\*.*?\*/", "", sql, flags=re.S)
+
+
+def _normalise_sql(sql: str) -> str:
+    without = re.sub(r"--[^\n]*", "", sql)
+    return " ".join(without.split())
+
+
+def _coerce(value: str, typ: str, where: str):
+    try:
+        if typ == "BOOLEAN":
+            low = str(value).strip().lower()
+            if low not in ("true", "false", "1", "0", "yes", "no"):
+                raise ValueError(value)
+            return low in ("true", "1", "yes")
+        return TYPES[typ](value.strip().strip("'") if typ == "VARCHAR" else value)
+    except (ValueError, TypeError):
+        raise UsageError(f"{where}: {value!r} is not a valid {typ}") from None
+
+
+def parse_query(path: Path, text: str | None = None) -> Query:
+    """Parse one query file; raise QueryDefinitionError naming file and line on any rule break."""
+    text = path.read_text(encoding="utf-8") if text is None else text
+    lines = text.splitlines()
+    fields: dict[str, list[tuple[int, str]]] = {}
+    body_start = len(lines)
+    for i, line in enumerate(lines):
+        if not line.startswith("--"):
+            body_start = i
+            break
+        m = re.match(r"^--\s*([a-z]+):\s?(.*)$", line)
+        if not m:
+            continue                       # a plain comment inside the header block
+        key, value = m.group(1), m.group(2).strip()
+        if key not in KEYS:
+            raise QueryDefinitionError(f"{path}:{i + 1}: unknown header key {key!r} (allowed: {', '.join(KEYS)})")
+        if key != "param" and key in fields:
+            raise QueryDefinitionError(f"{path}:{i + 1}: duplicate header key {key!r}")
+        fields.setdefault(key, []).append((i + 1, value))
+
+    def one(key, required=True):
+        if key not in fields:
+            if required:
+                raise QueryDefinitionError(f"{path}:1: missing header '-- {key}: …'")
+            return None, None
+        return fields[key][0]
+
+    line, name = one("name")
+    if name != path.stem or not _NAME.match(name):
+        raise QueryDefinitionError(f"{path}:{line}: name {name!r} must equal the file stem {path.stem!r} "
+                                   "and be kebab-case")
+    line, version = one("version")
+    if not version.isdigit() or int(version) < 1:
+        raise QueryDefinitionError(f"{path}:{line}: version must be an integer >= 1, got {version!r}")
+    _, description = one("description")
+    _, requires = one("requires")
+    line, rule_text = one("verdict")
+    try:
+        rule = verdict_mod.parse_rule(rule_text)
+    except ValueError as exc:
+        raise QueryDefinitionError(f"{path}:{line}: {exc}") from None
+    params = []
+    for line, value in fields.get("param", []):
+        m = _PARAM.match(value)
+        if not m or m["type"] not in TYPES:
+            raise QueryDefinitionError(f"{path}:{line}: bad param {value!r}; expected "
+                                       f"'NAME TYPE = DEFAULT -- help' with TYPE one of {', '.join(TYPES)}")
+        if m["name"] == "run":
+            raise QueryDefinitionError(f"{path}:{line}: 'run' is bound by the runner; do not declare it")
+        default = _coerce(m["default"], m["type"], f"{path}:{line}")
+        params.append(Param(m["name"], m["type"], default, (m["help"] or "").strip()))
+    body = "\n".join(lines[body_start:]).strip().rstrip(";").strip()
+    if not body:
+        raise QueryDefinitionError(f"{path}: the query has no SQL body after the header")
+    used = set(_DOLLAR.findall(_strip_comments_and_strings(body)))
+    declared = {p.name for p in params}
+    if used - declared - {"run"}:
+        raise QueryDefinitionError(f"{path}: parameters used but not declared: {', '.join(sorted(used - declared - {'run'}))}")
+    if declared - used:
+        raise QueryDefinitionError(f"{path}: parameters declared but not used: {', '.join(sorted(declared - used))}")
+    if "run" not in used:
+        raise QueryDefinitionError(f"{path}: the query must filter on the run (use $run)")
+    _, summary = one("summary", required=False)
+    _, pass_text = one("pass", required=False)
+    return Query(name=name, version=int(version), description=description,
+                 requires=[r.strip() for r in requires.split(",") if r.strip()], params=params,
+                 rule=rule, rule_text=rule_text, summary=summary, pass_text=pass_text, body=body,
+                 path=path)
+
+
+def builtin_sql_dir() -> Path:
+    """The packaged queries (wheel) or the repository's top-level sql/ (editable install)."""
+    packaged = resources.files("slowcard") / "sql"
+    if packaged.is_dir():
+        return Path(str(packaged))
+    return Path(__file__).resolve().parent.parent / "sql"
+
+
+def load_catalog(sql_dirs: list[str | Path] | None = None, include_builtin: bool = True) -> dict[str, Query]:
+    """Every query, built-in first, then each user folder; a user query may not shadow a name."""
+    dirs = ([builtin_sql_dir()] if include_builtin else []) + [Path(d) for d in (sql_dirs or [])]
+    catalog: dict[str, Query] = {}
+    for d in dirs:
+        if not d.is_dir():
+            raise UsageError(f"{d}: --sql-dir is not a folder")
+        for path in sorted(d.glob("*.sql")):
+            if path.name.startswith("_"):
+                continue
+            q = parse_query(path)
+            if q.name in catalog:
+                raise QueryDefinitionError(f"{path}: query {q.name!r} is already defined in {catalog[q.name].path}")
+            catalog[q.name] = q
+    return catalog
+
+
+def find(catalog: dict[str, Query], name: str) -> Query:
+    if name in catalog:
+        return catalog[name]
+    import difflib
+
+    close = difflib.get_close_matches(name, list(catalog), n=3)
+    hint = f"; did you mean {', '.join(close)}?" if close else "; `slowcard query --list` shows them all"
+    raise UsageError(f"unknown query {name!r}{hint}")
+
+
+@dataclass
+class Result:
+    """The outcome of one query on one run (the JSON contract of `slowcard query --format json`)."""
+
+    query: str
+    version: int
+    run: str
+    status: str
+    summary: str
+    columns: list[str] = field(default_factory=list)
+    rows: list[dict] = field(default_factory=list)
+    params: dict = field(default_factory=dict)
+    elapsed_s: float = 0.0
+    rule: str = ""
+
+    def to_dict(self) -> dict:
+        return {"query": self.query, "version": self.version, "run": self.run, "status": self.status,
+                "summary": self.summary, "columns": self.columns, "rows": self.rows,
+                "params": self.params, "rule": self.rule}
+
+
+def bind_params(query: Query, given: dict | None) -> dict:
+    """Defaults overlaid with the user's values (strings from the CLI are coerced)."""
+    given = dict(given or {})
+    values = {p.name: p.default for p in query.params}
+    types = {p.name: p.type for p in query.params}
+    for key, raw in given.items():
+        if key not in values:
+            known = ", ".join(values) or "none"
+            raise UsageError(f"query {query.name!r} has no parameter {key!r} (parameters: {known})")
+        values[key] = _coerce(raw, types[key], f"-p {key}") if isinstance(raw, str) else raw
+    return values
+
+
+def _relation_rows(con, name: str, run: str) -> int | None:
+    """None when the table/view does not exist; else 1 if it has a row for the run, 0 if not."""
+    cols = con.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_name = ? AND table_schema = 'main'",
+        [name],
+    ).fetchall()
+    if not cols:
+        return None
+    if ("run",) in cols:
+        return len(con.execute(f'SELECT 1 FROM "{name}" WHERE run = ? LIMIT 1', [run]).fetchall())
+    return len(con.execute(f'SELECT 1 FROM "{name}" LIMIT 1').fetchall())
+
+
+def runs(con) -> list[str]:
+    return [r[0] for r in con.execute("SELECT run FROM runs ORDER BY created_at, run").fetchall()]
+
+
+def run_query(con, query: Query, run: str, params: dict | None = None) -> Result:
+    """Run one query for one run. Never raises for SQL errors: they become status ERROR."""
+    values = bind_params(query, params)
+    res = Result(query=query.name, version=query.version, run=run, status="SKIP", summary="",
+                 params=values, rule=query.rule_text)
+    t0 = time.perf_counter()
+    try:
+        for rel in query.requires:
+            n = _relation_rows(con, rel, run)
+            if not n:
+                res.summary = (f"requires {rel}: " + ("no such table or view in this database" if n is None
+                                                      else f"no rows for run {run!r}"))
+                return res
+        cur = con.execute(query.body, {"run": run, **values})
+        res.columns = [d[0] for d in cur.description]
+        res.rows = [dict(zip(res.columns, _plain(r))) for r in cur.fetchall()]
+    except duckdb.Error as exc:
+        res.status = "ERROR"
+        res.summary = f"{query.path.name}: {str(exc).splitlines()[0]}"
+        return res
+    finally:
+        res.elapsed_s = time.perf_counter() - t0
+    res.status = verdict_mod.evaluate(res.rows, query.rule)
+    res.summary = verdict_mod.summarise(res.status, res.rows, query.summary, query.pass_text, values)
+    return res
+
+
+def _plain(row) -> list:
+    """DuckDB values that JSON can carry (Decimal -> float, lists kept)."""
+    from decimal import Decimal
+
+    out = []
+    for v in row:
+        if isinstance(v, Decimal):
+            v = float(v)
+        out.append(v)
+    return out
+
+
+def open_readonly(db_path: str | Path):
+    """A read-only connection for queries: no writes, and no access to files outside the database
+    (read_csv, COPY … TO, ATTACH are refused), so a query from --sql-dir cannot change or leak data."""
+    from . import store
+
+    con = store.open_db(db_path, read_only=True)
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
+    return con

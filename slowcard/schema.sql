@@ -1,0 +1,73 @@
+-- slowcard table contract, core part. Format modules add their own tables in
+-- slowcard/ingest/<format>.sql; shared helper views live in slowcard/views/*.sql.
+-- Units: *_ns integer nanoseconds (exact), *_us / *_ms convenience doubles, *_bytes, *_tokens.
+-- Every physical row table is keyed by source_id; views add run and rank from `sources`,
+-- so that fixing a rank (e.g. with --rank-map) never rewrites millions of event rows.
+
+CREATE TABLE IF NOT EXISTS meta (
+    key   VARCHAR PRIMARY KEY,
+    value VARCHAR
+);
+
+-- One row per run (a set of files analysed together: one job, one configuration).
+CREATE TABLE IF NOT EXISTS runs (
+    run        VARCHAR PRIMARY KEY,
+    root_path  VARCHAR,              -- what the user pointed `ingest` at
+    created_at TIMESTAMP,
+    world_size INTEGER               -- from distributedInfo when any file of the run has it
+);
+
+CREATE SEQUENCE IF NOT EXISTS source_id_seq START 1;
+
+-- One row per ingested file. A file ingested again into the same run keeps its source_id and
+-- has its rows replaced (never duplicated).
+CREATE TABLE IF NOT EXISTS sources (
+    source_id    INTEGER PRIMARY KEY,
+    run          VARCHAR NOT NULL,
+    path         VARCHAR NOT NULL,   -- absolute path at ingest time
+    size_bytes   BIGINT,
+    fingerprint  VARCHAR,            -- sha256 over size + first and last MiB (see README)
+    format       VARCHAR,            -- kineto | ascend_trace | service_trace | kernel_details | op_summary | …
+    rank         INTEGER,            -- global rank; NULL when no source names it (never guessed as 0)
+    rank_source  VARCHAR,            -- distributedInfo | profiler_info | vllm_dirname | rank_pattern | rank_map | …
+    dp_rank      INTEGER,
+    tp_rank      INTEGER,
+    pp_rank      INTEGER,
+    ep_rank      INTEGER,
+    world_size   INTEGER,
+    host         VARCHAR,
+    base_time_ns BIGINT,             -- offset added to every ts (Kineto baseTimeNanoseconds), 0 if none
+    rows_seen    BIGINT,             -- events / rows the reader saw
+    rows_kept    BIGINT,             -- rows stored
+    rows_dropped BIGINT,             -- rows_seen = rows_kept + rows_dropped
+    status       VARCHAR,            -- ok | salvaged | truncated | failed
+    message      VARCHAR,
+    metadata     JSON,               -- header keys of the file (distributedInfo, deviceProperties, …)
+    ingested_at  TIMESTAMP        -- (run, path) is unique: commit_source replaces the old row
+);
+
+-- Why rows were dropped, per file (the reconciliation companion of sources.rows_dropped).
+CREATE TABLE IF NOT EXISTS source_drops (
+    source_id INTEGER,
+    reason    VARCHAR,               -- e.g. "truncated tail", "event is not an object", "bad ts"
+    position  VARCHAR,               -- first event index / line where it happened
+    n_rows    BIGINT
+);
+
+-- Operator taxonomy: name patterns (case-insensitive regular expressions) -> op class.
+-- origin 'builtin' rows are rewritten from slowcard/taxonomy.csv on every write-open;
+-- 'user' rows (slowcard ingest --taxonomy FILE, or plain INSERTs) win over built-ins.
+CREATE TABLE IF NOT EXISTS op_taxonomy (
+    pattern   VARCHAR NOT NULL,
+    op_class  VARCHAR NOT NULL,      -- grouped_matmul | dispatch | combine | gating | collective | moe_layer | step | compute
+    coll_kind VARCHAR,               -- for collectives: all_to_all | all_reduce | all_gather | reduce_scatter | send_recv | broadcast
+    priority  INTEGER NOT NULL,      -- lower wins
+    origin    VARCHAR NOT NULL       -- builtin | user
+);
+
+-- Source ids whose rows are being written; a row left here means the ingest died before its
+-- commit point, and the next write-open deletes that id's rows.
+CREATE TABLE IF NOT EXISTS pending_sources (
+    source_id  INTEGER,
+    started_at TIMESTAMP
+);

@@ -1,0 +1,281 @@
+"""The database: opening it, creating the schema, and the per-file bookkeeping of `sources`.
+
+Owns: the DuckDB connection settings, the DDL (``schema.sql``, every ``ingest/*.sql`` and the
+helper views in ``views/*.sql``), the built-in operator taxonomy rows, and the rule that one
+file is one transaction. Must not know any file format.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.resources as resources
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+from .errors import DatabaseBusy
+
+SCHEMA_VERSION = "1"
+LOCK_WAIT_S = 30.0
+
+
+def _package_sql(folder: str | None) -> list[tuple[str, str]]:
+    """(name, text) of every .sql file in a package folder, in name order."""
+    root = resources.files("slowcard")
+    if folder:
+        root = root / folder
+    return sorted(
+        (p.name, p.read_text(encoding="utf-8"))
+        for p in root.iterdir()
+        if p.name.endswith(".sql")
+    )
+
+
+def ddl_texts() -> list[tuple[str, str]]:
+    """All DDL in the order it must run: core tables, format tables, helper views."""
+    core = [("schema.sql", (resources.files("slowcard") / "schema.sql").read_text("utf-8"))]
+    return core + _package_sql("ingest") + _package_sql("views")
+
+
+def ddl_fingerprint() -> str:
+    h = hashlib.sha256()
+    for name, text in ddl_texts():
+        h.update(name.encode())
+        h.update(text.encode())
+    h.update(taxonomy_csv_text().encode())
+    return h.hexdigest()[:16]
+
+
+def taxonomy_csv_text() -> str:
+    return (resources.files("slowcard") / "taxonomy.csv").read_text("utf-8")
+
+
+def _is_lock_error(exc: Exception) -> bool:
+    text = str(exc)
+    return "lock" in text.lower() and ("Conflicting lock" in text or "Could not set lock" in text)
+
+
+def connect(path: str | Path, read_only: bool = False, wait_s: float = LOCK_WAIT_S,
+            config: dict | None = None) -> duckdb.DuckDBPyConnection:
+    """Open a DuckDB file, waiting up to ``wait_s`` seconds while another process holds it.
+
+    Raises:
+        DatabaseBusy: still locked after the wait; the message names the database and the holder.
+    """
+    deadline = time.monotonic() + wait_s
+    delay = 0.05
+    while True:
+        try:
+            return duckdb.connect(str(path), read_only=read_only, config=config or {})
+        except duckdb.IOException as exc:
+            if not _is_lock_error(exc) or time.monotonic() >= deadline:
+                if _is_lock_error(exc):
+                    holder = str(exc).split("Conflicting lock is held in", 1)[-1].strip()
+                    raise DatabaseBusy(
+                        f"{path}: the database is locked by another process ({holder}) and "
+                        f"stayed locked for {wait_s:.0f} s; wait for it to finish or use another --db"
+                    ) from None
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+
+def apply_schema(con: duckdb.DuckDBPyConnection) -> None:
+    """Create or update every table and view; cheap when nothing changed."""
+    fp = ddl_fingerprint()
+    try:
+        row = con.execute("SELECT value FROM meta WHERE key = 'ddl_fingerprint'").fetchone()
+        if row and row[0] == fp:
+            return
+    except duckdb.CatalogException:
+        pass
+    con.execute("BEGIN")
+    try:
+        for _name, text in ddl_texts():
+            con.execute(text)
+        load_builtin_taxonomy(con)
+        con.execute(
+            "INSERT OR REPLACE INTO meta VALUES ('ddl_fingerprint', ?), ('schema_version', ?)",
+            [fp, SCHEMA_VERSION],
+        )
+        con.execute("COMMIT")
+    except Exception:
+        con.execute("ROLLBACK")
+        raise
+
+
+def load_builtin_taxonomy(con: duckdb.DuckDBPyConnection) -> None:
+    import csv
+    import io
+
+    rows = [
+        (r["pattern"], r["op_class"], r["coll_kind"] or None, int(r["priority"]), "builtin")
+        for r in csv.DictReader(
+            line for line in io.StringIO(taxonomy_csv_text()) if not line.startswith("#")
+        )
+    ]
+    con.execute("DELETE FROM op_taxonomy WHERE origin = 'builtin'")
+    con.executemany("INSERT INTO op_taxonomy VALUES (?, ?, ?, ?, ?)", rows)
+
+
+def open_db(path: str | Path, read_only: bool = False, wait_s: float = LOCK_WAIT_S):
+    """Open the database for writing (schema applied) or for reading (schema refreshed first
+    when this slowcard version's views differ from the ones stored in the file)."""
+    path = Path(path)
+    if read_only:
+        if not path.exists():
+            raise FileNotFoundError(f"{path}: no such database; run `slowcard ingest PATH --db {path}` first")
+        con = connect(path, read_only=True, wait_s=wait_s)
+        try:
+            row = con.execute("SELECT value FROM meta WHERE key = 'ddl_fingerprint'").fetchone()
+        except duckdb.CatalogException:
+            row = None
+        if row is None or row[0] != ddl_fingerprint():
+            con.close()
+            con = connect(path, wait_s=wait_s)
+            apply_schema(con)
+            con.close()
+            con = connect(path, read_only=True, wait_s=wait_s)
+        return con
+    con = connect(path, wait_s=wait_s)
+    apply_schema(con)
+    clean_pending(con)
+    return con
+
+
+def fingerprint_file(path: Path, size: int) -> str:
+    """sha256 over the size, the first MiB and the last MiB: cheap on GB files and enough to
+    tell a re-written file from the same file ingested twice."""
+    h = hashlib.sha256(str(size).encode())
+    with open(path, "rb") as f:
+        h.update(f.read(1 << 20))
+        if size > (2 << 20):
+            f.seek(size - (1 << 20))
+            h.update(f.read(1 << 20))
+    return h.hexdigest()[:32]
+
+
+def row_tables(con) -> list[str]:
+    """Every base table that holds per-file rows (it has a source_id column), but `sources`."""
+    return [
+        r[0]
+        for r in con.execute(
+            """SELECT c.table_name FROM information_schema.columns c
+               JOIN information_schema.tables t USING (table_schema, table_name)
+               WHERE c.column_name = 'source_id' AND t.table_type = 'BASE TABLE'
+                 AND c.table_name <> 'sources' AND c.table_schema = 'main'
+               ORDER BY 1"""
+        ).fetchall()
+    ]
+
+
+def ensure_run(con, run: str, root_path: str | None) -> None:
+    con.execute(
+        "INSERT INTO runs (run, root_path, created_at) SELECT ?, ?, now() "
+        "WHERE NOT EXISTS (SELECT 1 FROM runs WHERE run = ?)",
+        [run, root_path, run],
+    )
+
+
+def new_source_id(con) -> int:
+    """A fresh source id, registered as pending until its `sources` row is committed.
+
+    A file's rows are written under this id outside any long transaction; they stay invisible
+    (views join `sources`) until ``commit_source`` publishes them, and a killed ingest leaves
+    only pending rows that the next write-open removes.
+    """
+    sid = con.execute("SELECT nextval('source_id_seq')").fetchone()[0]
+    con.execute("INSERT INTO pending_sources VALUES (?, now())", [sid])
+    return sid
+
+
+def discard_source(con, sid: int) -> None:
+    """Remove every row written under a source id that will not be committed."""
+    for table in row_tables(con):
+        con.execute(f'DELETE FROM "{table}" WHERE source_id = ?', [sid])
+    con.execute("DELETE FROM pending_sources WHERE source_id = ?", [sid])
+
+
+def clean_pending(con) -> int:
+    """Drop rows of ingests that never committed (killed processes). Returns how many ids."""
+    ids = [r[0] for r in con.execute("SELECT source_id FROM pending_sources").fetchall()]
+    for sid in ids:
+        discard_source(con, sid)
+    return len(ids)
+
+
+def claim_source(con, run: str, path: str, size: int, fingerprint: str) -> int:
+    """Test helper for format modules: create (or reuse) the `sources` row of (run, path) inside
+    the caller's transaction and clear its old rows. The ingest driver uses new_source_id +
+    commit_source instead."""
+    row = con.execute("SELECT source_id FROM sources WHERE run = ? AND path = ?", [run, path]).fetchone()
+    if row:
+        sid = row[0]
+        for table in row_tables(con):
+            con.execute(f'DELETE FROM "{table}" WHERE source_id = ?', [sid])
+        return sid
+    sid = con.execute("SELECT nextval('source_id_seq')").fetchone()[0]
+    con.execute(
+        "INSERT INTO sources (source_id, run, path, size_bytes, fingerprint, status) VALUES (?, ?, ?, ?, ?, 'ok')",
+        [sid, run, path, size, fingerprint],
+    )
+    return sid
+
+
+@dataclass
+class SourceRecord:
+    """What ends up in the `sources` row of one file."""
+
+    format: str
+    rows_seen: int
+    rows_kept: int
+    rows_dropped: int
+    status: str
+    message: str
+    metadata: dict
+    base_time_ns: int = 0
+    rank: int | None = None
+    rank_source: str | None = None
+    dp_rank: int | None = None
+    tp_rank: int | None = None
+    pp_rank: int | None = None
+    ep_rank: int | None = None
+    world_size: int | None = None
+    host: str | None = None
+
+
+def commit_source(con, sid: int, run: str, path: str, size: int, fingerprint: str,
+                  rec: "SourceRecord", drops: list[tuple[str, str, int]]) -> None:
+    """Publish a file's rows in one short transaction: the previous ingest of the same (run, path),
+    if any, disappears and this one appears, or (on any error) nothing changes."""
+    con.execute("BEGIN")
+    try:
+        for (old,) in con.execute(
+            "SELECT source_id FROM sources WHERE run = ? AND path = ?", [run, path]
+        ).fetchall():
+            for table in row_tables(con):
+                con.execute(f'DELETE FROM "{table}" WHERE source_id = ?', [old])
+            con.execute("DELETE FROM source_drops WHERE source_id = ?", [old])
+            con.execute("DELETE FROM sources WHERE source_id = ?", [old])
+        con.execute(
+            """INSERT INTO sources (source_id, run, path, size_bytes, fingerprint, format, rank,
+                   rank_source, dp_rank, tp_rank, pp_rank, ep_rank, world_size, host, base_time_ns,
+                   rows_seen, rows_kept, rows_dropped, status, message, metadata, ingested_at)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, now())""",
+            [sid, run, path, size, fingerprint, rec.format, rec.rank, rec.rank_source, rec.dp_rank,
+             rec.tp_rank, rec.pp_rank, rec.ep_rank, rec.world_size, rec.host, rec.base_time_ns,
+             rec.rows_seen, rec.rows_kept, rec.rows_dropped, rec.status, rec.message,
+             json.dumps(rec.metadata, default=str)],
+        )
+        if drops:
+            con.executemany(
+                "INSERT INTO source_drops VALUES (?, ?, ?, ?)", [(sid, r, p, n) for r, p, n in drops]
+            )
+        con.execute("DELETE FROM pending_sources WHERE source_id = ?", [sid])
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise

@@ -1,0 +1,102 @@
+"""Verdicts: a query's rows + its rule -> PASS / WARN / FAIL / INFO (and SKIP / ERROR from the runner).
+
+Pure functions, no I/O. The rule comes from the query header, e.g.
+``fail if rows where impact > 0; warn if rows > 0``: fail is checked first, then warn, else PASS;
+``none`` makes the query a report (INFO). Rules are never pasted into SQL.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import re
+from dataclasses import dataclass
+
+STATUSES = ("PASS", "WARN", "FAIL", "INFO", "SKIP", "ERROR")
+_OPS = {">": operator.gt, ">=": operator.ge, "=": operator.eq, "<": operator.lt, "<=": operator.le}
+_CLAUSE = re.compile(
+    r"^\s*(?P<level>fail|warn)\s+if\s+rows(?:\s+where\s+(?P<col>[A-Za-z_][A-Za-z0-9_]*))?"
+    r"\s*(?P<op>>=|<=|>|<|=)\s*(?P<n>\d+)\s*$"
+)
+
+
+@dataclass(frozen=True)
+class Clause:
+    level: str          # fail | warn
+    column: str | None  # count only rows whose column is true / non-zero
+    op: str
+    n: int
+
+    def holds(self, rows: list[dict]) -> bool:
+        count = len(rows) if self.column is None else sum(1 for r in rows if _truthy(r.get(self.column)))
+        return _OPS[self.op](count, self.n)
+
+    def describe(self) -> str:
+        what = "rows" if self.column is None else f"rows where {self.column}"
+        return f"{self.level} if {what} {self.op} {self.n}"
+
+
+def parse_rule(text: str) -> list[Clause] | None:
+    """Parse a verdict header value; None means ``none`` (a report). Raises ValueError."""
+    text = text.strip()
+    if text.lower() == "none":
+        return None
+    clauses = []
+    for part in text.split(";"):
+        m = _CLAUSE.match(part)
+        if not m:
+            raise ValueError(f"bad verdict clause {part.strip()!r}; expected e.g. 'fail if rows > 0' "
+                             "or 'warn if rows where impact > 0'")
+        clauses.append(Clause(m["level"], m["col"], m["op"], int(m["n"])))
+    levels = [c.level for c in clauses]
+    if len(set(levels)) != len(levels):
+        raise ValueError("at most one fail clause and one warn clause")
+    return sorted(clauses, key=lambda c: c.level != "fail")
+
+
+def _truthy(v) -> bool:
+    if v is None:
+        return False
+    if isinstance(v, float) and math.isnan(v):
+        return False
+    return bool(v)
+
+
+def evaluate(rows: list[dict], rule: list[Clause] | None) -> str:
+    """Status of a result: INFO for reports, else FAIL / WARN / PASS by the first clause that holds."""
+    if rule is None:
+        return "INFO"
+    for clause in rule:
+        if clause.holds(rows):
+            return clause.level.upper()
+    return "PASS"
+
+
+def fmt_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "NaN"
+        return f"{v:.3g}" if abs(v) < 1000 else f"{v:,.0f}"
+    return "NULL" if v is None else str(v)
+
+
+_FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def fill(template: str, values: dict) -> str:
+    """Replace {name} by the formatted value (unknown names are left as they are)."""
+    return _FIELD.sub(lambda m: fmt_value(values[m[1]]) if m[1] in values else m[0], template)
+
+
+def summarise(status: str, rows: list[dict], row_template: str | None, pass_template: str | None,
+              params: dict, limit: int = 3) -> str:
+    """One summary line: the first findings from the row template, or the pass text."""
+    if not rows:
+        return fill(pass_template, params) if pass_template else "No rows."
+    if not row_template:
+        return f"{len(rows)} row{'s' if len(rows) != 1 else ''}."
+    parts = [fill(row_template, {**params, **r}) for r in rows[:limit]]
+    more = f" (+{len(rows) - limit} more)" if len(rows) > limit else ""
+    return " | ".join(parts) + more

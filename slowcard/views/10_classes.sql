@@ -1,0 +1,67 @@
+-- Operator classes: which taxonomy row classifies each name, and one table of classified,
+-- timed operations from every source (trace events and operator CSV rows alike).
+
+-- Per distinct name, the winning taxonomy row: user rows beat built-ins, then lower priority.
+-- Matching runs on DISTINCT names only, so it costs nothing per event.
+CREATE OR REPLACE VIEW _name_class AS
+WITH names AS (
+    SELECT DISTINCT name FROM event_rows WHERE ph = 'X' AND name IS NOT NULL
+    UNION
+    SELECT DISTINCT name FROM op_rows WHERE name IS NOT NULL
+),
+hits AS (
+    SELECT n.name,
+           arg_min({'op_class': t.op_class, 'coll_kind': t.coll_kind, 'pattern': t.pattern},
+                   (t.origin <> 'user')::INTEGER * 1000000 + t.priority) AS hit
+    FROM names n JOIN op_taxonomy t ON regexp_matches(n.name, t.pattern, 'i')
+    GROUP BY n.name
+)
+SELECT name, hit.op_class AS op_class, hit.coll_kind AS coll_kind, hit.pattern AS pattern
+FROM hits;
+
+-- Normalised collective kind from a Kineto "Collective name" arg (NCCL has no all-to-all
+-- kernel: all_to_all lowers to SendRecv kernels, so the arg is the only way to tell).
+CREATE OR REPLACE MACRO _coll_kind_of(collective_name) AS
+    CASE
+        WHEN collective_name IS NULL THEN NULL
+        WHEN regexp_matches(lower(collective_name), 'all_?to_?all') THEN 'all_to_all'
+        WHEN regexp_matches(lower(collective_name), 'all_?reduce') THEN 'all_reduce'
+        WHEN regexp_matches(lower(collective_name), 'all_?gather') THEN 'all_gather'
+        WHEN regexp_matches(lower(collective_name), 'reduce_?scatter') THEN 'reduce_scatter'
+        WHEN regexp_matches(lower(collective_name), 'broadcast') THEN 'broadcast'
+        WHEN regexp_matches(lower(collective_name), 'send|recv') THEN 'send_recv'
+        ELSE 'other'
+    END;
+
+-- Every classified, timed operation. origin 'trace' = Chrome-trace X events, 'ops' = operator
+-- CSV rows (kernel_details / op_summary). A GPU kernel with a "Collective name" arg is a
+-- collective whatever its kernel name. `pattern` shows which taxonomy row classified it.
+CREATE OR REPLACE VIEW op_classes AS
+SELECT s.run, s.rank, s.host, e.source_id, 'trace' AS origin, e.pid, e.tid, e.cat, e.name,
+       e.ts_ns, e.dur_ns, e.ts_ns + e.dur_ns AS end_ns,
+       CASE WHEN json_extract_string(e.args, '$."Collective name"') IS NOT NULL AND e.cat = 'kernel' THEN 'collective'
+            ELSE c.op_class END AS op_class,
+       CASE WHEN json_extract_string(e.args, '$."Collective name"') IS NOT NULL AND e.cat = 'kernel'
+            THEN _coll_kind_of(json_extract_string(e.args, '$."Collective name"')) ELSE c.coll_kind END AS coll_kind,
+       CASE WHEN json_extract_string(e.args, '$."Collective name"') IS NOT NULL AND e.cat = 'kernel'
+            THEN 'args."Collective name"' ELSE c.pattern END AS pattern,
+       coalesce(json_extract_string(e.args, '$."Process Group Name"'), json_extract_string(e.args, '$."Process Group Ranks"'), 'default') AS pg,
+       TRY_CAST(json_extract_string(e.args, '$.Seq') AS BIGINT) AS seq,
+       e.cat IN ('kernel', 'gpu_user_annotation') AS on_device,
+       NULL::BIGINT AS tokens,
+       e.args
+FROM event_rows e
+JOIN sources s USING (source_id)
+LEFT JOIN _name_class c USING (name)
+WHERE e.ph = 'X' AND e.dur_ns IS NOT NULL AND e.ts_ns IS NOT NULL
+  AND (c.op_class IS NOT NULL OR (e.cat = 'kernel' AND json_extract_string(e.args, '$."Collective name"') IS NOT NULL))
+UNION ALL
+SELECT o.run, o.rank, s.host, o.source_id, 'ops' AS origin, CAST(o.device_id AS VARCHAR) AS pid,
+       o.stream_id AS tid, o.accelerator_core AS cat, o.name, o.ts_ns, o.dur_ns,
+       o.ts_ns + o.dur_ns AS end_ns, c.op_class, c.coll_kind, c.pattern,
+       coalesce(o.extra->>'$."Group Name"', 'default') AS pg, NULL::BIGINT AS seq,
+       TRUE AS on_device, o.gmm_tokens AS tokens, NULL::JSON AS args
+FROM ops o
+JOIN sources s USING (source_id)
+JOIN _name_class c USING (name)
+WHERE o.ts_ns IS NOT NULL AND o.dur_ns IS NOT NULL;

@@ -1,0 +1,102 @@
+-- Expert-parallel helper views shared by sql/expert-hotspots.sql, eplb-effect.sql, eplb-whatif.sql
+-- (and the EP trace views). Inputs: expert_load, expert_map (slowcard/ingest/experts.sql).
+--
+-- Vocabulary:
+--   slot     a local physical expert slot (ep_rank, local_slot) of the load tensor;
+--   expert   a logical expert id; the map of the window's EPLB epoch says which expert sits in a
+--            slot; without a map the id is ep_rank * slots_per_rank + local_slot (the numbering
+--            msServiceProfiler/MindIE use: 16 ranks x 17 experts, id 42 = rank 2, slot 7);
+--   window   one load tensor of one file, ordered across the run as wseq (1, 2, …);
+--   par      peak-to-average ratio of per-rank load in a layer, max(rank tokens) / mean(rank
+--            tokens): vLLM-Ascend's EPLB imbalance.
+
+-- The map in force for each (run, epoch): when two files claim the same epoch the one ingested
+-- last (highest source_id) wins, so a re-written map replaces the old one.
+CREATE OR REPLACE VIEW _expert_map_current AS
+SELECT *
+FROM expert_map
+QUALIFY source_id = max(source_id) OVER (PARTITION BY run, epoch);
+
+CREATE OR REPLACE VIEW _expert_map_epochs AS
+SELECT run, epoch, min(ts_ns) AS ts_ns, count(DISTINCT layer) AS layers, max(expert) + 1 AS n_experts
+FROM _expert_map_current
+GROUP BY run, epoch;
+
+-- One row per load window with the EPLB epoch it ran under:
+--   1. the epoch the load file states (window field, CSV column, `epoch<N>` in the file name);
+--   2. else the latest map whose ts_ns is at or before the window's ts_ns;
+--   3. else the run's only map, when it has exactly one;
+--   4. else NULL (no map applies: default expert numbering, no EPLB update can be seen).
+-- wseq orders windows across the run: by epoch, then time, then file and window index.
+CREATE OR REPLACE VIEW _expert_windows AS
+WITH w AS (
+    SELECT run, source_id, window_idx, min(ts_ns) AS ts_ns, min(epoch) AS file_epoch
+    FROM expert_load
+    GROUP BY run, source_id, window_idx
+), r AS (
+    SELECT w.*,
+           COALESCE(
+               w.file_epoch,
+               (SELECT max(m.epoch) FROM _expert_map_epochs m WHERE m.run = w.run AND m.ts_ns <= w.ts_ns),
+               (SELECT CASE WHEN count(*) = 1 THEN min(m.epoch) END FROM _expert_map_epochs m WHERE m.run = w.run)
+           ) AS epoch
+    FROM w
+)
+SELECT run, source_id, window_idx, ts_ns, file_epoch, epoch,
+       dense_rank() OVER (PARTITION BY run ORDER BY epoch NULLS FIRST, ts_ns NULLS FIRST, source_id, window_idx) AS wseq
+FROM r;
+
+-- Slot loads with the logical expert each slot held (repeated cells of a CSV are summed).
+CREATE OR REPLACE VIEW _expert_slot_load AS
+WITH spr AS (
+    SELECT source_id, max(local_slot) + 1 AS slots_per_rank FROM expert_load_rows GROUP BY source_id
+), cells AS (
+    SELECT l.run, w.wseq, w.epoch, l.source_id, l.window_idx, l.layer, l.ep_rank, l.local_slot,
+           min(l.ts_ns) AS ts_ns, sum(l.tokens) AS tokens, any_value(spr.slots_per_rank) AS slots_per_rank
+    FROM expert_load l
+    JOIN _expert_windows w USING (run, source_id, window_idx)
+    JOIN spr USING (source_id)
+    GROUP BY l.run, w.wseq, w.epoch, l.source_id, l.window_idx, l.layer, l.ep_rank, l.local_slot
+)
+SELECT c.run, c.wseq, c.epoch, c.source_id, c.window_idx, c.ts_ns, c.layer, c.ep_rank, c.local_slot,
+       c.tokens, c.slots_per_rank,
+       COALESCE(m.expert, c.ep_rank * c.slots_per_rank + c.local_slot) AS expert,
+       m.expert IS NOT NULL AS mapped
+FROM cells c
+LEFT JOIN _expert_map_current m
+  ON m.run = c.run AND m.epoch = c.epoch AND m.layer = c.layer
+ AND m.ep_rank = c.ep_rank AND m.local_slot = c.local_slot;
+
+-- Logical expert load per window and layer (replicas summed); hotness = tokens / mean tokens of
+-- the layer's logical experts in that window.
+CREATE OR REPLACE VIEW _expert_logical_load AS
+WITH e AS (
+    SELECT run, wseq, any_value(epoch) AS epoch, layer, expert, sum(tokens) AS tokens,
+           count(*) AS replicas, list(DISTINCT ep_rank ORDER BY ep_rank) AS ep_ranks,
+           arg_max(ep_rank, tokens) AS main_rank
+    FROM _expert_slot_load
+    GROUP BY run, wseq, layer, expert
+)
+SELECT *, tokens / NULLIF(avg(tokens) OVER (PARTITION BY run, wseq, layer), 0) AS hotness,
+       count(*) OVER (PARTITION BY run, wseq, layer) AS n_experts
+FROM e;
+
+-- Per-rank load per window and layer; rank_ratio = tokens / mean over the layer's ranks.
+CREATE OR REPLACE VIEW _expert_rank_load AS
+WITH r AS (
+    SELECT run, wseq, any_value(epoch) AS epoch, layer, ep_rank, sum(tokens) AS tokens, count(*) AS slots
+    FROM _expert_slot_load
+    GROUP BY run, wseq, layer, ep_rank
+)
+SELECT *, tokens / NULLIF(avg(tokens) OVER (PARTITION BY run, wseq, layer), 0) AS rank_ratio,
+       count(*) OVER (PARTITION BY run, wseq, layer) AS n_ranks
+FROM r;
+
+-- Peak-to-average imbalance per window and layer, and the rank carrying the peak.
+CREATE OR REPLACE VIEW _expert_layer_balance AS
+SELECT run, wseq, any_value(epoch) AS epoch, layer, count(*) AS n_ranks,
+       max(tokens) AS max_rank_tokens, avg(tokens) AS mean_rank_tokens,
+       max(tokens) / NULLIF(avg(tokens), 0) AS par,
+       arg_max(ep_rank, tokens) AS peak_rank
+FROM _expert_rank_load
+GROUP BY run, wseq, layer;
