@@ -16,6 +16,7 @@ from pathlib import Path
 
 import duckdb
 
+from . import taxonomy
 from .errors import DatabaseBusy
 
 SCHEMA_VERSION = "1"
@@ -45,12 +46,8 @@ def ddl_fingerprint() -> str:
     for name, text in ddl_texts():
         h.update(name.encode())
         h.update(text.encode())
-    h.update(taxonomy_csv_text().encode())
+    h.update(taxonomy.builtin_text().encode())
     return h.hexdigest()[:16]
-
-
-def taxonomy_csv_text() -> str:
-    return (resources.files("slowcard") / "taxonomy.csv").read_text("utf-8")
 
 
 def _is_lock_error(exc: Exception) -> bool:
@@ -96,7 +93,7 @@ def apply_schema(con: duckdb.DuckDBPyConnection) -> None:
     try:
         for _name, text in ddl_texts():
             con.execute(text)
-        load_builtin_taxonomy(con)
+        taxonomy.load_builtin(con)
         con.execute(
             "INSERT OR REPLACE INTO meta VALUES ('ddl_fingerprint', ?), ('schema_version', ?)",
             [fp, SCHEMA_VERSION],
@@ -105,20 +102,6 @@ def apply_schema(con: duckdb.DuckDBPyConnection) -> None:
     except Exception:
         con.execute("ROLLBACK")
         raise
-
-
-def load_builtin_taxonomy(con: duckdb.DuckDBPyConnection) -> None:
-    import csv
-    import io
-
-    rows = [
-        (r["pattern"], r["op_class"], r["coll_kind"] or None, int(r["priority"]), "builtin")
-        for r in csv.DictReader(
-            line for line in io.StringIO(taxonomy_csv_text()) if not line.startswith("#")
-        )
-    ]
-    con.execute("DELETE FROM op_taxonomy WHERE origin = 'builtin'")
-    con.executemany("INSERT INTO op_taxonomy VALUES (?, ?, ?, ?, ?)", rows)
 
 
 def open_db(path: str | Path, read_only: bool = False, wait_s: float = LOCK_WAIT_S):

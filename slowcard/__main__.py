@@ -1,0 +1,3 @@
+from slowcard.cli import main
+
+main()

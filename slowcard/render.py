@@ -1,0 +1,107 @@
+"""Turning results into text: tables (tabulate), JSON, CSV, Markdown. Pure: returns strings."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from datetime import date, datetime
+from decimal import Decimal
+
+from tabulate import tabulate
+
+FORMATS = ("table", "json", "csv", "markdown")
+
+
+def _jsonable(v):
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, Decimal):
+        return float(v)
+    if isinstance(v, (datetime, date)):
+        return v.isoformat()
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    return v
+
+
+def to_json(obj) -> str:
+    return json.dumps(_jsonable(obj), indent=2, ensure_ascii=False)
+
+
+def _cell(v):
+    if isinstance(v, str) and len(v) > 120:
+        return v[:117] + "..."
+    if isinstance(v, dict):
+        return ", ".join(f"{k}:{x}" for k, x in v.items())
+    return v
+
+
+def result_table(res, fmt: str = "simple", limit: int = 20) -> str:
+    """One result: the verdict line, its table, and the parameters it ran with."""
+    head = f"{res.query}@v{res.version} {res.status} [run {res.run}] {res.summary}"
+    parts = [head]
+    if res.rows:
+        shown = res.rows[:limit] if limit else res.rows
+        table = tabulate([[_cell(r.get(c)) for c in res.columns] for r in shown],
+                         headers=res.columns, tablefmt=fmt, floatfmt="g", missingval="NULL")
+        parts.append(table)
+        if len(res.rows) > len(shown):
+            parts.append(f"(showing {len(shown)} of {len(res.rows)} rows; --limit 0 shows all)")
+    if res.params:
+        parts.append("params: " + " ".join(f"{k}={v}" for k, v in res.params.items()))
+    return "\n".join(parts)
+
+
+def totals_line(results) -> str:
+    counts = {s: 0 for s in ("PASS", "WARN", "FAIL", "ERROR", "SKIP", "INFO")}
+    for r in results:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    return " ".join(f"{k}={v}" for k, v in counts.items())
+
+
+def render_results(results, fmt: str = "table", limit: int = 20) -> str:
+    if fmt == "json":
+        return to_json([r.to_dict() for r in results])
+    if fmt == "csv":
+        out = io.StringIO()
+        w = csv.writer(out)
+        cols: list[str] = []
+        for r in results:
+            cols += [c for c in r.columns if c not in cols]
+        w.writerow(["query", "version", "run", "status"] + cols)
+        for r in results:
+            for row in r.rows:
+                w.writerow([r.query, r.version, r.run, r.status] + [_csvcell(row.get(c)) for c in cols])
+            if not r.rows:
+                w.writerow([r.query, r.version, r.run, r.status] + [""] * len(cols))
+        return out.getvalue().rstrip("\n")
+    tablefmt = "github" if fmt == "markdown" else "simple"
+    blocks = [result_table(r, tablefmt, limit) for r in results]
+    return "\n\n".join(blocks + [totals_line(results)])
+
+
+def _csvcell(v):
+    if v is None:
+        return ""
+    if isinstance(v, (dict, list)):
+        return json.dumps(_jsonable(v))
+    return v
+
+
+def ingest_table(report) -> str:
+    """The per-file summary printed at the end of `slowcard ingest`."""
+    rows = []
+    for f in report.files:
+        rows.append([f.path, f.format or "-", "NULL" if f.rank is None else f.rank, f.rows_kept,
+                     f.rows_dropped, f.status, _cell(f.message) if f.message else ""])
+    table = tabulate(rows, headers=["file", "format", "rank", "kept", "dropped", "status", "message"],
+                     tablefmt="simple")
+    counts: dict[str, int] = {}
+    for f in report.files:
+        counts[f.status] = counts.get(f.status, 0) + 1
+    tail = f"run {report.run!r} in {report.db_path}: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+    return table + "\n" + tail

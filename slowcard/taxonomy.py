@@ -1,0 +1,85 @@
+"""Operator taxonomy: op-name patterns -> op class (grouped_matmul, dispatch, combine, gating,
+collective + kind, moe_layer, step, …).
+
+The built-in patterns live in ``taxonomy.csv`` beside this module; users extend or override them
+without editing the package, with ``slowcard ingest --taxonomy FILE`` (same CSV columns) or plain
+INSERTs into ``op_taxonomy`` with origin 'user'. User rows always win over built-in rows; within
+an origin the lower priority wins. Classification itself happens in SQL (``views/10_classes.sql``,
+view ``_name_class``), so it shows which pattern classified what.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.resources as resources
+import io
+from pathlib import Path
+
+import duckdb
+
+from .errors import UsageError
+
+COLUMNS = ("pattern", "op_class", "coll_kind", "priority")
+OP_CLASSES = {"grouped_matmul", "dispatch", "combine", "gating", "collective", "moe_layer", "moe_fused",
+              "step", "compute"}
+COLL_KINDS = {"all_to_all", "all_reduce", "all_gather", "reduce_scatter", "send_recv", "broadcast", "other"}
+
+
+def builtin_text() -> str:
+    return (resources.files("slowcard") / "taxonomy.csv").read_text("utf-8")
+
+
+def parse(text: str, where: str) -> list[tuple]:
+    """Rows (pattern, op_class, coll_kind, priority) of a taxonomy CSV; '#' lines are comments."""
+    lines = [ln for ln in io.StringIO(text) if ln.strip() and not ln.lstrip().startswith("#")]
+    reader = csv.DictReader(lines)
+    if reader.fieldnames is None or set(COLUMNS) - set(reader.fieldnames):
+        raise UsageError(f"{where}: a taxonomy CSV needs the header {','.join(COLUMNS)}")
+    rows = []
+    for i, r in enumerate(reader, start=2):
+        cls, kind = r["op_class"].strip(), (r["coll_kind"] or "").strip() or None
+        if cls not in OP_CLASSES:
+            raise UsageError(f"{where}:{i}: op_class {cls!r} is not one of {', '.join(sorted(OP_CLASSES))}")
+        if kind is not None and kind not in COLL_KINDS:
+            raise UsageError(f"{where}:{i}: coll_kind {kind!r} is not one of {', '.join(sorted(COLL_KINDS))}")
+        try:
+            prio = int(r["priority"])
+        except (TypeError, ValueError):
+            raise UsageError(f"{where}:{i}: priority must be an integer") from None
+        rows.append((r["pattern"].strip(), cls, kind, prio))
+    return rows
+
+
+def _check_patterns(con, rows, where: str) -> None:
+    for pattern, *_ in rows:
+        try:
+            con.execute("SELECT regexp_matches('', ?)", [pattern]).fetchall()
+        except duckdb.Error as exc:
+            raise UsageError(f"{where}: pattern {pattern!r} is not a valid regular expression ({exc})") from None
+
+
+def load_builtin(con) -> None:
+    rows = parse(builtin_text(), "slowcard/taxonomy.csv")
+    con.execute("DELETE FROM op_taxonomy WHERE origin = 'builtin'")
+    con.executemany("INSERT INTO op_taxonomy VALUES (?, ?, ?, ?, 'builtin')", rows)
+
+
+def load_user_taxonomy(con, path: str | Path) -> int:
+    """Add (or replace, by pattern) user rows from a CSV file. Returns how many."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"{p}: cannot read the taxonomy file ({exc})") from None
+    rows = parse(text, str(p))
+    _check_patterns(con, rows, str(p))
+    con.execute("BEGIN")
+    try:
+        for row in rows:
+            con.execute("DELETE FROM op_taxonomy WHERE origin = 'user' AND pattern = ?", [row[0]])
+            con.execute("INSERT INTO op_taxonomy VALUES (?, ?, ?, ?, 'user')", list(row))
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    return len(rows)

@@ -1,0 +1,101 @@
+-- Collectives matched across ranks, per-host clock offsets, and per-rank wait / arrival.
+-- In a synchronous collective every rank leaves together: a rank that arrives early waits
+-- inside the op, so the slow card is the one that arrives LAST and has the SHORTEST op.
+
+-- One row per collective call of a ranked source. The device lane (NCCL kernels) is used when
+-- the source has one, else the host lane (gloo threads, HCCL rows). instance = NCCL Seq when the
+-- trace has it, else the call's order within (source, process group, kind).
+CREATE OR REPLACE VIEW _collectives AS
+WITH lanes AS (
+    SELECT source_id, bool_or(on_device) AS device
+    FROM op_classes WHERE op_class = 'collective' GROUP BY source_id
+)
+SELECT o.run, o.rank, coalesce(o.host, '') AS host, o.source_id, o.name, o.pg, o.coll_kind,
+       o.ts_ns, o.end_ns, o.dur_ns,
+       coalesce(o.seq, row_number() OVER (PARTITION BY o.source_id, o.pg, o.coll_kind ORDER BY o.ts_ns)) AS instance
+FROM op_classes o JOIN lanes l USING (source_id)
+WHERE o.op_class = 'collective' AND o.on_device = l.device AND o.rank IS NOT NULL;
+
+-- Only instances seen on every rank of their (process group, kind): a rank that misses calls
+-- would shift the order-based matching, so such instances are left out rather than mismatched.
+CREATE OR REPLACE VIEW _coll_matched AS
+WITH group_ranks AS (
+    SELECT run, pg, coll_kind, count(DISTINCT rank) AS n_ranks FROM _collectives GROUP BY ALL
+),
+inst AS (
+    SELECT run, pg, coll_kind, instance, count(DISTINCT rank) AS n FROM _collectives GROUP BY ALL
+)
+SELECT c.*, g.n_ranks
+FROM _collectives c
+JOIN inst i USING (run, pg, coll_kind, instance)
+JOIN group_ranks g USING (run, pg, coll_kind)
+WHERE i.n = g.n_ranks AND g.n_ranks > 1;
+
+-- Clock offset of each host against the host of the lowest rank, estimated from the END times
+-- of matched collectives (ranks leave a synchronous collective together). Ranks of one host
+-- share its clock; ranks with no host name are taken to share one clock.
+CREATE OR REPLACE VIEW clock_offsets AS
+WITH ref AS (
+    SELECT run, arg_min(host, rank) AS ref_host FROM _coll_matched GROUP BY run
+),
+ref_end AS (
+    SELECT m.run, m.pg, m.coll_kind, m.instance, median(m.end_ns) AS ref_end_ns
+    FROM _coll_matched m JOIN ref r ON m.run = r.run AND m.host = r.ref_host
+    GROUP BY ALL
+),
+d AS (
+    SELECT m.run, m.host, m.end_ns - e.ref_end_ns AS d_ns
+    FROM _coll_matched m JOIN ref_end e USING (run, pg, coll_kind, instance)
+)
+SELECT d.run, d.host,
+       CASE WHEN d.host = r.ref_host THEN 0 ELSE CAST(median(d.d_ns) AS BIGINT) END AS offset_ns,
+       CASE WHEN d.host = r.ref_host THEN 0.0 ELSE median(d.d_ns) / 1e6 END AS offset_ms,
+       count(*) AS n_samples
+FROM d JOIN ref r USING (run)
+GROUP BY d.run, d.host, r.ref_host;
+
+-- Per matched collective and rank: clock-corrected arrival, wait and transfer.
+--   arrival_skew_ns  last corrected start - first corrected start (same for every rank of it)
+--   wait_ns          own duration - the shortest duration over ranks (the msprof-analyze rule)
+--   arrival_lag_ns   how long this rank waited for the last one to arrive
+--   transfer_ns      corrected end - last arrival: the exchange itself, once everyone is there
+CREATE OR REPLACE VIEW collective_waits AS
+WITH m AS (
+    SELECT m.*, m.ts_ns - coalesce(o.offset_ns, 0) AS start_adj_ns,
+           m.end_ns - coalesce(o.offset_ns, 0) AS end_adj_ns
+    FROM _coll_matched m LEFT JOIN clock_offsets o USING (run, host)
+),
+w AS (
+    SELECT *,
+           max(start_adj_ns) OVER inst AS last_start_ns,
+           min(start_adj_ns) OVER inst AS first_start_ns,
+           min(dur_ns) OVER inst AS min_dur_ns,
+           median(dur_ns) OVER inst AS median_dur_ns,
+           arg_max(rank, start_adj_ns) OVER inst AS last_rank
+    FROM m
+    WINDOW inst AS (PARTITION BY run, pg, coll_kind, instance)
+)
+SELECT run, pg, coll_kind, instance, rank, host, source_id, name, ts_ns, dur_ns, end_ns,
+       start_adj_ns, end_adj_ns, n_ranks,
+       last_start_ns - first_start_ns AS arrival_skew_ns,
+       dur_ns - min_dur_ns AS wait_ns,
+       last_start_ns - start_adj_ns AS arrival_lag_ns,
+       greatest(end_adj_ns - last_start_ns, 0) AS transfer_ns,
+       median_dur_ns,
+       rank = last_rank AS arrived_last,
+       last_rank
+FROM w;
+
+-- Collective facts per MoE layer instance and rank (joins the EP views).
+CREATE OR REPLACE VIEW _layer_collectives AS
+SELECT l.run, l.rank, l.source_id, l.step, l.layer, l.occurrence,
+       count(*) AS n_collectives,
+       count(*) FILTER (WHERE c.arrived_last AND c.arrival_skew_ns > 0.05 * c.median_dur_ns) AS n_arrived_last,
+       CAST(sum(c.wait_ns) AS BIGINT) AS wait_ns,
+       CAST(sum(c.arrival_lag_ns) AS BIGINT) AS arrival_lag_ns,
+       CAST(sum(c.transfer_ns) AS BIGINT) AS transfer_ns,
+       CAST(max(c.arrival_skew_ns) AS BIGINT) AS max_arrival_skew_ns
+FROM collective_waits c
+ASOF JOIN moe_layers l ON c.source_id = l.source_id AND c.ts_ns >= l.start_ns
+WHERE c.ts_ns < l.end_ns
+GROUP BY ALL;
