@@ -71,3 +71,24 @@ CREATE TABLE IF NOT EXISTS pending_sources (
     source_id  INTEGER,
     started_at TIMESTAMP
 );
+
+-- Classified operations of each file (a copy of the view _op_classes_live, written when the file
+-- is committed and rebuilt when the taxonomy changes). Read through the view `op_classes`.
+CREATE TABLE IF NOT EXISTS op_class_rows (
+    source_id INTEGER,
+    origin    VARCHAR,     -- trace | ops
+    pid       VARCHAR,
+    tid       VARCHAR,
+    cat       VARCHAR,
+    name      VARCHAR,
+    ts_ns     BIGINT,
+    dur_ns    BIGINT,
+    end_ns    BIGINT,
+    op_class  VARCHAR,
+    coll_kind VARCHAR,
+    pattern   VARCHAR,     -- the taxonomy pattern that classified it
+    pg        VARCHAR,     -- process group (Kineto "Process Group Name"), else 'default'
+    seq       BIGINT,      -- NCCL Seq when the trace has it
+    on_device BOOLEAN,
+    tokens    BIGINT       -- GroupedMatmul tokens from operator CSV input shapes
+);

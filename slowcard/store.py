@@ -94,6 +94,7 @@ def apply_schema(con: duckdb.DuckDBPyConnection) -> None:
         for _name, text in ddl_texts():
             con.execute(text)
         taxonomy.load_builtin(con)
+        rebuild_derived(con)
         con.execute(
             "INSERT OR REPLACE INTO meta VALUES ('ddl_fingerprint', ?), ('schema_version', ?)",
             [fp, SCHEMA_VERSION],
@@ -102,6 +103,13 @@ def apply_schema(con: duckdb.DuckDBPyConnection) -> None:
     except Exception:
         con.execute("ROLLBACK")
         raise
+
+
+def rebuild_derived(con) -> None:
+    """Recompute the derived rows of every file (after a taxonomy or view change)."""
+    con.execute("DELETE FROM op_class_rows")
+    con.execute("INSERT INTO op_class_rows SELECT * FROM _op_classes_live "
+                "WHERE source_id IN (SELECT source_id FROM sources)")
 
 
 def open_db(path: str | Path, read_only: bool = False, wait_s: float = LOCK_WAIT_S):
@@ -257,6 +265,8 @@ def commit_source(con, sid: int, run: str, path: str, size: int, fingerprint: st
             con.executemany(
                 "INSERT INTO source_drops VALUES (?, ?, ?, ?)", [(sid, r, p, n) for r, p, n in drops]
             )
+        # Derived rows, in the same transaction so that they appear with the file.
+        con.execute("INSERT INTO op_class_rows SELECT * FROM _op_classes_live WHERE source_id = ?", [sid])
         con.execute("DELETE FROM pending_sources WHERE source_id = ?", [sid])
         con.execute("COMMIT")
     except BaseException:

@@ -78,6 +78,9 @@ def load_user_taxonomy(con, path: str | Path) -> int:
         for row in rows:
             con.execute("DELETE FROM op_taxonomy WHERE origin = 'user' AND pattern = ?", [row[0]])
             con.execute("INSERT INTO op_taxonomy VALUES (?, ?, ?, ?, 'user')", list(row))
+        from .store import rebuild_derived
+
+        rebuild_derived(con)
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")

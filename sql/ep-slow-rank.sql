@@ -6,7 +6,7 @@
 -- param: same_token_ratio DOUBLE = 1.15   -- tokens within this ratio of the median count as about the same
 -- param: min_compute_ratio DOUBLE = 1.3   -- GroupedMatmul time vs the median rank that counts as clearly longer
 -- param: min_comm_ratio DOUBLE = 1.5      -- dispatch/combine transfer time vs the median rank that counts as slow
--- param: min_last_share DOUBLE = 0.5      -- share of a layer's collectives the rank must arrive last at (the others wait for it)
+-- param: min_wait_share DOUBLE = 0.05     -- the others wait for the rank when the median rank's wait for the last arrival is >= this share of the layer time and the rank itself waits under half of that
 -- param: min_persist_share DOUBLE = 0.5   -- share of matched layer instances in which the pattern must hold (a spike is not a slow card)
 -- verdict: fail if rows > 0
 -- summary: rank {rank} {cause} in {persist_pct}% of {layer_instances} layer instances (tokens {token_ratio}x median, GroupedMatmul {gmm_ratio}x, transfer {transfer_ratio}x, arrived last at {last_arrival_pct}% of collectives); next: {next_step}
@@ -28,7 +28,8 @@ inst AS (
 -- The median rank of each instance is the yardstick (robust to the one slow card itself).
 med AS (
     SELECT step, layer, occurrence, median(tokens) AS med_tokens, median(gmm_ns) AS med_gmm_ns,
-           median(transfer_ns) AS med_transfer_ns, sum(lag_ns) AS all_lag_ns
+           median(transfer_ns) AS med_transfer_ns, sum(lag_ns) AS all_lag_ns,
+           median(lag_ns) AS med_lag_ns, median(layer_ns) AS med_layer_ns
     FROM f JOIN inst USING (step, layer, occurrence) GROUP BY ALL
 ),
 flags AS (
@@ -37,7 +38,10 @@ flags AS (
            f.gmm_ns / greatest(m.med_gmm_ns, 1) AS gmm_ratio,
            f.transfer_ns / greatest(m.med_transfer_ns, 1) AS transfer_ratio,
            m.all_lag_ns - f.lag_ns AS others_lag_ns,
-           f.n_coll > 0 AND f.n_last >= $min_last_share * f.n_coll AS others_wait
+           -- "the others wait for it": they wait for the last arrival a real share of the
+           -- layer, and this rank hardly waits at all
+           f.n_coll > 0 AND m.med_lag_ns >= $min_wait_share * m.med_layer_ns
+               AND f.lag_ns <= 0.5 * m.med_lag_ns AS others_wait
     FROM f JOIN med m USING (step, layer, occurrence)
 ),
 classified AS (

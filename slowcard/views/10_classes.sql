@@ -33,11 +33,13 @@ CREATE OR REPLACE MACRO _coll_kind_of(collective_name) AS
         ELSE 'other'
     END;
 
--- Every classified, timed operation. origin 'trace' = Chrome-trace X events, 'ops' = operator
--- CSV rows (kernel_details / op_summary). A GPU kernel with a "Collective name" arg is a
--- collective whatever its kernel name. `pattern` shows which taxonomy row classified it.
-CREATE OR REPLACE VIEW op_classes AS
-SELECT s.run, s.rank, s.host, e.source_id, 'trace' AS origin, e.pid, e.tid, e.cat, e.name,
+-- Every classified, timed operation, computed live. origin 'trace' = Chrome-trace X events,
+-- 'ops' = operator CSV rows (kernel_details / op_summary). A GPU kernel with a "Collective name"
+-- arg is a collective whatever its kernel name. `pattern` shows which taxonomy row classified it.
+-- The store copies this into the table op_class_rows when a file is committed (and rebuilds it
+-- when the taxonomy changes), because every EP query reads it several times.
+CREATE OR REPLACE VIEW _op_classes_live AS
+SELECT e.source_id, 'trace' AS origin, e.pid, e.tid, e.cat, e.name,
        e.ts_ns, e.dur_ns, e.ts_ns + e.dur_ns AS end_ns,
        CASE WHEN json_extract_string(e.args, '$."Collective name"') IS NOT NULL AND e.cat = 'kernel' THEN 'collective'
             ELSE c.op_class END AS op_class,
@@ -48,20 +50,22 @@ SELECT s.run, s.rank, s.host, e.source_id, 'trace' AS origin, e.pid, e.tid, e.ca
        coalesce(json_extract_string(e.args, '$."Process Group Name"'), json_extract_string(e.args, '$."Process Group Ranks"'), 'default') AS pg,
        TRY_CAST(json_extract_string(e.args, '$.Seq') AS BIGINT) AS seq,
        e.cat IN ('kernel', 'gpu_user_annotation') AS on_device,
-       NULL::BIGINT AS tokens,
-       e.args
+       NULL::BIGINT AS tokens
 FROM event_rows e
-JOIN sources s USING (source_id)
 LEFT JOIN _name_class c USING (name)
 WHERE e.ph = 'X' AND e.dur_ns IS NOT NULL AND e.ts_ns IS NOT NULL
   AND (c.op_class IS NOT NULL OR (e.cat = 'kernel' AND json_extract_string(e.args, '$."Collective name"') IS NOT NULL))
 UNION ALL
-SELECT o.run, o.rank, s.host, o.source_id, 'ops' AS origin, CAST(o.device_id AS VARCHAR) AS pid,
+SELECT o.source_id, 'ops' AS origin, CAST(o.device_id AS VARCHAR) AS pid,
        o.stream_id AS tid, o.accelerator_core AS cat, o.name, o.ts_ns, o.dur_ns,
        o.ts_ns + o.dur_ns AS end_ns, c.op_class, c.coll_kind, c.pattern,
        coalesce(o.extra->>'$."Group Name"', 'default') AS pg, NULL::BIGINT AS seq,
-       TRUE AS on_device, o.gmm_tokens AS tokens, NULL::JSON AS args
+       TRUE AS on_device, o.gmm_tokens AS tokens
 FROM ops o
-JOIN sources s USING (source_id)
 JOIN _name_class c USING (name)
 WHERE o.ts_ns IS NOT NULL AND o.dur_ns IS NOT NULL;
+
+-- What queries read: the materialised classification, with run / rank / host from `sources`.
+CREATE OR REPLACE VIEW op_classes AS
+SELECT s.run, s.rank, s.host, c.*
+FROM op_class_rows c JOIN sources s USING (source_id);

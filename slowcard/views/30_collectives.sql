@@ -32,20 +32,25 @@ JOIN group_ranks g USING (run, pg, coll_kind)
 WHERE i.n = g.n_ranks AND g.n_ranks > 1;
 
 -- Clock offset of each host against the host of the lowest rank, estimated from the END times
--- of matched collectives (ranks leave a synchronous collective together). Ranks of one host
--- share its clock; ranks with no host name are taken to share one clock.
+-- of matched collectives: ranks leave a synchronous collective together, except a rank whose own
+-- transfer is slow, which leaves later. So each host is represented by its EARLIEST end in each
+-- instance, and the offset is the median over instances of (host's earliest end - reference
+-- host's earliest end). Ranks of one host share its clock; ranks with no host name are taken to
+-- share one clock.
 CREATE OR REPLACE VIEW clock_offsets AS
 WITH ref AS (
     SELECT run, arg_min(host, rank) AS ref_host FROM _coll_matched GROUP BY run
 ),
-ref_end AS (
-    SELECT m.run, m.pg, m.coll_kind, m.instance, median(m.end_ns) AS ref_end_ns
-    FROM _coll_matched m JOIN ref r ON m.run = r.run AND m.host = r.ref_host
-    GROUP BY ALL
+host_end AS (
+    SELECT run, host, pg, coll_kind, instance, min(end_ns) AS end_ns
+    FROM _coll_matched GROUP BY ALL
 ),
 d AS (
-    SELECT m.run, m.host, m.end_ns - e.ref_end_ns AS d_ns
-    FROM _coll_matched m JOIN ref_end e USING (run, pg, coll_kind, instance)
+    SELECT h.run, h.host, h.end_ns - r.end_ns AS d_ns
+    FROM host_end h
+    JOIN ref USING (run)
+    JOIN host_end r ON r.run = h.run AND r.host = ref.ref_host AND r.pg = h.pg
+                   AND r.coll_kind = h.coll_kind AND r.instance = h.instance
 )
 SELECT d.run, d.host,
        CASE WHEN d.host = r.ref_host THEN 0 ELSE CAST(median(d.d_ns) AS BIGINT) END AS offset_ns,
