@@ -256,7 +256,10 @@ def run_query(con, query: Query, run: str, params: dict | None = None) -> Result
                 res.summary = (f"requires {rel}: " + ("no such table or view in this database" if n is None
                                                       else f"no rows for run {run!r}"))
                 return res
-        cur = con.execute(query.body, {"run": run, **values})
+        # Bind exactly the parameters the body uses (DuckDB rejects unused named parameters).
+        used = set(_DOLLAR.findall(_strip_comments_and_strings(query.body)))
+        bound = {k: v for k, v in {"run": run, **values}.items() if k in used}
+        cur = con.execute(query.body, bound)
         res.columns = [d[0] for d in cur.description]
         res.rows = [dict(zip(res.columns, _plain(r))) for r in cur.fetchall()]
     except duckdb.Error as exc:

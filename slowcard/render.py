@@ -43,6 +43,8 @@ def _cell(v):
 def result_table(res, fmt: str = "simple", limit: int = 20) -> str:
     """One result: the verdict line, its table, and the parameters it ran with."""
     head = f"{res.query}@v{res.version} {res.status} [run {res.run}] {res.summary}"
+    if fmt == "github":
+        head = "### " + head
     parts = [head]
     if res.rows:
         shown = res.rows[:limit] if limit else res.rows

@@ -1,0 +1,107 @@
+"""`slowcard query`: the JSON result contract, formats, exit codes, and stdout holding only results."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+sys.path.insert(0, str(Path(__file__).parent))
+import synth_kineto  # noqa: E402
+
+from slowcard.cli import app  # noqa: E402
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def dbs(tmp_path_factory):
+    """One database with a token-skew run and a balanced run."""
+    d = tmp_path_factory.mktemp("cli")
+    db = d / "two.duckdb"
+    for scenario in ("token_skew", "balanced"):
+        synth_kineto.write_ep_run(d / scenario, scenario=scenario, steps=3, layers=3)
+        res = runner.invoke(app, ["ingest", str(d / scenario), "--db", str(db), "--run", scenario])
+        assert res.exit_code == 0, res.output
+    return db
+
+
+def invoke(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def test_json_contract_and_fail_exit_code(dbs):
+    res = invoke("query", "ep-slow-rank", "--db", dbs, "--run", "token_skew", "--format", "json")
+    assert res.exit_code == 1
+    doc = json.loads(res.stdout)
+    assert isinstance(doc, list) and len(doc) == 1
+    r = doc[0]
+    assert {"query", "version", "run", "status", "summary", "columns", "rows"} <= set(r)
+    assert (r["query"], r["version"], r["run"], r["status"]) == ("ep-slow-rank", 1, "token_skew", "FAIL")
+    assert r["rows"][0]["rank"] == 1 and r["rows"][0]["cause"] == "token-skew"
+    assert set(r["rows"][0]) == set(r["columns"])
+    assert r["params"]["min_token_ratio"] == 1.3
+
+
+def test_all_runs_gives_one_result_per_run_and_pass_exits_zero(dbs):
+    res = invoke("query", "ep-slow-rank", "--db", dbs, "--all-runs", "-f", "json")
+    doc = json.loads(res.stdout)
+    assert {(r["run"], r["status"]) for r in doc} == {("token_skew", "FAIL"), ("balanced", "PASS")}
+    ok = invoke("query", "ep-slow-rank", "--db", dbs, "--run", "balanced")
+    assert ok.exit_code == 0
+    assert ok.stdout.startswith("ep-slow-rank@v1 PASS [run balanced]")
+
+
+def test_strict_turns_warn_into_exit_1(dbs):
+    res = invoke("query", "rank-waits", "--db", dbs, "--run", "token_skew", "-f", "json")
+    assert json.loads(res.stdout)[0]["status"] == "WARN" and res.exit_code == 0
+    strict = invoke("query", "rank-waits", "--db", dbs, "--run", "token_skew", "--strict")
+    assert strict.exit_code == 1
+
+
+def test_csv_and_markdown_formats(dbs):
+    res = invoke("query", "moe-breakdown", "--db", dbs, "--run", "token_skew", "-f", "csv")
+    rows = list(csv.DictReader(io.StringIO(res.stdout)))
+    assert [r["rank"] for r in rows] == ["0", "1", "2", "3"] and rows[0]["query"] == "moe-breakdown"
+    md = invoke("query", "moe-breakdown", "--db", dbs, "--run", "token_skew", "-f", "markdown")
+    assert md.stdout.startswith("### moe-breakdown@v1 INFO")
+    assert re.search(r"^\|\s+rank \| layer", md.stdout, re.M)
+
+
+def test_skip_when_required_table_is_empty(dbs):
+    res = invoke("query", "expert-hotspots", "--db", dbs, "--run", "token_skew", "-f", "json")
+    assert res.exit_code == 0
+    assert json.loads(res.stdout)[0]["status"] == "SKIP"
+
+
+@pytest.mark.parametrize("args, words", [
+    (["query", "no-such-query"], "unknown query"),
+    (["query", "ep-slow-rank", "-p", "nonsense=1"], "no parameter 'nonsense'"),
+    (["query", "ep-slow-rank", "-p", "min_token_ratio=abc"], "not a valid DOUBLE"),
+    (["query", "ep-slow-rank", "-p", "novalue"], "expected key=value"),
+    (["query", "ep-slow-rank", "--run", "nope"], "no run named 'nope'"),
+    (["query", "ep-slow-rank", "--format", "xml"], "--format"),
+])
+def test_usage_errors_exit_2_with_message_on_stderr(dbs, args, words):
+    res = invoke(*args, "--db", dbs)
+    assert res.exit_code == 2
+    assert words in res.stderr
+    assert res.stdout == ""
+
+
+def test_missing_database_is_a_clear_usage_error(tmp_path):
+    res = invoke("query", "ep-slow-rank", "--db", tmp_path / "none.duckdb")
+    assert res.exit_code == 2 and "no such database" in res.stderr
+
+
+def test_list_and_show(dbs):
+    res = invoke("list")
+    assert res.exit_code == 0 and "ep-slow-rank" in res.stdout and "v1" in res.stdout
+    shown = invoke("show", "ep-slow-rank")
+    assert shown.stdout.startswith("-- name: ep-slow-rank")
