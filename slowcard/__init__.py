@@ -1,3 +1,100 @@
-"""slowcard: find the slow card (rank, device, DP domain, expert) in large-model clusters."""
+"""slowcard: find the slow card (rank, device, DP domain, expert) in large-model clusters.
+
+The Python API is the same code the CLI runs, for notebooks::
+
+    import slowcard
+    slowcard.ingest("run.duckdb", ["traces/"], run="baseline")
+    res = slowcard.query("run.duckdb", "ep-slow-rank", run="baseline", params={"min_token_ratio": 1.5})
+    res.status, res.summary, res.to_arrow()        # PASS/WARN/FAIL/..., one line, a pyarrow.Table
+    diag = slowcard.diagnose("run.duckdb", run="baseline")
+    diag.conclusion["headline"]
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .diagnosis import Diagnosis
+from .errors import DatabaseBusy, InputError, QueryDefinitionError, SlowcardError, UsageError
+from .ingest import IngestReport
+from .queries import Query, Result
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "__version__",
+    "open_db",
+    "ingest",
+    "list_queries",
+    "query",
+    "diagnose",
+    "Query",
+    "Result",
+    "Diagnosis",
+    "IngestReport",
+    "SlowcardError",
+    "InputError",
+    "UsageError",
+    "QueryDefinitionError",
+    "DatabaseBusy",
+]
+
+
+def open_db(path: str | Path, read_only: bool = True):
+    """A DuckDB connection to a slowcard database (read-only by default, as queries use)."""
+    from . import queries, store
+
+    return queries.open_readonly(path) if read_only else store.open_db(path)
+
+
+def ingest(db: str | Path, paths, run: str | None = None, **options) -> IngestReport:
+    """Ingest files / folders / globs into ``db`` under ``run``; see `slowcard ingest --help`."""
+    from .ingest import ingest_paths
+
+    return ingest_paths(db, [paths] if isinstance(paths, (str, Path)) else list(paths), run=run, **options)
+
+
+def list_queries(sql_dirs=None) -> dict[str, Query]:
+    """Every query by name (built-in first, then ``sql_dirs``)."""
+    from .queries import load_catalog
+
+    return load_catalog(sql_dirs)
+
+
+def _runs_for(con, run):
+    from .queries import runs
+
+    known = runs(con)
+    if run is None:
+        if not known:
+            raise UsageError("the database holds no run yet")
+        return known[-1]
+    if run not in known:
+        raise UsageError(f"no run named {run!r}; runs: {', '.join(known)}")
+    return run
+
+
+def query(db, name: str, run: str | None = None, params: dict | None = None, sql_dirs=None) -> Result:
+    """Run one named query on one run (default: the latest) of a database path or connection."""
+    from .queries import find, load_catalog, run_query
+
+    q = find(load_catalog(sql_dirs), name)
+    con = db if hasattr(db, "execute") else open_db(db)
+    try:
+        return run_query(con, q, _runs_for(con, run), params)
+    finally:
+        if con is not db:
+            con.close()
+
+
+def diagnose(db, run: str | None = None, sql_dirs=None) -> Diagnosis:
+    """Every query whose data is present, and one conclusion (see `slowcard diagnose`)."""
+    from .diagnosis import diagnose as _diagnose
+    from .queries import load_catalog
+
+    con = db if hasattr(db, "execute") else open_db(db)
+    try:
+        return _diagnose(con, _runs_for(con, run), load_catalog(sql_dirs))
+    finally:
+        if con is not db:
+            con.close()

@@ -211,6 +211,56 @@ def show(
     typer.echo(q.path.read_text(encoding="utf-8").rstrip())
 
 
+@app.command()
+def diagnose(
+    paths: List[str] = typer.Argument(None, help="Profiler output to ingest first (files, folders, globs)."),
+    db: Path = typer.Option(DEFAULT_DB, "--db", help="DuckDB database file."),
+    run: Optional[str] = typer.Option(None, "--run", help="Run to diagnose (default: the one just ingested, else the latest)."),
+    fmt: str = typer.Option("table", "--format", "-f", help="table | json"),
+    sql_dir: Optional[List[Path]] = typer.Option(None, "--sql-dir", help="Extra folder of query files."),
+    strict: bool = typer.Option(False, "--strict", help="Exit 1 on WARN too."),
+):
+    """Answer "which card is slow, and why?" in one command: ingest (when given paths), run every
+    query whose data is present, and print one conclusion and the verdict lines.
+
+    Example:
+        slowcard diagnose testdata/ep4_token_skew --db demo.duckdb
+    """
+    from . import store
+    from .diagnosis import diagnose as run_diagnosis
+    from .ingest import ingest_paths
+
+    if fmt not in ("table", "json"):
+        _fail(f"--format {fmt!r}: expected table or json")
+    try:
+        catalog = queries_mod.load_catalog(sql_dir)
+        if paths:
+            con = store.open_db(db)
+            try:
+                report = ingest_paths(db, paths, run=run, con=con, progress=_progress_printer())
+            finally:
+                con.close()
+            run = report.run
+            for f in report.files:
+                if f.status in ("failed", "truncated", "salvaged"):
+                    typer.echo(f"{f.status}: {f.message}", err=True)
+        con = queries_mod.open_readonly(db)
+        try:
+            chosen = _pick_runs(con, [run] if run else None, False)[0]
+            diag = run_diagnosis(con, chosen, catalog)
+        finally:
+            con.close()
+    except SlowcardError as exc:
+        _fail(str(exc), 2)
+    except FileNotFoundError as exc:
+        _fail(str(exc), 2)
+    if fmt == "json":
+        typer.echo(render.to_json(diag.to_dict()))
+    else:
+        typer.echo(render.diagnosis_text(diag))
+    raise typer.Exit(exit_code(diag.results.values(), strict))
+
+
 def main():
     """Console entry point; --debug anywhere re-raises library errors with their traceback."""
     if "--debug" in sys.argv:

@@ -207,6 +207,13 @@ class Result:
     elapsed_s: float = 0.0
     rule: str = ""
 
+    def to_arrow(self):
+        """The rows as a pyarrow Table (columns in result order)."""
+        import pyarrow as pa
+
+        return pa.Table.from_pylist(self.rows, schema=None) if self.rows else pa.table(
+            {c: pa.array([], pa.null()) for c in self.columns})
+
     def to_dict(self) -> dict:
         return {"query": self.query, "version": self.version, "run": self.run, "status": self.status,
                 "summary": self.summary, "columns": self.columns, "rows": self.rows,

@@ -107,3 +107,22 @@ def ingest_table(report) -> str:
         counts[f.status] = counts.get(f.status, 0) + 1
     tail = f"run {report.run!r} in {report.db_path}: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     return table + "\n" + tail
+
+
+def diagnosis_text(diag) -> str:
+    """The conclusion first, then one verdict line per query (name@vN STATUS summary)."""
+    c = diag.conclusion
+    lines = [f"== slowcard diagnosis of run {diag.run!r}: {c.get('status')} ==",
+             c.get("headline", "")]
+    if c.get("query"):
+        lines.append(f"   evidence ({c['query']}): {c.get('evidence', '')}")
+        lines.append(f"   verdict: {c.get('summary', '')}")
+    elif c.get("evidence"):
+        lines.append(f"   evidence: {c['evidence']}")
+    if c.get("next_step"):
+        lines.append(f"   next: {c['next_step']}")
+    lines.append("")
+    for r in diag.results.values():
+        lines.append(f"{r.query}@v{r.version} {r.status} {r.summary}")
+    lines.append(totals_line(diag.results.values()))
+    return "\n".join(lines)
