@@ -3,7 +3,7 @@
 The Python API is the same code the CLI runs, for notebooks::
 
     import slowcard
-    slowcard.ingest("run.duckdb", ["traces/"], run="baseline")
+    slowcard.ingest_files("run.duckdb", ["traces/"], run="baseline")
     res = slowcard.query("run.duckdb", "ep-slow-rank", run="baseline", params={"min_token_ratio": 1.5})
     res.status, res.summary, res.to_arrow()        # PASS/WARN/FAIL/..., one line, a pyarrow.Table
     diag = slowcard.diagnose("run.duckdb", run="baseline")
@@ -24,7 +24,7 @@ __version__ = "0.1.0"
 __all__ = [
     "__version__",
     "open_db",
-    "ingest",
+    "ingest_files",
     "list_queries",
     "query",
     "diagnose",
@@ -47,8 +47,11 @@ def open_db(path: str | Path, read_only: bool = True):
     return queries.open_readonly(path) if read_only else store.open_db(path)
 
 
-def ingest(db: str | Path, paths, run: str | None = None, **options) -> IngestReport:
-    """Ingest files / folders / globs into ``db`` under ``run``; see `slowcard ingest --help`."""
+def ingest_files(db: str | Path, paths, run: str | None = None, **options) -> IngestReport:
+    """Ingest files / folders / globs into ``db`` under ``run``; see `slowcard ingest --help`.
+
+    (Not called ``ingest``: that name is the ``slowcard.ingest`` package.)
+    """
     from .ingest import ingest_paths
 
     return ingest_paths(db, [paths] if isinstance(paths, (str, Path)) else list(paths), run=run, **options)

@@ -1,0 +1,155 @@
+#!/usr/bin/env python3
+"""Ingest throughput and memory, measured against the raw JSON-parse floors, in ONE run.
+
+    python bench/bench_ingest.py [--mb 300] [--big-mb 0] [--skip-hta]
+
+On one generated Kineto trace (bench/gen_kineto.py, libkineto layout) it measures, each in a fresh
+process (wall seconds, peak RSS of that process):
+  - slowcard ingest of the .json and of the .json.gz (MB/s of the UNCOMPRESSED size),
+  - orjson.loads of the whole file (GC disabled): the usual Python floor,
+  - msgspec typed decode of the events (args left raw): the fastest Python parse,
+  - HTA's trace parser (PyPI holistictraceanalysis) on the same file,
+and prints the table plus the ratios slowcard/orjson, slowcard/msgspec, slowcard/HTA.
+With --big-mb N it also ingests an N MB file to show that peak RSS does not grow with file size.
+Generated data goes to bench/out/ (git-ignored).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+OUT = HERE / "out"
+
+CHILD = r"""
+import gc, json, os, resource, sys, time
+kind, path = sys.argv[1], sys.argv[2]
+t0 = time.perf_counter()
+n = None
+if kind == "slowcard":
+    from slowcard.ingest import ingest_paths
+    db = sys.argv[3]
+    rep = ingest_paths(db, [path], run="bench")
+    f = rep.files[0]
+    assert f.status == "ok", f.message
+    n = f.rows_kept
+elif kind == "orjson":
+    import orjson
+    gc.disable()
+    with open(path, "rb") as fh:
+        n = len(orjson.loads(fh.read())["traceEvents"])
+elif kind == "msgspec":
+    import msgspec
+    class Ev(msgspec.Struct):
+        ph: str | None = None
+        cat: str | None = None
+        name: str | None = None
+        pid: int | str | None = None
+        tid: int | str | None = None
+        ts: float | None = None
+        dur: float | None = None
+        args: msgspec.Raw = msgspec.Raw(b"null")
+    class Trace(msgspec.Struct):
+        traceEvents: list[Ev]
+    with open(path, "rb") as fh:
+        n = len(msgspec.json.decode(fh.read(), type=Trace).traceEvents)
+elif kind == "hta":
+    import logging
+    logging.disable(logging.CRITICAL)
+    from hta.common.trace_parser import parse_trace_dataframe
+    from hta.configs.parser_config import ParserConfig
+    meta, df, _ = parse_trace_dataframe(path, ParserConfig())
+    n = len(df)
+wall = time.perf_counter() - t0
+print(json.dumps({"wall_s": wall, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "events": n}))
+"""
+
+
+def child(kind: str, path: Path, *extra: str) -> dict:
+    proc = subprocess.run([sys.executable, "-c", CHILD, kind, str(path), *extra],
+                          capture_output=True, text=True, timeout=3600)
+    if proc.returncode != 0:
+        return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "failed"}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def generate(mb: int, gz: bool) -> Path:
+    OUT.mkdir(exist_ok=True)
+    path = OUT / f"kineto_{mb}mb.pt.trace.json"
+    if not path.exists():
+        subprocess.run([sys.executable, str(HERE / "gen_kineto.py"), "--out", str(path), "--mb", str(mb)],
+                       check=True)
+    gzp = path.with_suffix(".json.gz")
+    if gz and not gzp.exists():
+        import gzip
+        import shutil
+        with open(path, "rb") as src, gzip.open(gzp, "wb", compresslevel=6) as dst:
+            shutil.copyfileobj(src, dst, 16 << 20)
+    return path
+
+
+def fresh_db(name: str) -> str:
+    db = OUT / name
+    for p in (db, Path(str(db) + ".wal")):
+        if p.exists():
+            p.unlink()
+    return str(db)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--mb", type=int, default=300, help="size of the main trace (uncompressed MB)")
+    ap.add_argument("--big-mb", type=int, default=0, help="also ingest a file this large (e.g. 2000)")
+    ap.add_argument("--skip-hta", action="store_true", help="HTA is slow (~12 MB/s): skip it")
+    args = ap.parse_args()
+
+    path = generate(args.mb, gz=True)
+    size_mb = path.stat().st_size / 1e6
+    rows = []
+
+    def measure(label, kind, p, *extra, size=size_mb):
+        r = child(kind, p, *extra)
+        if "error" in r:
+            rows.append((label, None, None, None, r["error"]))
+        else:
+            rows.append((label, r["wall_s"], size / r["wall_s"], r["rss_mb"], r["events"]))
+        return r
+
+    sc = measure("slowcard ingest .json", "slowcard", path, fresh_db("bench.duckdb"))
+    scg = measure("slowcard ingest .json.gz", "slowcard", path.with_suffix(".json.gz"), fresh_db("bench_gz.duckdb"))
+    oj = measure("orjson.loads (GC off)", "orjson", path)
+    ms = measure("msgspec typed decode", "msgspec", path)
+    ht = {} if args.skip_hta else measure("HTA parse_trace_dataframe", "hta", path)
+    if args.big_mb:
+        big = generate(args.big_mb, gz=False)
+        measure(f"slowcard ingest {args.big_mb} MB .json", "slowcard", big, fresh_db("bench_big.duckdb"),
+                size=big.stat().st_size / 1e6)
+
+    print(f"\ntrace: {path.name}, {size_mb:,.0f} MB uncompressed, machine: {os.cpu_count()} cores\n")
+    print(f"{'what':34} {'wall s':>8} {'MB/s':>8} {'peak RSS MB':>12}  events")
+    for label, wall, mbps, rss, ev in rows:
+        if wall is None:
+            print(f"{label:34} {'-':>8} {'-':>8} {'-':>12}  error: {ev}")
+        else:
+            print(f"{label:34} {wall:8.2f} {mbps:8.1f} {rss:12.0f}  {ev:,}")
+
+    def ratio(a, b):
+        return a["wall_s"] and b.get("wall_s") and b["wall_s"] / a["wall_s"]
+
+    print()
+    if "wall_s" in sc:
+        for name, other in (("orjson.loads", oj), ("msgspec decode", ms), ("HTA parse", ht)):
+            if other.get("wall_s"):
+                print(f"slowcard ingest is {ratio(sc, other):.2f}x the speed of {name}")
+        if scg.get("wall_s"):
+            print(f".json.gz ingest takes {scg['wall_s'] / sc['wall_s']:.2f}x the time of .json")
+
+
+if __name__ == "__main__":
+    main()
