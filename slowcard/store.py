@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import importlib.resources as resources
 import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,10 +18,12 @@ from pathlib import Path
 import duckdb
 
 from . import taxonomy
-from .errors import DatabaseBusy
+from .errors import DatabaseBusy, UsageError
 
 SCHEMA_VERSION = "1"
-LOCK_WAIT_S = 30.0
+# How long to wait for another process's lock on the database before giving up (seconds);
+# SLOWCARD_LOCK_WAIT overrides it.
+LOCK_WAIT_S = float(os.environ.get("SLOWCARD_LOCK_WAIT", "30"))
 
 
 def _package_sql(folder: str | None) -> list[tuple[str, str]]:
@@ -55,13 +58,14 @@ def _is_lock_error(exc: Exception) -> bool:
     return "lock" in text.lower() and ("Conflicting lock" in text or "Could not set lock" in text)
 
 
-def connect(path: str | Path, read_only: bool = False, wait_s: float = LOCK_WAIT_S,
+def connect(path: str | Path, read_only: bool = False, wait_s: float | None = None,
             config: dict | None = None) -> duckdb.DuckDBPyConnection:
     """Open a DuckDB file, waiting up to ``wait_s`` seconds while another process holds it.
 
     Raises:
         DatabaseBusy: still locked after the wait; the message names the database and the holder.
     """
+    wait_s = LOCK_WAIT_S if wait_s is None else wait_s
     deadline = time.monotonic() + wait_s
     delay = 0.05
     while True:
@@ -75,9 +79,12 @@ def connect(path: str | Path, read_only: bool = False, wait_s: float = LOCK_WAIT
                         f"{path}: the database is locked by another process ({holder}) and "
                         f"stayed locked for {wait_s:.0f} s; wait for it to finish or use another --db"
                     ) from None
-                raise
+                raise UsageError(f"{path}: cannot open the database ({str(exc).splitlines()[0]})") from None
             time.sleep(delay)
             delay = min(delay * 2, 1.0)
+        except duckdb.Error as exc:
+            raise UsageError(f"{path}: cannot open the database ({str(exc).splitlines()[0]}); "
+                             "is it a slowcard DuckDB file?") from None
 
 
 def apply_schema(con: duckdb.DuckDBPyConnection) -> None:
@@ -112,7 +119,7 @@ def rebuild_derived(con) -> None:
                 "WHERE source_id IN (SELECT source_id FROM sources)")
 
 
-def open_db(path: str | Path, read_only: bool = False, wait_s: float = LOCK_WAIT_S):
+def open_db(path: str | Path, read_only: bool = False, wait_s: float | None = None):
     """Open the database for writing (schema applied) or for reading (schema refreshed first
     when this slowcard version's views differ from the ones stored in the file)."""
     path = Path(path)
