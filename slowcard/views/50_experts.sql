@@ -28,52 +28,46 @@ GROUP BY run, epoch;
 --   3. else the run's only map, when it has exactly one;
 --   4. else NULL (no map applies: default expert numbering, no EPLB update can be seen).
 -- wseq orders windows across the run: by epoch, then time, then file and window index.
+-- slots_per_rank (the tensor's last dimension) gives the default expert numbering.
 CREATE OR REPLACE VIEW _expert_windows AS
 WITH w AS (
-    SELECT run, source_id, window_idx, min(ts_ns) AS ts_ns, min(epoch) AS file_epoch
+    SELECT run, source_id, window_idx, min(ts_ns) AS ts_ns, min(epoch) AS file_epoch,
+           max(local_slot) + 1 AS slots_per_rank
     FROM expert_load
     GROUP BY run, source_id, window_idx
+), one_map AS (       -- runs with exactly one map: it applies to every window
+    SELECT run, min(epoch) AS epoch FROM _expert_map_epochs GROUP BY run HAVING count(*) = 1
 ), r AS (
-    SELECT w.*,
-           COALESCE(
-               w.file_epoch,
-               (SELECT max(m.epoch) FROM _expert_map_epochs m WHERE m.run = w.run AND m.ts_ns <= w.ts_ns),
-               (SELECT CASE WHEN count(*) = 1 THEN min(m.epoch) END FROM _expert_map_epochs m WHERE m.run = w.run)
-           ) AS epoch
+    SELECT w.*, COALESCE(w.file_epoch, m.epoch, o.epoch) AS epoch
     FROM w
+    ASOF LEFT JOIN (SELECT run, epoch, ts_ns FROM _expert_map_epochs WHERE ts_ns IS NOT NULL) m
+      ON m.run = w.run AND w.ts_ns >= m.ts_ns
+    LEFT JOIN one_map o ON o.run = w.run
 )
-SELECT run, source_id, window_idx, ts_ns, file_epoch, epoch,
+SELECT run, source_id, window_idx, ts_ns, file_epoch, epoch, slots_per_rank,
        dense_rank() OVER (PARTITION BY run ORDER BY epoch NULLS FIRST, ts_ns NULLS FIRST, source_id, window_idx) AS wseq
 FROM r;
 
--- Slot loads with the logical expert each slot held (repeated cells of a CSV are summed).
+-- Slot loads with the logical expert each slot held. A cell repeated inside one file (possible
+-- in the CSV form) appears twice here and is summed by the views below.
 CREATE OR REPLACE VIEW _expert_slot_load AS
-WITH spr AS (
-    SELECT source_id, max(local_slot) + 1 AS slots_per_rank FROM expert_load_rows GROUP BY source_id
-), cells AS (
-    SELECT l.run, w.wseq, w.epoch, l.source_id, l.window_idx, l.layer, l.ep_rank, l.local_slot,
-           min(l.ts_ns) AS ts_ns, sum(l.tokens) AS tokens, any_value(spr.slots_per_rank) AS slots_per_rank
-    FROM expert_load l
-    JOIN _expert_windows w USING (run, source_id, window_idx)
-    JOIN spr USING (source_id)
-    GROUP BY l.run, w.wseq, w.epoch, l.source_id, l.window_idx, l.layer, l.ep_rank, l.local_slot
-)
-SELECT c.run, c.wseq, c.epoch, c.source_id, c.window_idx, c.ts_ns, c.layer, c.ep_rank, c.local_slot,
-       c.tokens, c.slots_per_rank,
-       COALESCE(m.expert, c.ep_rank * c.slots_per_rank + c.local_slot) AS expert,
+SELECT l.run, w.wseq, w.epoch, l.source_id, l.window_idx, l.ts_ns, l.layer, l.ep_rank, l.local_slot,
+       l.tokens, w.slots_per_rank,
+       COALESCE(m.expert, l.ep_rank * w.slots_per_rank + l.local_slot) AS expert,
        m.expert IS NOT NULL AS mapped
-FROM cells c
+FROM expert_load l
+JOIN _expert_windows w USING (run, source_id, window_idx)
 LEFT JOIN _expert_map_current m
-  ON m.run = c.run AND m.epoch = c.epoch AND m.layer = c.layer
- AND m.ep_rank = c.ep_rank AND m.local_slot = c.local_slot;
+  ON m.run = l.run AND m.epoch = w.epoch AND m.layer = l.layer
+ AND m.ep_rank = l.ep_rank AND m.local_slot = l.local_slot;
 
--- Logical expert load per window and layer (replicas summed); hotness = tokens / mean tokens of
--- the layer's logical experts in that window.
+-- Logical expert load per window and layer (replicas summed; replicas = ranks holding it,
+-- main_rank = the one with most of its tokens); hotness = tokens / mean tokens of the layer's
+-- logical experts in that window.
 CREATE OR REPLACE VIEW _expert_logical_load AS
 WITH e AS (
     SELECT run, wseq, any_value(epoch) AS epoch, layer, expert, sum(tokens) AS tokens,
-           count(*) AS replicas, list(DISTINCT ep_rank ORDER BY ep_rank) AS ep_ranks,
-           arg_max(ep_rank, tokens) AS main_rank
+           count(DISTINCT ep_rank) AS replicas, arg_max(ep_rank, tokens) AS main_rank
     FROM _expert_slot_load
     GROUP BY run, wseq, layer, expert
 )
@@ -84,7 +78,8 @@ FROM e;
 -- Per-rank load per window and layer; rank_ratio = tokens / mean over the layer's ranks.
 CREATE OR REPLACE VIEW _expert_rank_load AS
 WITH r AS (
-    SELECT run, wseq, any_value(epoch) AS epoch, layer, ep_rank, sum(tokens) AS tokens, count(*) AS slots
+    SELECT run, wseq, any_value(epoch) AS epoch, layer, ep_rank, sum(tokens) AS tokens,
+           count(DISTINCT local_slot) AS slots
     FROM _expert_slot_load
     GROUP BY run, wseq, layer, ep_rank
 )
