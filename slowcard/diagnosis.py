@@ -92,8 +92,8 @@ def conclude(results: dict) -> dict:
                 continue
             first = flagged[0]
             cards = [_subject(name, r) for r in flagged]
-            cause = first.get("cause") or ("straggler" if name == "rank-waits" else "hot spot")
-            skip = {SUBJECT.get(name, ("", ""))[0], "cause", "next_step"}
+            cause = first.get("cause") or first.get("finding") or ("straggler" if name == "rank-waits" else "hot spot")
+            skip = {SUBJECT.get(name, ("", ""))[0], "cause", "finding", "next_step", "subject"}
             numbers = ", ".join(f"{k}={fmt_value(v)}" for k, v in first.items()
                                 if k not in skip and not isinstance(v, (dict, list)))
             return {

@@ -64,10 +64,13 @@ class Query:
         return h.hexdigest()[:16]
 
 
+_LEXEMES = re.compile(r"'(?:[^']|'')*'|--[^\n]*|/\*.*?\*/", re.S)
+
+
 def _strip_comments_and_strings(sql: str) -> str:
-    sql = re.sub(r"'(?:[^']|'')*'", "''", sql)
-    sql = re.sub(r"--[^\n]*", "", sql)
-    return re.sub(r"/\*.*?\*/", "", sql, flags=re.S)
+    """SQL with string literals emptied and comments removed, in ONE left-to-right pass (so an
+    apostrophe inside a comment does not open a string, nor '--' inside a string a comment)."""
+    return _LEXEMES.sub(lambda m: "''" if m.group(0).startswith("'") else " ", sql)
 
 
 def _normalise_sql(sql: str) -> str:
