@@ -261,6 +261,71 @@ def diagnose(
     raise typer.Exit(exit_code(diag.results.values(), strict))
 
 
+@app.command()
+def compare(
+    run_a: str = typer.Argument(..., help="The run before (e.g. the slow one)."),
+    run_b: str = typer.Argument(..., help="The run after (e.g. with the fix)."),
+    db: Path = typer.Option(DEFAULT_DB, "--db", help="DuckDB database file."),
+    fmt: str = typer.Option("table", "--format", "-f", help="table | json"),
+    limit: int = typer.Option(20, "--limit", help="Rows shown per metric table (0: all)."),
+):
+    """Two runs side by side: per-rank / per-layer / per-DP metrics with deltas and ratios, and
+    which verdicts changed (did the fix remove the slow card?). Exit 1 when run B still FAILs.
+
+    Example:
+        slowcard compare before after --db runs.duckdb
+    """
+    from .compare import compare as run_compare
+
+    if fmt not in ("table", "json"):
+        _fail(f"--format {fmt!r}: expected table or json")
+    try:
+        con = queries_mod.open_readonly(db)
+        try:
+            _pick_runs(con, [run_a, run_b], False)
+            cmp = run_compare(con, run_a, run_b)
+        finally:
+            con.close()
+    except (SlowcardError, FileNotFoundError) as exc:
+        _fail(str(exc), 2)
+    typer.echo(render.to_json(cmp.to_dict()) if fmt == "json" else render.comparison_text(cmp, limit))
+    raise typer.Exit(1 if any(v["status_b"] in ("FAIL", "ERROR") for v in cmp.verdicts) else 0)
+
+
+@app.command()
+def export(
+    parquet: Path = typer.Option(..., "--parquet", help="Output folder for Hive-partitioned Parquet."),
+    db: Path = typer.Option(DEFAULT_DB, "--db", help="DuckDB database file."),
+    run: Optional[List[str]] = typer.Option(None, "--run", help="Only these runs (repeatable; default all)."),
+    table: Optional[List[str]] = typer.Option(None, "--table", help="Only these tables (repeatable)."),
+):
+    """Write the tables as Parquet partitioned by run (and rank): <dir>/<table>/run=…/rank=…/.
+
+    Example:
+        slowcard export --parquet out/ --db runs.duckdb
+    """
+    import duckdb
+
+    from . import store
+    from .export import export_parquet
+
+    try:
+        store.open_db(db, read_only=True).close()     # refresh views if this version changed them
+        con = store.connect(db, read_only=True)
+        try:
+            if run:
+                _pick_runs(con, run, False)
+            written = export_parquet(con, parquet, runs=run, tables=table)
+        finally:
+            con.close()
+    except (SlowcardError, FileNotFoundError) as exc:
+        _fail(str(exc), 2)
+    except duckdb.Error as exc:
+        _fail(f"{parquet}: export failed ({str(exc).splitlines()[0]})", 2)
+    for name, n in written.items():
+        typer.echo(f"{name}: {n} rows -> {parquet / name}")
+
+
 def main():
     """Console entry point; --debug anywhere re-raises library errors with their traceback."""
     if "--debug" in sys.argv:

@@ -126,3 +126,38 @@ def diagnosis_text(diag) -> str:
         lines.append(f"{r.query}@v{r.version} {r.status} {r.summary}")
     lines.append(totals_line(diag.results.values()))
     return "\n".join(lines)
+
+
+def fmt_num(v) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+def comparison_text(cmp, limit: int = 20) -> str:
+    """Verdict changes first, then one side-by-side table per metric query."""
+    lines = [f"== {cmp.run_a} (A) vs {cmp.run_b} (B) =="]
+    rows = [[v["query"], v["status_a"], v["status_b"], "; ".join(v["flagged_a"]) or "-",
+             "; ".join(v["flagged_b"]) or "-", v["note"]] for v in cmp.verdicts]
+    lines.append(tabulate(rows, headers=["verdict", "A", "B", "flagged in A", "flagged in B", "change"],
+                          tablefmt="simple"))
+    for name, block in cmp.metrics.items():
+        if not block["rows"]:
+            continue
+        lines.append("")
+        lines.append(f"{name} (B - A, B / A)")
+        shown = block["rows"][:limit] if limit else block["rows"]
+        key = block["key"]
+        metrics = list(dict.fromkeys(c[:-2] for r in shown for c in r if c.endswith("_a")))
+        table = []
+        for r in shown:
+            row = [r.get(k) for k in key]
+            for m in metrics:
+                a, b, ratio = r.get(f"{m}_a"), r.get(f"{m}_b"), r.get(f"{m}_ratio")
+                cell = f"{fmt_num(a)} -> {fmt_num(b)}"
+                row.append(cell + (f" ({ratio:.2f}x)" if isinstance(ratio, float) and ratio != 1 else ""))
+            table.append(row)
+        lines.append(tabulate(table, headers=key + metrics, tablefmt="simple", missingval="-"))
+    return "\n".join(lines)

@@ -1,0 +1,102 @@
+"""Two runs side by side: the same per-rank / per-layer / per-DP metrics with deltas and ratios,
+and which verdicts changed (did the fix remove the slow card?). Runs queries; prints nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from . import queries as queries_mod
+
+# Columns that identify a row across runs (the first ones a query has are its key).
+KEY_COLUMNS = ("rank", "dp_rank", "layer", "expert", "host", "pg", "coll_kind")
+# Report queries whose numbers are compared row by row.
+METRIC_QUERIES = ("moe-breakdown", "moe-layer-durations", "rank-waits", "dp-report", "clock-offsets")
+VERDICT_QUERIES = ("ep-slow-rank", "ep-hot-chain", "dp-imbalance", "expert-hotspots", "eplb-effect",
+                   "rank-waits")
+
+
+@dataclass
+class Comparison:
+    run_a: str
+    run_b: str
+    verdicts: list = field(default_factory=list)      # one dict per verdict query
+    metrics: dict = field(default_factory=dict)       # query -> {"key": [...], "rows": [...]}
+
+    def to_dict(self) -> dict:
+        return {"run_a": self.run_a, "run_b": self.run_b, "verdicts": self.verdicts, "metrics": self.metrics}
+
+
+def _flagged(res) -> list[str]:
+    """The findings of a verdict result as short strings ("rank 1 token-skew")."""
+    if res.status not in ("FAIL", "WARN"):
+        return []
+    out = []
+    for r in res.rows:
+        if res.query == "rank-waits" and not r.get("straggler"):
+            continue
+        subject = next((f"{k.replace('_', ' ')} {r[k]}" for k in ("rank", "dp_rank", "expert") if r.get(k) is not None),
+                       r.get("subject") or "")
+        what = r.get("cause") or r.get("finding") or ("straggler" if res.query == "rank-waits" else "")
+        out.append(f"{subject} {what}".strip())
+    return out
+
+
+def _number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def side_by_side(res_a, res_b) -> dict:
+    """Join two results of one report query on their key columns; numeric columns get _a, _b,
+    _delta (b - a) and _ratio (b / a)."""
+    cols = [c for c in res_a.columns if c in res_b.columns]
+    key = [c for c in KEY_COLUMNS if c in cols]
+    if not key:
+        return {"key": [], "rows": []}
+    index_b = {tuple(r.get(k) for k in key): r for r in res_b.rows}
+    keys = [tuple(r.get(k) for k in key) for r in res_a.rows]
+    keys += [k for k in index_b if k not in set(keys)]
+    index_a = {tuple(r.get(k) for k in key): r for r in res_a.rows}
+    rows = []
+    for k in keys:
+        a, b = index_a.get(k, {}), index_b.get(k, {})
+        row = dict(zip(key, k))
+        for c in cols:
+            if c in key:
+                continue
+            va, vb = a.get(c), b.get(c)
+            if _number(va) or _number(vb):
+                row[f"{c}_a"], row[f"{c}_b"] = va, vb
+                if _number(va) and _number(vb):
+                    row[f"{c}_delta"] = round(vb - va, 6)
+                    row[f"{c}_ratio"] = round(vb / va, 4) if va else None
+        rows.append(row)
+    return {"key": key, "rows": rows}
+
+
+def compare(con, run_a: str, run_b: str, catalog: dict | None = None) -> Comparison:
+    catalog = catalog or queries_mod.load_catalog()
+    cmp = Comparison(run_a=run_a, run_b=run_b)
+    for name in dict.fromkeys(VERDICT_QUERIES + METRIC_QUERIES):
+        if name not in catalog:
+            continue
+        q = catalog[name]
+        ra = queries_mod.run_query(con, q, run_a)
+        rb = queries_mod.run_query(con, q, run_b)
+        if name in VERDICT_QUERIES and (q.rule is not None):
+            fa, fb = _flagged(ra), _flagged(rb)
+            gone = [f for f in fa if f not in fb]
+            new = [f for f in fb if f not in fa]
+            note = []
+            if gone:
+                note.append("gone in B: " + "; ".join(gone))
+            if new:
+                note.append("new in B: " + "; ".join(new))
+            cmp.verdicts.append({
+                "query": f"{q.name}@v{q.version}", "status_a": ra.status, "status_b": rb.status,
+                "flagged_a": fa, "flagged_b": fb, "changed": ra.status != rb.status or fa != fb,
+                "note": "; ".join(note) or ("unchanged" if ra.status == rb.status else "status changed"),
+            })
+        if name in METRIC_QUERIES and "SKIP" not in (ra.status, rb.status) and "ERROR" not in (ra.status, rb.status):
+            cmp.metrics[f"{q.name}@v{q.version}"] = side_by_side(ra, rb)
+    return cmp
