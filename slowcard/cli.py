@@ -63,6 +63,9 @@ def ingest(
     rank_pattern: Optional[str] = typer.Option(None, "--rank-pattern", help="Regex on the path; group 'rank' (or the first group) is the rank."),
     rank_map: Optional[Path] = typer.Option(None, "--rank-map", help="CSV 'path,rank' or JSON {path-or-glob: rank}; overrides every other source."),
     taxonomy: Optional[Path] = typer.Option(None, "--taxonomy", help="CSV pattern,op_class,coll_kind,priority of user op-name patterns (win over built-ins)."),
+    run_per_folder: bool = typer.Option(False, "--run-per-folder", help="Each sub-folder of PATH is its own run, named after it."),
+    executor: str = typer.Option("local", "--executor", help="local | dask (parse files on Dask workers)."),
+    scheduler: Optional[str] = typer.Option(None, "--scheduler", help="Dask scheduler tcp://HOST:PORT (default: a LocalCluster on loopback)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No per-file summary table."),
 ):
     """Stream profiler output into one DuckDB database, tagged with a run name.
@@ -74,25 +77,61 @@ def ingest(
     from .ingest import ingest_paths
     from .taxonomy import load_user_taxonomy
 
+    if executor not in ("local", "dask"):
+        _fail(f"--executor {executor!r}: expected local or dask")
+    if run_per_folder and run:
+        _fail("--run and --run-per-folder exclude each other: with --run-per-folder each sub-folder names its run")
     try:
-        con = store.open_db(db)
-        try:
-            if taxonomy:
-                load_user_taxonomy(con, taxonomy)
-            report = ingest_paths(db, paths, run=run, jobs=jobs, rank_pattern=rank_pattern,
-                                  rank_map=rank_map, progress=_progress_printer(), con=con)
-        finally:
-            con.close()
+        batches = _run_batches(paths, run, run_per_folder)
+        reports = []
+        for batch_run, batch_paths in batches:
+            if executor == "dask":
+                from .distributed import ingest_paths_dask
+
+                if taxonomy:
+                    con = store.open_db(db)
+                    load_user_taxonomy(con, taxonomy)
+                    con.close()
+                reports.append(ingest_paths_dask(db, batch_paths, run=batch_run, scheduler=scheduler,
+                                                 rank_pattern=rank_pattern, rank_map=rank_map,
+                                                 progress=_progress_printer()))
+                continue
+            con = store.open_db(db)
+            try:
+                if taxonomy:
+                    load_user_taxonomy(con, taxonomy)
+                reports.append(ingest_paths(db, batch_paths, run=batch_run, jobs=jobs,
+                                            rank_pattern=rank_pattern, rank_map=rank_map,
+                                            progress=_progress_printer(), con=con))
+            finally:
+                con.close()
     except SlowcardError as exc:
         _fail(str(exc), 2)
-    if not quiet:
-        typer.echo(render.ingest_table(report))
-    for w in report.warnings:
-        typer.echo(f"warning: {w}", err=True)
-    for f in report.files:
-        if f.status in ("failed", "truncated", "salvaged"):
-            typer.echo(f"{f.status}: {f.message}", err=True)
-    raise typer.Exit(report.exit_code)
+    for report in reports:
+        if not quiet:
+            typer.echo(render.ingest_table(report))
+        for w in report.warnings:
+            typer.echo(f"warning: {w}", err=True)
+        for f in report.files:
+            if f.status in ("failed", "truncated", "salvaged"):
+                typer.echo(f"{f.status}: {f.message}", err=True)
+    raise typer.Exit(max(r.exit_code for r in reports))
+
+
+def _run_batches(paths: List[str], run: Optional[str], per_folder: bool) -> list[tuple[Optional[str], list]]:
+    """(run name, paths) to ingest: one batch, or one per sub-folder with --run-per-folder."""
+    if not per_folder:
+        return [(run, list(paths))]
+    batches = []
+    for raw in paths:
+        root = Path(raw)
+        if not root.is_dir():
+            raise UsageError(f"{raw}: --run-per-folder needs folders whose sub-folders are runs")
+        subs = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+        if not subs:
+            raise UsageError(f"{raw}: has no sub-folders to take as runs")
+        batches += [(sub.name, [sub]) for sub in subs]
+    return batches
 
 
 def _pick_runs(con, run: Optional[List[str]], all_runs: bool) -> list[str]:

@@ -83,9 +83,9 @@ FROM numbered;
 -- entry of c10d::alltoall_base_ (gloo). An empty list ("[]") means equal splits: unknown here.
 CREATE OR REPLACE VIEW _a2a_splits AS
 SELECT e.source_id, e.ts_ns,
-       list_sum(coalesce(
+       CAST(list_sum(coalesce(
            TRY_CAST(json_extract_string(e.args, '$."Out split size"') AS BIGINT[]),
-           TRY_CAST(json_extract_string(e.args, '$."Concrete Inputs"[3]') AS BIGINT[]))) AS recv_tokens
+           TRY_CAST(json_extract_string(e.args, '$."Concrete Inputs"[3]') AS BIGINT[]))) AS BIGINT) AS recv_tokens
 FROM event_rows e
 WHERE e.ph = 'X'
   AND (e.name IN ('c10d::alltoall_base_', 'record_param_comms')
