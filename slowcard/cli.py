@@ -114,7 +114,8 @@ def ingest(
             typer.echo(f"warning: {w}", err=True)
         for f in report.files:
             if f.status in ("failed", "truncated", "salvaged"):
-                typer.echo(f"{f.status}: {f.message}", err=True)
+                typer.echo(f"{f.status}: {f.path}: {f.message}" if f.path not in f.message
+                       else f"{f.status}: {f.message}", err=True)
     raise typer.Exit(max(r.exit_code for r in reports))
 
 
@@ -363,6 +364,11 @@ def export(
         _fail(f"{parquet}: export failed ({str(exc).splitlines()[0]})", 2)
     for name, n in written.items():
         typer.echo(f"{name}: {n} rows -> {parquet / name}")
+
+
+from . import cli_views  # noqa: E402  (report and annotate commands)
+
+cli_views.register(app)
 
 
 def main():

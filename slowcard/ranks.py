@@ -44,24 +44,36 @@ class RankInfo:
 def load_rank_map(path: str | Path) -> list[tuple[str, int]]:
     """Read a rank map: CSV with columns ``path,rank`` or JSON ``{"<path or glob>": rank}``.
 
-    Entries match a file when equal to its absolute path, its name, or as a glob on either.
+    Entries match a file when equal to its absolute path, its name, or as a glob on either; a
+    relative path with a '/' matches the file whose path ends with it.
     """
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
-    except OSError as exc:
+    except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"{p}: cannot read the rank map ({exc})") from None
     entries: list[tuple[str, int]] = []
     try:
         if text.lstrip().startswith("{"):
-            entries = [(k, int(v)) for k, v in json.loads(text).items()]
+            try:
+                data = json.loads(text)
+            except ValueError as exc:
+                raise UsageError(f"{p}: the rank map is not valid JSON ({exc})") from None
+            items = list(data.items())
         else:
             rows = list(csv.DictReader(text.splitlines()))
             if not rows or "path" not in rows[0] or "rank" not in rows[0]:
                 raise UsageError(f"{p}: a rank map CSV needs a header 'path,rank'")
-            entries = [(r["path"].strip(), int(r["rank"])) for r in rows]
+            items = [(r["path"].strip(), (r["rank"] or "").strip()) for r in rows]
+        for key, value in items:
+            if isinstance(value, bool) or isinstance(value, float):
+                raise ValueError(f"{key!r}: {value!r}")
+            rank = int(value)
+            if rank < 0:
+                raise ValueError(f"{key!r}: {value!r} is negative")
+            entries.append((key, rank))
     except (ValueError, TypeError) as exc:
-        raise UsageError(f"{p}: rank map values must be integers ({exc})") from None
+        raise UsageError(f"{p}: rank map values must be integers >= 0 ({exc})") from None
     return entries
 
 
@@ -69,6 +81,11 @@ def _from_map(path: Path, rank_map: list[tuple[str, int]]) -> int | None:
     full, name = str(path), path.name
     for key, rank in rank_map:
         if key in (full, name) or fnmatch.fnmatch(full, key) or fnmatch.fnmatch(name, key):
+            return rank
+        # a relative path ("rank3/trace.json") names the file by its trailing path components
+        rel = key[2:] if key.startswith("./") else key
+        if not Path(rel).is_absolute() and "/" in rel and (
+                full.endswith("/" + rel) or fnmatch.fnmatch(full, "*/" + rel)):
             return rank
     return None
 

@@ -185,7 +185,13 @@ def new_source_id(con) -> int:
     (views join `sources`) until ``commit_source`` publishes them, and a killed ingest leaves
     only pending rows that the next write-open removes.
     """
-    sid = con.execute("SELECT nextval('source_id_seq')").fetchone()[0]
+    # A sequence value handed out before a crash can be handed out again after it (DuckDB does
+    # not persist uncommitted sequence steps), so never go below what is already in use.
+    sid = con.execute(
+        """SELECT greatest(nextval('source_id_seq'),
+                           (SELECT coalesce(max(source_id), 0) + 1 FROM sources),
+                           (SELECT coalesce(max(source_id), 0) + 1 FROM pending_sources))"""
+    ).fetchone()[0]
     con.execute("INSERT INTO pending_sources VALUES (?, now())", [sid])
     return sid
 

@@ -25,7 +25,7 @@ import duckdb
 from .. import ranks as ranks_mod
 from .. import store
 from ..errors import InputError, UsageError
-from .base import Context, IngestOptions, Outcome, read_head
+from .base import GZIP_MAGIC, Context, IngestOptions, Outcome
 
 # Formats whose files belong to one rank; a file of these without a rank is reported.
 RANKED_FORMATS = {"kineto", "ascend_trace", "chrome_array", "kernel_details", "op_summary"}
@@ -44,6 +44,32 @@ def readers() -> list:
         if reader is not None:
             found.append(reader)
     return found
+
+
+def read_head(path: Path, n: int = 1 << 16) -> bytes:
+    """First n bytes of the (decompressed) content. A gzip stream cut short (a profiler killed
+    while compressing) still gives the bytes before the cut, so that the file is recognised and
+    its complete events salvaged; raises OSError / EOFError / zlib.error when nothing decodes."""
+    with open(path, "rb") as f:
+        if f.read(2) != GZIP_MAGIC:
+            f.seek(0)
+            return f.read(n)
+        f.seek(0)
+        z = zlib.decompressobj(31)
+        out = bytearray()
+        while len(out) < n and not z.eof:
+            data = z.unconsumed_tail or f.read(1 << 16)
+            if not data:
+                if not out:
+                    raise EOFError("the compressed stream ends before any data")
+                break
+            try:
+                out += z.decompress(data, n - len(out))
+            except zlib.error:
+                if not out:
+                    raise
+                break
+        return bytes(out)
 
 
 def detect(path: Path) -> tuple[object | None, str | None]:
@@ -262,6 +288,13 @@ def ingest_file(con, path: Path, run: str, explicit: bool, size: int, opts: Inge
     except duckdb.Error as exc:
         store.discard_source(con, sid)
         result.message = f"{path}: the database refused the rows ({str(exc).splitlines()[0]})"
+        return result
+    except (RecursionError, UnicodeError, ValueError, TypeError, OSError) as exc:
+        # A reader bug or an input nobody foresaw: fail this file, name it, and go on with the
+        # others (never a traceback that loses the whole run).
+        store.discard_source(con, sid)
+        result.message = (f"{path}: could not be read ({type(exc).__name__}: {exc}); "
+                          "the other files were ingested; please report this file")
         return result
     except BaseException:
         try:

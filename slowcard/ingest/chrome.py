@@ -22,52 +22,107 @@ import re
 import shutil
 import tempfile
 import threading
-from decimal import Decimal, InvalidOperation
+import zlib
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from pathlib import Path
 
 import duckdb
 
 from ..errors import InputError
-from .base import Context, Outcome, open_bytes, strip_bom
+from .base import GZIP_MAGIC, Context, Outcome, strip_bom
 
 READ_BYTES = 8 << 20
 HEADER_LIMIT = 64 << 20      # header keys before traceEvents larger than this are not a trace
+TAIL_BYTES = 4 << 20         # at most this much after the last part is parsed by the exact tail parser
+SAMPLE_BYTES = 1 << 16       # head of each part inspected to choose how its ts is read
 _WS = b" \t\r\n"
-_DECODER = json.JSONDecoder()
+
+
+class _Num(float):
+    """A JSON number with a fraction that remembers its text: ``ts`` keeps digits a double cannot
+    hold (1704161511420306.491). Serialised again it is a plain float."""
+
+    __slots__ = ("text",)
+
+    def __new__(cls, text: str):
+        self = super().__new__(cls, text)
+        self.text = text
+        return self
+
+
+_DECODER = json.JSONDecoder(parse_float=_Num)
 
 # The columns DuckDB reads from every event; anything else in an event is ignored.
-# ts is parsed as DECIMAL, never DOUBLE: at epoch scale (~1.7e15 us) a DOUBLE has 0.25 us steps.
-# DECIMAL(18,3) (int64 inside) parses as fast as DOUBLE and holds |ts| < 1e15 us, which covers
-# Kineto's ts relative to baseTimeNanoseconds; absolute epoch ts and Ascend's string ts need
-# DECIMAL(20,3) (about 40 % slower). The first event decides; a wave that overflows is retried wide.
+# ts must end up as exact integer nanoseconds. Two DuckDB 1.5 traps decide how it is read:
+# - its JSON reader parses every JSON number as a double first; read as DECIMAL, the double is
+#   then multiplied by 1000 in double arithmetic: 1704161511420306.5 becomes ...306.512 and the
+#   real Kineto value 4458676624388.731 becomes ...388.732;
+# - a string cast to a DECIMAL wider than 18 digits (needed for epoch µs with 3 decimals) costs
+#   ~200 µs per value (DECIMAL(18,3) is fast but holds only 15 integer digits).
+# So each part is read one of three ways, chosen from a sample of its ts texts (_ts_mode):
+# - 'DOUBLE' (numbers only): ns = trunc(ts) * 1000 + round(fraction * 1000), on the exact integer
+#   and fraction of the double: exact for every ts text a double holds to the ns (relative Kineto
+#   ts, integer epoch µs, epoch µs ending in .0/.25/.5/.75);
+# - 'VARCHAR' (some strings, e.g. Ascend "1704161511420306.491"): integer arithmetic on the text
+#   (a number in a VARCHAR column arrives as its shortest round-trip text); anything that is not a
+#   plain decimal ("1.5e3", "abc", true) fails the part, and the exact path judges each event;
+# - 'exact': numbers with more digits than a double holds (1704161511420306.491 unquoted): parsed
+#   event by event in Python from the original text (slower, exact).
 _COLUMNS = (
     "{{ph: 'VARCHAR', cat: 'VARCHAR', name: 'VARCHAR', pid: 'VARCHAR', tid: 'VARCHAR', "
     "ts: '{ts_type}', dur: 'DOUBLE', id: 'VARCHAR', args: 'JSON'}}"
 )
 _TS_NS = {
-    "DECIMAL(18,3)": "CAST(trunc(ts) AS BIGINT) * 1000 + CAST((ts - trunc(ts)) * 1000 AS BIGINT)",
-    "DECIMAL(20,3)": "CAST(ts * 1000 AS BIGINT)",
+    "DOUBLE": "CAST(trunc(ts) AS BIGINT) * 1000 + CAST(round((ts - trunc(ts)) * 1000) AS BIGINT)",
+    "VARCHAR": (
+        "CASE WHEN ts IS NULL THEN NULL "
+        # the common case, exactly 3 decimals ("1704161511420306.491", and every _normalise output)
+        "WHEN strpos(ts, '.') = length(ts) - 3 AND right(ts, 1) BETWEEN '0' AND '9' "
+        "THEN CAST(replace(ts, '.', '') AS BIGINT) "
+        "WHEN regexp_full_match(ts, '\\s*-?[0-9]+(\\.[0-9]*)?\\s*') THEN "
+        "CAST(split_part(trim(ts), '.', 1) AS BIGINT) * 1000 "
+        "+ (CASE WHEN starts_with(trim(ts), '-') THEN -1 ELSE 1 END) "
+        "* CAST(CAST('0.' || split_part(trim(ts), '.', 2) AS DECIMAL(18,3)) * 1000 AS BIGINT) "
+        "ELSE error('ts is not a decimal number: ' || ts) END"
+    ),
 }
 _INSERT = (
     "INSERT INTO event_rows SELECT $sid, ph, cat, name, pid, tid, {ts_ns} + $base_ns, "
     "CAST(round(dur * 1000) AS BIGINT), id, args "
     "FROM read_json($files, format = 'array', columns = {columns}, maximum_object_size = 268435456)"
 )
-_FIRST_TS = re.compile(rb'"ts"\s*:\s*("?)(-?[0-9][0-9.eE+-]*)')
+_TS_TEXT = re.compile(rb'"ts"\s*:\s*("?)\s*(-?[0-9][0-9.eE+-]*)')
 
 
 def _insert_sql(ts_type: str) -> str:
     return _INSERT.format(ts_ns=_TS_NS[ts_type], columns=_COLUMNS.format(ts_type=ts_type))
 
 
-def _choose_ts_type(sample: bytes) -> str:
-    m = _FIRST_TS.search(sample)
-    if not m or m.group(1):
-        return "DECIMAL(20,3)"
+def _double_exact(text: str) -> bool:
+    """True when the DOUBLE route gives this numeric ts text its exact nanoseconds."""
     try:
-        return "DECIMAL(18,3)" if abs(float(m.group(2))) < 9e14 else "DECIMAL(20,3)"
-    except ValueError:
-        return "DECIMAL(20,3)"
+        exact = Decimal(text)
+        f = float(text)
+    except (InvalidOperation, ValueError):
+        return False
+    if not math.isfinite(f) or abs(f) >= 1e17:
+        return True      # out of range either way: DuckDB fails the part, the exact path drops it
+    return ((exact * 1000).quantize(_ONE, ROUND_HALF_UP)
+            == (Decimal(f) * 1000).quantize(_ONE, ROUND_HALF_UP))
+
+
+def _ts_mode(sample: bytes) -> str:
+    """How to read ts in a part whose first bytes are ``sample``: 'DOUBLE', 'VARCHAR' or 'exact'
+    (see _COLUMNS)."""
+    strings = False
+    for m in _TS_TEXT.finditer(sample):
+        if m.group(1):
+            strings = True
+            continue
+        text = m.group(2)
+        if text.strip(b"-0123456789") and not _double_exact(text.decode("ascii")):
+            return "exact"                      # a fraction or exponent a double cannot hold
+    return "VARCHAR" if strings else "DOUBLE"
 
 
 class ChromeReader:
@@ -104,32 +159,63 @@ READER = ChromeReader()
 
 
 class _Stream:
-    """A byte window over the (decompressed) file: ``buf`` holds bytes from offset ``base``."""
+    """A byte window over the (decompressed) file: ``buf`` holds bytes from offset ``base``.
+
+    gzip is decompressed here with zlib (not the gzip module) so that a cut or corrupt stream
+    still yields every byte that decompressed before the damage: the salvage keeps those events.
+    """
 
     def __init__(self, path: Path):
         self.path = path
         try:
-            self.f = open_bytes(path)
+            self.f = open(path, "rb")
+            self.gz = self.f.read(2) == GZIP_MAGIC
+            self.f.seek(0)
         except OSError as exc:
             raise InputError(path, f"cannot open the file ({exc})") from None
+        self.z = zlib.decompressobj(31) if self.gz else None
         self.buf = b""
         self.base = 0
         self.eof = False
+        self.error: str | None = None
+
+    def _read_gz(self, n: int) -> bytes:
+        out = bytearray()
+        try:
+            while len(out) < n:
+                z = self.z
+                if z.unconsumed_tail:
+                    data = z.unconsumed_tail
+                else:
+                    data = z.unused_data if z.eof else b""
+                    if not data:
+                        data = self.f.read(1 << 18)
+                    if not data:
+                        if not z.eof:
+                            self.error = "the compressed stream ends before its end marker (the tail was cut)"
+                        break
+                    if z.eof:            # another gzip member follows (or padding)
+                        if not data.strip(b"\x00"):
+                            break
+                        z = self.z = zlib.decompressobj(31)
+                out += z.decompress(data, n - len(out))
+        except (zlib.error, OSError) as exc:
+            self.error = f"corrupt compressed data ({exc})"
+        return bytes(out)
 
     def more(self, n: int = READ_BYTES) -> bool:
-        """Append up to n bytes; False at end of file."""
+        """Append up to n bytes; False at end of file (or where a compressed stream breaks)."""
         if self.eof:
             return False
         try:
-            data = self.f.read(n)
-        except (OSError, EOFError) as exc:
-            # A corrupt or cut gzip stream: keep what was decompressed and treat it as the end.
-            self.eof = True
-            self.error = str(exc) or type(exc).__name__
-            return False
+            data = self._read_gz(n) if self.gz else self.f.read(n)
+        except OSError as exc:
+            data, self.error = b"", str(exc) or type(exc).__name__
         if not data:
             self.eof = True
             return False
+        if self.error:
+            self.eof = True          # keep what decompressed; nothing more will come
         self.buf += data
         return True
 
@@ -140,8 +226,6 @@ class _Stream:
 
     def close(self):
         self.f.close()
-
-    error: str | None = None
 
 
 def _skip_ws(buf: bytes, i: int) -> int:
@@ -157,20 +241,22 @@ def _decode_at(stream: _Stream, i: int):
     Returns (value, end_index). Raises ValueError when the bytes there are not JSON.
     """
     while True:
-        text = stream.buf[i:].decode("utf-8", errors="replace")
+        # surrogateescape keeps one character per undecodable byte, so the end offset maps back
+        # to the right byte (with errors="replace" it would drift by 2 bytes per bad byte).
+        text = stream.buf[i:].decode("utf-8", errors="surrogateescape")
         try:
             value, end = _DECODER.raw_decode(text)
-            return value, i + len(text[:end].encode("utf-8"))
-        except json.JSONDecodeError:
+            return value, i + len(text[:end].encode("utf-8", errors="surrogateescape"))
+        except (json.JSONDecodeError, RecursionError):
             if len(stream.buf) - i > HEADER_LIMIT or not stream.more():
                 raise ValueError("not a JSON value") from None
 
 
-def _last_boundary(buf: bytes, lo: int) -> int:
-    """Index of the '{' that starts the last event in buf[lo:] preceded by '}' ',' (with
+def _last_boundary(buf: bytes, lo: int, hi: int | None = None) -> int:
+    """Index of the '{' that starts the last event in buf[lo:hi] preceded by '}' ',' (with
     whitespace between), or -1. A cut found here may fall inside a string; DuckDB then rejects
     the part and the exact fallback repairs it."""
-    j = len(buf)
+    j = len(buf) if hi is None else hi
     while True:
         j = buf.rfind(b"{", lo, j)
         if j <= lo:
@@ -212,7 +298,8 @@ class _Ingest:
         self.base_ns = 0
         self.carry = ""                       # unparsed text after a failed part (a split event)
         self.carry_index = 0
-        self.ts_type: str | None = None
+        self.part_info: dict[str, tuple[bytes, str]] = {}   # part file -> (stripped separator, ts mode)
+        self.max_abs_us = Decimal((1 << 63) - 1) / 1000
 
     # -- bookkeeping -------------------------------------------------------------------------
     def _drop(self, reason: str, index: int, n: int = 1) -> None:
@@ -255,8 +342,10 @@ class _Ingest:
             try:
                 key, i = _decode_at(s, i)
             except ValueError:
+                key = None
+            if not isinstance(key, str):
                 raise InputError(self.path, "malformed header: expected a key string",
-                                 position=f"byte {s.base + i}") from None
+                                 position=f"byte {s.base + i}")
             i = _skip_ws(s.buf, i)
             if s.buf[i:i + 1] != b":":
                 raise InputError(self.path, f"malformed header after key {key!r}: expected ':'",
@@ -265,6 +354,9 @@ class _Ingest:
             while i >= len(s.buf) and s.more():
                 i = _skip_ws(s.buf, i)
             if key == "traceEvents":
+                if i >= len(s.buf):
+                    raise InputError(self.path, "the file ends right after 'traceEvents' (file cut before "
+                                     "any event)", position=f"byte {s.base + i}")
                 if s.buf[i:i + 1] != b"[":
                     raise InputError(self.path, "'traceEvents' is not a list", position=f"byte {s.base + i}")
                 return i + 1
@@ -273,36 +365,54 @@ class _Ingest:
             except ValueError:
                 raise InputError(self.path, f"malformed header value for key {key!r}",
                                  position=f"byte {s.base + i}") from None
-            self.header[key] = value
+            self.header[key] = _clean(value)
 
     # -- phase 2: parts ---------------------------------------------------------------------------
     def _produce(self, s: _Stream, start: int, tmpdir: str, out: queue.Queue) -> None:
-        """Producer thread: cut the events array into part files; put (path, None) per part,
-        then (None, tail_bytes) with the bytes after the last boundary; (None, exc) on error."""
+        """Producer thread: cut the events array into part files of about the target size; put
+        (path, (separator, ts_mode)) per part, then (None, tail_bytes) with the bytes after the
+        last part; (None, exc) on error. ``separator`` is what was stripped from the end of the
+        part (', ' and whitespace): when the cut was wrong (inside a string) the exact fallback
+        needs those bytes back to rebuild the event split across two parts."""
         try:
             s.drop(start)
             target = self._part_target()
+            keep = min(TAIL_BYTES, target)
+            want = target
             n = 0
             while True:
-                while len(s.buf) < target and s.more():
+                while len(s.buf) < want and s.more():
                     pass
-                cut = _last_boundary(s.buf, max(0, len(s.buf) - (4 << 20))) if s.buf else -1
-                if cut < 0 and len(s.buf) > (4 << 20):
-                    cut = _last_boundary(s.buf, 0)
+                hi = min(len(s.buf), want)
+                lo = max(0, hi - TAIL_BYTES)
+                cut = _last_boundary(s.buf, lo, hi) if hi else -1
+                if cut < 0 and lo > 0:
+                    cut = _last_boundary(s.buf, 0, hi)
                 if cut <= 0:
-                    if s.eof:
+                    if s.eof and hi >= len(s.buf):
                         break
-                    target += self.ctx.options.part_bytes     # one huge event: read further
+                    want += target     # no boundary before the target (one huge event): take more
                     continue
+                want = target
+                buf = s.buf
+                end = cut                      # strip the ', ' before the cut without copying
+                while end > 0 and buf[end - 1] in _WS:
+                    end -= 1
+                while end > 0 and buf[end - 1] == 0x2C:
+                    end -= 1
+                while end > 0 and buf[end - 1] in _WS:
+                    end -= 1
                 part = os.path.join(tmpdir, f"part{n:05d}.json")
-                with open(part, "wb") as f:
+                with memoryview(buf) as mv, open(part, "wb") as f:
                     f.write(b"[")
-                    f.write(memoryview(s.buf)[:cut].tobytes().rstrip(_WS).rstrip(b",").rstrip(_WS))
+                    f.write(mv[:end])
                     f.write(b"]")
+                info = (buf[end:cut], _ts_mode(buf[:min(end, SAMPLE_BYTES)]))
                 n += 1
+                del buf
                 s.drop(cut)
-                out.put((part, None))
-                if s.eof and len(s.buf) < (4 << 20):
+                out.put((part, info))
+                if s.eof and len(s.buf) < keep:
                     break
             out.put((None, s.buf))
         except BaseException as exc:  # handed to the consumer, which re-raises it
@@ -316,104 +426,56 @@ class _Ingest:
         if self.path.suffix == ".gz":
             size *= 10          # typical compression ratio of trace JSON
         per_thread = size // (2 * max(1, opts.threads))
-        return max(min(opts.part_bytes, 4 << 20), min(opts.part_bytes, per_thread))
+        return max(1, max(min(opts.part_bytes, 4 << 20), min(opts.part_bytes, per_thread)))
 
-    def _insert_files(self, files: list[str]) -> int:
-        if self.ts_type is None:
-            with open(files[0], "rb") as f:
-                self.ts_type = _choose_ts_type(f.read(1 << 16))
+    def _insert_files(self, files: list[str], ts_type: str) -> int:
         params = {"sid": self.ctx.source_id, "base_ns": self.base_ns, "files": files}
-        try:
-            return self.ctx.con.execute(_insert_sql(self.ts_type), params).fetchone()[0]
-        except duckdb.Error:
-            if self.ts_type == "DECIMAL(20,3)":
-                raise
-            # Maybe a ts beyond the narrow type (or a string ts) later in the file: widen for good.
-            self.ts_type = "DECIMAL(20,3)"
-            return self.ctx.con.execute(_insert_sql(self.ts_type), params).fetchone()[0]
+        return self.ctx.con.execute(_insert_sql(ts_type), params).fetchone()[0]
 
     def _insert_wave(self, files: list[str]) -> None:
         # Each INSERT is its own statement: a failed one leaves nothing behind (the file's rows
         # only become visible when the driver commits its `sources` row).
-        if not self.carry:
+        modes = {f: self.part_info[f][1] for f in files}
+        if not self.carry and len(set(modes.values())) == 1 and files and modes[files[0]] != "exact":
             try:
-                n = self._insert_files(files)
+                n = self._insert_files(files, modes[files[0]])
                 self.kept += n
                 self.seen += n
                 return
             except duckdb.Error:
                 pass   # some part is bad: go part by part below; DuckDB rolled the statement back
         for f in files:
-            if not self.carry:
+            if not self.carry and modes[f] != "exact":
                 try:
-                    n = self._insert_files([f])
+                    n = self._insert_files([f], modes[f])
                     self.kept += n
                     self.seen += n
                     continue
                 except duckdb.Error:
                     pass
             with open(f, "rb") as fh:
-                raw = fh.read()[1:-1]          # drop the '[' and ']' we added
-            self._fallback(raw, final=False)
+                raw = fh.read()[1:-1] + self.part_info[f][0]   # drop our '[' ']', restore ', '
+            self._fallback(raw)
 
     # -- exact per-event path -------------------------------------------------------------------
-    def _fallback(self, raw: bytes, final: bool) -> tuple[int, str]:
-        """Parse events one by one (stdlib json: NaN, big ints and bad UTF-8 survive), keep the
-        good ones, count the bad ones. Returns (index after last consumed char, text)."""
-        text = raw.decode("utf-8", errors="replace")
-        if "\ufffd" in text and "invalid UTF-8 replaced" not in self.notes:
-            self.notes.append("invalid UTF-8 replaced")
+    def _text(self, raw: bytes) -> str:
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            text = raw.decode("utf-8", errors="replace")
+            if "invalid UTF-8 replaced by U+FFFD" not in self.notes:
+                self.notes.append("invalid UTF-8 replaced by U+FFFD")
         if self.carry:
             text = self.carry + text
             self.carry = ""
-        good: list[str] = []
-        i, n = 0, len(text)
-        index = self.seen
-        while True:
-            while i < n and text[i] in " \t\r\n,":
-                i += 1
-            if i >= n or text[i] == "]":
-                break
-            try:
-                ev, end = _DECODER.raw_decode(text, i)
-            except json.JSONDecodeError:
-                nxt = _next_boundary(text, i + 1)
-                if nxt < 0:
-                    # The rest does not parse: either the first half of an event split by a bad
-                    # cut (the next part completes it) or a truncated tail.
-                    self.carry = text[i:]
-                    self.carry_index = index
-                    break
-                self._drop("event is not valid JSON", index)
-                index += 1
-                i = nxt
-                continue
-            i = end
-            row, reason = _normalise(ev)
-            if row is None:
-                self._drop(reason, index)
-            else:
-                good.append(row)
-                self.seen += 1
-            index += 1
-        if good:
-            fd, tmp = tempfile.mkstemp(suffix=".json", dir=self.tmpdir)
-            with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as f:
-                f.write("[")
-                f.write(",".join(good))
-                f.write("]")
-            n_ins = self._insert_files([tmp])
-            self.kept += n_ins
-            os.unlink(tmp)
-        return i, text
+        return text
 
-    def _tail(self, tail: bytes, object_form: bool) -> None:
-        """Parse the bytes after the last part: last events, ']', trailing keys, '}'."""
-        text = tail.decode("utf-8", errors="replace")
-        if self.carry:
-            text = self.carry + text
-            self.carry = ""
-        good = []
+    def _parse_events(self, text: str, final: bool) -> tuple[int, bool]:
+        """Parse events one by one (stdlib json: NaN, big ints, exact ts text), insert the good
+        ones and count the bad ones with a reason. A value that is still open where the text
+        ends is carried to the next piece (not final) or is the truncated tail (final).
+        Returns (index after the last consumed value, whether the array's ']' was found)."""
+        good: list[str] = []
         i, n = 0, len(text)
         index = self.seen
         closed = False
@@ -423,40 +485,73 @@ class _Ingest:
             if i >= n:
                 break
             if text[i] == "]":
-                closed = True
-                i += 1
+                if final:
+                    closed = True
+                    i += 1
+                    break
+                # The array ends inside a part: a trailer so long that a '}, {' inside it was
+                # taken for an event boundary. The rest is the trailer: parse it with the tail.
+                self.carry = text[i:]
+                self.carry_index = index
+                i = n
                 break
             try:
                 ev, end = _DECODER.raw_decode(text, i)
+                reason = None
             except json.JSONDecodeError:
-                nxt = _next_boundary(text, i + 1)
-                if nxt < 0:
-                    self.status = "truncated"
-                    self._drop("truncated tail (incomplete last event)", index)
-                    i = n
+                ev, reason = None, "event is not valid JSON"
+            except RecursionError:
+                ev, reason = None, "event nested too deeply"
+            if reason is not None:
+                end = _value_end(text, i)
+                if end < 0:
+                    # Still open at the end of the text: the first half of an event split by a
+                    # wrong cut (the next part completes it), or the truncated tail.
+                    if final:
+                        self.status = "truncated"
+                        self._drop("truncated tail (incomplete last event)", index)
+                        i = n
+                    else:
+                        self.carry = text[i:]
+                        self.carry_index = index
+                        i = n
                     break
-                self._drop("event is not valid JSON", index)
+                self._drop(reason, index)
                 index += 1
-                i = nxt
+                i = max(end, i + 1)          # always move on, whatever the bytes are
                 continue
             i = end
-            row, reason = _normalise(ev)
+            row, why = _normalise(ev, self.max_abs_us)
             if row is None:
-                self._drop(reason, index)
+                self._drop(why, index)
             else:
+                if why and why not in self.notes:
+                    self.notes.append(why)
                 good.append(row)
                 self.seen += 1
             index += 1
         if good:
             fd, tmp = tempfile.mkstemp(suffix=".json", dir=self.tmpdir)
             with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as f:
-                f.write("[" + ",".join(good) + "]")
-            self.kept += self._insert_files([tmp])
+                f.write("[")
+                f.write(",".join(good))
+                f.write("]")
+            self.kept += self._insert_files([tmp], "VARCHAR")   # _normalise writes ts as exact text
             os.unlink(tmp)
+        return i, closed
+
+    def _fallback(self, raw: bytes) -> None:
+        """A part DuckDB rejected (or whose ts needs the exact path), event by event."""
+        self._parse_events(self._text(raw), final=False)
+
+    def _tail(self, tail: bytes, object_form: bool) -> None:
+        """Parse the bytes after the last part: last events, ']', trailing keys, '}'."""
+        text = self._text(tail)
+        i, closed = self._parse_events(text, final=True)
         if not closed:
             if object_form:
                 self.status = "truncated"
-                self.notes.append("the events array has no closing ']' (file cut)")
+                self.notes.append("the tail was cut: the events array has no closing ']'")
             elif self.status != "truncated":
                 self.notes.append("no closing ']' (allowed by the Chrome trace format)")
             return
@@ -469,7 +564,7 @@ class _Ingest:
             while i < n and text[i] in " \t\r\n,":
                 i += 1
             if i >= n:
-                self.notes.append("the top-level object has no closing '}' (file cut after the events)")
+                self.notes.append("the tail was cut: the top-level object has no closing '}' (cut after the events)")
                 if self.status == "ok":
                     self.status = "truncated"
                 return
@@ -479,18 +574,18 @@ class _Ingest:
                 key, i = _DECODER.raw_decode(text, i)
                 while i < n and text[i] in " \t\r\n":
                     i += 1
-                if text[i:i + 1] != ":":
-                    raise json.JSONDecodeError("expected ':'", text, i)
+                if text[i:i + 1] != ":" or not isinstance(key, str):
+                    raise json.JSONDecodeError("expected a key and ':'", text, i)
                 i += 1
                 while i < n and text[i] in " \t\r\n":
                     i += 1
                 value, i = _DECODER.raw_decode(text, i)
-            except json.JSONDecodeError:
-                self.notes.append("trailing keys after the events are cut or malformed")
+            except (json.JSONDecodeError, RecursionError):
+                self.notes.append("the tail was cut: trailing keys after the events are cut or malformed")
                 if self.status == "ok":
                     self.status = "truncated"
                 return
-            self.trailer[key] = value
+            self.trailer[key] = _clean(value)
 
     # -- driver ----------------------------------------------------------------------------------
     def run(self) -> Outcome:
@@ -501,6 +596,8 @@ class _Ingest:
             start = self._find_events(s)
             object_form = s.buf[_skip_ws(s.buf, 3 if s.buf.startswith(b"\xef\xbb\xbf") else 0)] == 0x7B
             self.base_ns = _base_ns(self.header)
+            # ts_ns = base + ts * 1000 must fit a BIGINT; larger ts are dropped as out of range.
+            self.max_abs_us = Decimal((1 << 63) - 1 - abs(self.base_ns)) / 1000
             ctx.con.execute(f"SET threads = {max(1, ctx.options.threads)}")
             ctx.con.execute("SET preserve_insertion_order = false")
             parts: queue.Queue = queue.Queue(maxsize=max(1, ctx.options.threads))
@@ -516,15 +613,18 @@ class _Ingest:
                         tail = payload
                         break
                     wave.append(path)
+                    self.part_info[path] = payload
                     if len(wave) >= max(1, ctx.options.threads):
                         self._insert_wave(wave)
                         for p in wave:
                             os.unlink(p)
+                            del self.part_info[p]
                         wave = []
                 if wave:
                     self._insert_wave(wave)
                     for p in wave:
                         os.unlink(p)
+                        del self.part_info[p]
             finally:
                 # Unblock and reap the producer whatever happened here.
                 while producer.is_alive():
@@ -540,7 +640,7 @@ class _Ingest:
             self._tail(tail or b"", object_form)
             if s.error:
                 self.status = "truncated"
-                self.notes.append(f"compressed stream is cut or corrupt ({s.error}); kept what decompressed")
+                self.notes.append(f"{s.error}; kept what decompressed")
             new_base = _base_ns({**self.header, **self.trailer})
             if new_base != self.base_ns:
                 ctx.con.execute(
@@ -562,9 +662,14 @@ class _Ingest:
             self.status = "salvaged"
         meta = {**self.header, **self.trailer}
         msg_parts = list(self.notes)
-        if dropped:
-            reasons = ", ".join(f"{c} {r} (first at event {i})" for r, (i, c) in self.drops.items())
-            msg_parts.insert(0, f"kept {self.kept} events, dropped {dropped}: {reasons}")
+        if dropped or self.status != "ok":
+            # Whatever went wrong, say first how many events made it (a truncated file may have
+            # lost no complete event and still must say how many it kept).
+            head = f"kept {self.kept} events"
+            if dropped:
+                reasons = ", ".join(f"{c} {r} (first at event {i})" for r, (i, c) in self.drops.items())
+                head += f", dropped {dropped}: {reasons}"
+            msg_parts.insert(0, head)
         return Outcome(
             rows_seen=self.kept + dropped,
             rows_kept=self.kept,
@@ -607,10 +712,61 @@ def _rank_hints(meta: dict) -> dict:
     return hints
 
 
-_MAX_TS_US = Decimal("99999999999999999")   # DECIMAL(20,3) holds 17 integer digits
+_ONE = Decimal(1)
+_ENC = json.JSONEncoder(ensure_ascii=False, allow_nan=False)   # built once: json.dumps(**kw) is slow
+_ENC_NAN = json.JSONEncoder(ensure_ascii=False)
+_SURROGATE_NOTE = "lone UTF-16 surrogate escapes replaced by '?'"
+_MS = Decimal("0.001")
+
+# Tokens that decide where a JSON value ends: whole strings (an unterminated one is a lone '"'),
+# brackets and top-level commas.
+_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|["{}\[\],]')
+_CLOSE = {"}": "{", "]": "["}
 
 
-def _normalise(ev) -> tuple[str | None, str]:
+def _value_end(text: str, i: int) -> int:
+    """Index just after the JSON value that starts at text[i], found by matching brackets and
+    strings only (the value itself may be invalid JSON); -1 when the text ends inside it.
+
+    This is what makes the exact path safe against wrong cuts: an event split inside a string or
+    a nested object is recognised as unfinished (carried to the next part), never resynchronised
+    on a '}, {' that lies inside it."""
+    stack: list[str] = []
+    for m in _TOKEN.finditer(text, i):
+        tok = m.group()
+        if tok == '"':
+            return -1                           # a string that never closes
+        c = tok[0]
+        if c == '"':
+            continue
+        if c in "{[":
+            stack.append(c)
+        elif c == ",":
+            if not stack:
+                return m.start()                # end of a bare scalar / garbage value
+        else:
+            if not stack or stack[-1] != _CLOSE[c]:
+                # Mismatched brackets: the value is broken; resume at the next event boundary.
+                nxt = _next_boundary(text, m.start())
+                return nxt if nxt >= 0 else (-1 if stack else m.start())
+            stack.pop()
+            if not stack:
+                return m.end()
+    return -1
+
+
+def _clean(v):
+    """Header values as plain text: undecodable bytes and lone surrogates become U+FFFD / '?'."""
+    if isinstance(v, str):
+        return v.encode("utf-8", errors="replace").decode("utf-8", errors="replace")
+    if isinstance(v, dict):
+        return {_clean(k): _clean(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_clean(x) for x in v]
+    return v
+
+
+def _normalise(ev, max_abs_us: Decimal = Decimal(9223372036854775)) -> tuple[str | None, str]:
     """One event as clean JSON text for DuckDB, or (None, reason) when it cannot be kept."""
     if not isinstance(ev, dict):
         return None, "event is not an object"
@@ -618,18 +774,21 @@ def _normalise(ev) -> tuple[str | None, str]:
     for key in ("ph", "cat", "name", "pid", "tid", "id"):
         v = ev.get(key)
         if v is not None:
-            out[key] = v if isinstance(v, str) else json.dumps(v)
+            # as DuckDB's VARCHAR column shows a non-string value: its JSON text
+            out[key] = v if isinstance(v, str) else (str(v) if type(v) is int else _ENC_NAN.encode(v))
     ts = ev.get("ts")
     if ts is not None:
         if isinstance(ts, bool):
             return None, "ts is not a number"
         try:
-            d = Decimal(str(ts).strip())
+            # A fractional number keeps its original text (_Num): no double rounding here.
+            d = Decimal(ts.text if isinstance(ts, _Num) else str(ts).strip())
         except InvalidOperation:
             return None, "ts is not a number"
-        if not d.is_finite() or abs(d) > _MAX_TS_US:
+        if not d.is_finite() or abs(d) > max_abs_us:
             return None, "ts is out of range"
-        out["ts"] = str(d.quantize(Decimal("0.001")))
+        # Same rounding as DuckDB (half away from zero) for digits beyond the nanosecond.
+        out["ts"] = str(d.quantize(_MS, ROUND_HALF_UP))
     dur = ev.get("dur")
     if dur is not None:
         try:
@@ -642,11 +801,18 @@ def _normalise(ev) -> tuple[str | None, str]:
     if "args" in ev:
         out["args"] = ev["args"]
     try:
-        text = json.dumps(out, ensure_ascii=False, allow_nan=False)
-    except ValueError:
-        text = json.dumps(_no_nan(out), ensure_ascii=False)
-    # Lone surrogates (from "\ud800" escapes) cannot be written as UTF-8: replace them.
-    return text.encode("utf-8", errors="replace").decode("utf-8"), ""
+        try:
+            text = _ENC.encode(out)
+        except ValueError:
+            text = _ENC.encode(_no_nan(out))
+    except RecursionError:
+        return None, "event nested too deeply"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        # Lone surrogates (from "\ud800" escapes) cannot be written as UTF-8: replace them.
+        return text.encode("utf-8", errors="replace").decode("utf-8"), _SURROGATE_NOTE
+    return text, ""
 
 
 def _no_nan(v):

@@ -1,0 +1,469 @@
+"""The visual report: ONE self-contained HTML file (plotly.js inlined, no CDN, no network).
+
+What it shows, each part from a named query (its ``name@vN`` is printed under the figure) and
+each part replaced by a short note when its data is absent (the query SKIPs):
+
+- MoE time per rank: stacked GroupedMatmul / dispatch / combine / gating / other, and beside it
+  the time the rank waited for the last arrival (part of dispatch + combine) -- ``moe-breakdown``;
+- waiting at collectives: rank x (step, layer) heat maps of the time waited for the last arrival
+  and of how often the rank arrived last -- ``wait-heatmap`` (else per collective, ``sync-gaps``);
+- expert hotness: layer x expert slot, grouped by the rank that holds it -- ``expert-heatmap``;
+- DP domains: the side-by-side table (``dp-report``) and per-window tokens, queue wait and KV
+  usage (``dp-batch``);
+- every verdict with its summary and evidence rows.
+
+Every string that can come from a trace (names, summaries, row values) is passed through
+``html.escape`` before it reaches the page or a figure; the figure JSON is embedded in
+``<script type="application/json">`` with ``<``, ``>`` and ``&`` written as ``\\uXXXX`` escapes,
+so no trace content can close the script element. plotly is the optional ``report`` extra and is
+imported only when a report is built.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import html
+import json
+import math
+from decimal import Decimal
+
+from . import __version__
+from . import queries as queries_mod
+from .errors import UsageError
+from .verdict import fmt_value
+
+# Queries the report reads, in the order of its sections.
+REPORT_QUERIES = ("moe-breakdown", "ep-slow-rank", "rank-waits", "wait-heatmap", "sync-gaps",
+                  "expert-heatmap", "expert-hotspots", "dp-report", "dp-batch", "dp-imbalance")
+
+# Heat maps wider than this many (step, layer) columns are folded to one column per layer.
+MAX_HEATMAP_COLUMNS = 400
+# Evidence rows shown per verdict.
+EVIDENCE_ROWS = 20
+
+_STATUS_ORDER = {"FAIL": 0, "ERROR": 1, "WARN": 2, "PASS": 3, "INFO": 4, "SKIP": 5}
+_PARTS = (("gmm_ms", "GroupedMatmul", "#1f77b4"), ("dispatch_ms", "dispatch", "#ff7f0e"),
+          ("combine_ms", "combine", "#2ca02c"), ("gating_ms", "gating", "#9467bd"),
+          ("other_ms", "other", "#8c8c8c"))
+
+
+def _plotly():
+    """plotly.graph_objects, plotly.subplots and plotly.offline, or a UsageError saying how to get them."""
+    try:
+        import plotly.graph_objects as go
+        import plotly.offline as offline
+        from plotly.subplots import make_subplots
+    except ImportError as exc:           # the optional extra is not installed
+        raise UsageError(f"the HTML report needs plotly ({exc}); install it with "
+                         "`pip install -e .[report]` (or `pip install 'slowcard[report]'`)") from None
+    return go, make_subplots, offline
+
+
+def esc(v) -> str:
+    """A value as page text: formatted like the verdict summaries, then HTML-escaped."""
+    if isinstance(v, Decimal):
+        v = float(v)
+    if isinstance(v, dict):
+        v = ", ".join(f"{fmt_value(_num(k))}: {fmt_value(_num(x))}" for k, x in v.items())
+    elif isinstance(v, (list, tuple)):
+        v = ", ".join(fmt_value(_num(x)) for x in v)
+    else:
+        v = fmt_value(v)
+    return html.escape(v, quote=True)
+
+
+def _num(v):
+    return float(v) if isinstance(v, Decimal) else v
+
+
+def _f(v) -> float | None:
+    """A number for a figure (None for NULL / NaN)."""
+    if v is None or isinstance(v, bool):
+        return None if v is None else float(v)
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def ensure_results(con, run: str, results: dict | None, names, catalog=None) -> dict:
+    """``results`` completed with the named queries it lacks (run with default parameters)."""
+    out = dict(results or {})
+    missing = [n for n in names if n not in out]
+    if missing:
+        catalog = catalog or queries_mod.load_catalog()
+        for n in missing:
+            if n in catalog:
+                out[n] = queries_mod.run_query(con, catalog[n], run)
+    return out
+
+
+def _ref(res) -> str:
+    return f"{html.escape(res.query)}@v{res.version}"
+
+
+def _usable(res) -> bool:
+    return res is not None and res.status not in ("SKIP", "ERROR") and bool(res.rows)
+
+
+def _skip_note(what: str, *results) -> str:
+    why = "; ".join(f"{_ref(r)} {html.escape(r.status)}: {esc(r.summary)}" for r in results if r is not None)
+    return f'<p class="skip">{html.escape(what)}{(" (" + why + ")") if why else ""}.</p>'
+
+
+class _Figures:
+    """Collects figures as JSON blocks that the page's loader hands to Plotly.newPlot."""
+
+    def __init__(self, go):
+        self.go = go
+        self.n = 0
+
+    def block(self, fig, query_refs: str, height: int) -> str:
+        self.n += 1
+        fid = f"fig{self.n}"
+        fig.update_layout(height=height, margin=dict(l=70, r=30, t=50, b=60), template="plotly_white")
+        data = fig.to_json()          # validated by plotly; python lists stay plain JSON arrays
+        # JSON with <, > and & as \\u escapes: still the same JSON, and it cannot end the script.
+        data = data.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+        return (f'<div class="fig" id="{fid}" style="height:{height}px"></div>\n'
+                f'<script type="application/json" class="figure-data" data-target="{fid}" '
+                f'data-query="{query_refs}">{data}</script>\n'
+                f'<p class="src">from {query_refs}</p>')
+
+
+def _slow_ranks(results: dict) -> dict[int, str]:
+    """rank -> cause, from ep-slow-rank (else rank-waits stragglers)."""
+    out: dict[int, str] = {}
+    ep = results.get("ep-slow-rank")
+    if ep is not None and ep.status in ("FAIL", "WARN"):
+        for r in ep.rows:
+            if r.get("rank") is not None:
+                out[int(r["rank"])] = str(r.get("cause") or "slow")
+    if not out:
+        rw = results.get("rank-waits")
+        if rw is not None and rw.status in ("FAIL", "WARN"):
+            for r in rw.rows:
+                if r.get("straggler") and r.get("rank") is not None:
+                    out[int(r["rank"])] = "arrives last (straggler)"
+    return out
+
+
+def _rank_label(rank) -> str:
+    return "rank ?" if rank is None else f"rank {int(rank)}"
+
+
+# ---------------------------------------------------------------- sections
+
+def _moe_section(F: _Figures, results: dict, slow: dict) -> str:
+    res = results.get("moe-breakdown")
+    head = "<h2>MoE time per rank</h2>"
+    if not _usable(res):
+        return head + _skip_note("No MoE layers found in this run", res)
+    go = F.go
+    rows = [r for r in res.rows if r.get("layer") is None] or res.rows
+    x = [_rank_label(r.get("rank")) for r in rows]
+    fig = go.Figure()
+    base = [0.0] * len(rows)
+    for col, label, color in _PARTS:
+        y = [_f(r.get(col)) or 0.0 for r in rows]
+        fig.add_trace(go.Bar(name=label, x=x, y=y, base=list(base), offsetgroup="moe",
+                             marker_color=color, legendgroup="moe",
+                             hovertemplate=f"{label}: %{{y:.3f}} ms<extra>%{{x}}</extra>"))
+        base = [b + v for b, v in zip(base, y)]
+    fig.add_trace(go.Bar(name="waited for the last arrival (part of dispatch + combine)", x=x,
+                         y=[_f(r.get("wait_ms")) or 0.0 for r in rows], offsetgroup="wait",
+                         marker_color="#d62728", marker_pattern_shape="/",
+                         hovertemplate="waited: %{y:.3f} ms<extra>%{x}</extra>"))
+    for i, r in enumerate(rows):
+        if r.get("rank") is not None and int(r["rank"]) in slow:
+            fig.add_annotation(x=x[i], y=base[i], text=html.escape(f"slow card: {slow[int(r['rank'])]}"),
+                               showarrow=True, arrowhead=2, ay=-40, font=dict(color="#d62728"))
+    fig.update_layout(barmode="group", bargap=0.25, bargroupgap=0.05,
+                      title="Time inside MoE layers per rank (stacked), and the time spent waiting",
+                      yaxis_title="ms (sum over MoE layer instances)",
+                      legend=dict(orientation="h", y=-0.15))
+    note = ("<p>dispatch and combine include their collectives, so the red bar (the time this rank "
+            "waited for the last rank to arrive) is a part of them, not an extra cost. The slow card "
+            "arrives last: it waits least while the others wait for it.</p>")
+    return head + note + F.block(fig, _ref(res), 480)
+
+
+def _heat_columns(rows):
+    """(column keys, labels, folded) for the wait heat map: (step, layer) or layer when too wide."""
+    keys = sorted({(r["step"], r["layer"]) for r in rows}, key=lambda k: (k[0] is None, k[0] or 0, k[1] or 0))
+    if len(keys) <= MAX_HEATMAP_COLUMNS:
+        return keys, [f"s{s} L{l}" for s, l in keys], False
+    layers = sorted({k[1] for k in keys}, key=lambda v: (v is None, v or 0))
+    return layers, [f"L{l}" for l in layers], True
+
+
+def _wait_section(F: _Figures, results: dict, make_subplots) -> str:
+    body = _wait_figure(F, results, make_subplots)
+    sg = results.get("sync-gaps")
+    if _usable(sg):
+        cols = [c for c in ("pg", "coll_kind", "instance", "name", "last_rank", "arrival_skew_us", "min_dur_us",
+                            "max_dur_us", "wait_us_by_rank") if c in sg.columns]
+        body += (f"<h3>Largest arrival skews</h3>" + _table(cols, sg.rows, 10)
+                 + f'<p class="src">from {_ref(sg)}</p>')
+    return body
+
+
+def _wait_figure(F: _Figures, results: dict, make_subplots) -> str:
+    head = "<h2>Waiting at collectives, per rank</h2>"
+    res = results.get("wait-heatmap")
+    go = F.go
+    if _usable(res):
+        cols, labels, folded = _heat_columns(res.rows)
+        ranks = sorted({r["rank"] for r in res.rows}, key=lambda v: (v is None, v or 0))
+        ri = {r: i for i, r in enumerate(ranks)}
+        ci = {c: i for i, c in enumerate(cols)}
+        lag = [[None] * len(cols) for _ in ranks]
+        last = [[None] * len(cols) for _ in ranks]
+        for r in res.rows:
+            c = ci[r["layer"] if folded else (r["step"], r["layer"])]
+            i = ri[r["rank"]]
+            lag[i][c] = (lag[i][c] or 0.0) + (_f(r["arrival_lag_ms"]) or 0.0)
+            last[i][c] = (last[i][c] or 0) + int(r["n_arrived_last"] or 0)
+        y = [_rank_label(r) for r in ranks]
+        fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.12,
+                            subplot_titles=("waited for the last arrival (ms)", "arrived last (collectives)"))
+        fig.add_trace(go.Heatmap(z=lag, x=labels, y=y, colorscale="Reds", colorbar=dict(y=0.79, len=0.42),
+                                 hovertemplate="%{y} %{x}: waited %{z:.3f} ms<extra></extra>"), row=1, col=1)
+        fig.add_trace(go.Heatmap(z=last, x=labels, y=y, colorscale="Blues", colorbar=dict(y=0.21, len=0.42),
+                                 hovertemplate="%{y} %{x}: arrived last at %{z} collectives<extra></extra>"),
+                      row=2, col=1)
+        fig.update_yaxes(autorange="reversed")
+        fig.update_layout(title=("rank x layer (summed over steps)" if folded else "rank x (step, layer)"))
+        note = ("<p>The slow card is the row that is pale on top (it hardly waits) and dark below "
+                "(it is the one the others wait for).</p>")
+        return head + note + F.block(fig, _ref(res), 160 + 2 * max(160, 28 * len(ranks)))
+    sg = results.get("sync-gaps")
+    if _usable(sg):
+        rows = sorted(sg.rows, key=lambda r: (r.get("first_ts_ns") or 0))[: MAX_HEATMAP_COLUMNS]
+        ranks = sorted({int(k) for r in rows for k in (r.get("wait_us_by_rank") or {})})
+        labels = [f"{esc(r.get('coll_kind'))} #{esc(r.get('instance'))} {esc(r.get('pg'))}" for r in rows]
+        z = [[_f((r.get("wait_us_by_rank") or {}).get(k)) for r in rows] for k in ranks]
+        fig = go.Figure(go.Heatmap(z=z, x=labels, y=[_rank_label(k) for k in ranks], colorscale="Reds",
+                                   hovertemplate="%{y} %{x}: wait %{z:.1f} us<extra></extra>"))
+        fig.update_yaxes(autorange="reversed")
+        fig.update_layout(title="wait inside each matched collective (us), in time order", xaxis_type="category")
+        skipped = f" ({_ref(res)} {html.escape(res.status)}: {esc(res.summary)})" if res is not None else ""
+        return (head + f"<p>No MoE layers to group by{skipped}; one column per matched collective.</p>"
+                + F.block(fig, _ref(sg), 160 + max(160, 28 * len(ranks))))
+    return head + _skip_note("No collectives matched across ranks", res, sg)
+
+
+def _expert_section(F: _Figures, results: dict) -> str:
+    head = "<h2>Expert hotness</h2>"
+    res = results.get("expert-heatmap")
+    if not _usable(res):
+        return head + _skip_note("No expert load data in this run", res)
+    go = F.go
+    rows = res.rows
+    slots = sorted({(r["ep_rank"], r["local_slot"]) for r in rows})
+    layers = sorted({r["layer"] for r in rows})
+    si = {s: i for i, s in enumerate(slots)}
+    li = {lay: i for i, lay in enumerate(layers)}
+    z = [[None] * len(slots) for _ in layers]
+    text = [[""] * len(slots) for _ in layers]
+    for r in rows:
+        i, j = li[r["layer"]], si[(r["ep_rank"], r["local_slot"])]
+        z[i][j] = _f(r["mean_hotness"])
+        text[i][j] = (f"expert {esc(r['expert'])} (replicas {esc(r['replicas'])}), peak "
+                      f"{esc(r['peak_hotness'])}, {esc(r['mean_slot_tokens'])} tokens/window")
+    x = [f"r{a}/s{b}" for a, b in slots]
+    fig = go.Figure(go.Heatmap(z=z, x=x, y=[f"layer {lay}" for lay in layers], text=text, colorscale="YlOrRd",
+                               zmin=0, colorbar=dict(title="x layer mean"),
+                               hovertemplate="%{y}, %{x}: %{z:.2f}x layer mean<br>%{text}<extra></extra>"))
+    # rank groups: a line between ranks and the rank's name above its slots
+    ranks = sorted({a for a, _ in slots})
+    for rk in ranks:
+        idx = [si[s] for s in slots if s[0] == rk]
+        fig.add_annotation(x=(min(idx) + max(idx)) / 2, y=1.02, xref="x", yref="paper", showarrow=False,
+                           text=f"rank {rk}", font=dict(size=11))
+        if min(idx) > 0:
+            fig.add_shape(type="line", x0=min(idx) - 0.5, x1=min(idx) - 0.5, y0=0, y1=1, xref="x",
+                          yref="paper", line=dict(color="#333", width=2))
+    fig.update_yaxes(autorange="reversed")
+    fig.update_layout(title="mean hotness per expert slot (tokens / the layer's mean expert tokens), "
+                            "grouped by the rank that holds it", xaxis_type="category")
+    epoch = rows[0].get("epoch")
+    note = (f"<p>Latest EPLB epoch: {esc(epoch) if epoch is not None else 'unknown (no expert map)'}, "
+            f"{esc(max(r['windows'] for r in rows))} load window(s).</p>")
+    hs = results.get("expert-hotspots")
+    if hs is not None:
+        note += f'<p class="verdict-line">{_status_span(hs.status)} {_ref(hs)}: {esc(hs.summary)}</p>'
+    return head + note + F.block(fig, _ref(res), 140 + max(220, 22 * len(layers)))
+
+
+def _dp_section(F: _Figures, results: dict, make_subplots) -> str:
+    head = "<h2>DP domains</h2>"
+    rep = results.get("dp-report")
+    if not _usable(rep):
+        return head + _skip_note("No DP service data in this run", rep)
+    hot = set()
+    imb = results.get("dp-imbalance")
+    if imb is not None and imb.status in ("FAIL", "WARN"):
+        hot = {r.get("dp_rank") for r in imb.rows}
+    cols = [c for c in ("dp_rank", "requests", "requests_pct", "input_tokens", "output_tokens", "tokens_pct",
+                        "batches", "total_scheduled_tokens", "exec_p50_ms", "exec_p99_ms", "kv_usage_mean",
+                        "queue_wait_p99_ms", "ttft_p99_ms", "requests_vs_median", "tokens_vs_median",
+                        "exec_vs_median") if c in rep.columns]
+    out = head + _table(cols, rep.rows, highlight=lambda r: r.get("dp_rank") in hot)
+    out += f'<p class="src">from {_ref(rep)}</p>'
+    if imb is not None:
+        out += f'<p class="verdict-line">{_status_span(imb.status)} {_ref(imb)}: {esc(imb.summary)}</p>'
+    ts = results.get("dp-batch")
+    wrows = [r for r in (ts.rows if _usable(ts) else []) if r.get("scope") == "window"]
+    if not wrows:
+        return out + _skip_note("No per-window DP data", ts)
+    go = F.go
+    fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.07,
+                        subplot_titles=("tokens (input + output of requests arriving)", "queue wait p99 (ms)",
+                                        "KV-cache usage (mean)"))
+    palette = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+               "#bcbd22", "#17becf")
+    for n, dp in enumerate(sorted({r["dp_rank"] for r in wrows})):
+        rs = sorted((r for r in wrows if r["dp_rank"] == dp), key=lambda r: r["window_start_s"])
+        x = [_f(r["window_start_s"]) for r in rs]
+        color = palette[n % len(palette)]
+        tokens = [None if r.get("input_tokens") is None and r.get("output_tokens") is None
+                  else (_f(r.get("input_tokens")) or 0) + (_f(r.get("output_tokens")) or 0) for r in rs]
+        for row, y in ((1, tokens), (2, [_f(r.get("queue_wait_p99_ms")) for r in rs]),
+                       (3, [_f(r.get("kv_usage_mean")) for r in rs])):
+            fig.add_trace(go.Scatter(x=x, y=y, mode="lines+markers", name=f"DP {dp}", legendgroup=f"dp{dp}",
+                                     showlegend=row == 1, line=dict(color=color,
+                                                                    width=3 if dp in hot else 1.5)),
+                          row=row, col=1)
+    fig.update_xaxes(title_text="seconds since the first batch", row=3, col=1)
+    fig.update_layout(title=f"per window of {esc(ts.params.get('window_s'))} s")
+    return out + F.block(fig, _ref(ts), 720)
+
+
+def _status_span(status: str) -> str:
+    return f'<span class="st st-{html.escape(status.lower())}">{html.escape(status)}</span>'
+
+
+def _table(cols, rows, limit: int | None = None, highlight=None) -> str:
+    shown = rows if limit is None else rows[:limit]
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in cols)
+    body = []
+    for r in shown:
+        cls = ' class="hot"' if highlight and highlight(r) else ""
+        body.append(f"<tr{cls}>" + "".join(f"<td>{esc(r.get(c))}</td>" for c in cols) + "</tr>")
+    more = "" if limit is None or len(rows) <= limit else f'<p class="more">+{len(rows) - limit} more rows</p>'
+    return f'<div class="tbl"><table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>{more}'
+
+
+def _verdicts_section(results: dict) -> str:
+    items = sorted(results.values(), key=lambda r: (_STATUS_ORDER.get(r.status, 9), r.query))
+    out = ["<h2>Verdicts</h2>", '<table class="verdicts"><thead><tr><th>query</th><th>status</th>'
+           "<th>summary</th></tr></thead><tbody>"]
+    for r in items:
+        out.append(f"<tr><td><code>{_ref(r)}</code></td><td>{_status_span(r.status)}</td>"
+                   f"<td>{esc(r.summary)}</td></tr>")
+    out.append("</tbody></table>")
+    for r in items:
+        if r.status in ("FAIL", "WARN") and r.rows:
+            out.append(f"<details open><summary>evidence of <code>{_ref(r)}</code> {_status_span(r.status)} "
+                       f"({len(r.rows)} row{'s' if len(r.rows) != 1 else ''})</summary>"
+                       + _table(r.columns, r.rows, EVIDENCE_ROWS) + "</details>")
+    return "\n".join(out)
+
+
+def _conclusion_section(conclusion: dict | None, results: dict) -> str:
+    if not conclusion:          # no diagnosis given: the flagged verdict lines, worst first
+        flagged = sorted((r for r in results.values() if r.status in ("FAIL", "ERROR", "WARN")),
+                         key=lambda r: (_STATUS_ORDER.get(r.status, 9), r.query))
+        if not flagged:
+            return '<div class="conclusion ok"><p class="headline">No verdict query flags anything.</p></div>'
+        return ('<div class="conclusion"><ul>' + "".join(
+            f"<li>{_status_span(r.status)} <code>{_ref(r)}</code>: {esc(r.summary)}</li>" for r in flagged)
+            + "</ul></div>")
+    status = conclusion.get("status")
+    badge = f"{_status_span(str(status))} " if status else ""
+    parts = [f'<div class="conclusion"><p class="headline">{badge}{esc(conclusion.get("headline"))}</p><dl>']
+    for key, label in (("slow_cards", "slow card(s)"), ("cause", "cause"), ("evidence", "evidence"),
+                       ("next_step", "next step"), ("query", "from")):
+        v = conclusion.get(key)
+        if v not in (None, "", [], {}):
+            parts.append(f"<dt>{label}</dt><dd>{esc(v)}</dd>")
+    parts.append("</dl></div>")
+    return "".join(parts)
+
+
+_CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px auto;max-width:1300px;
+     color:#222;padding:0 16px}
+h1{font-size:1.5em}h2{margin-top:2em;border-bottom:1px solid #ddd;padding-bottom:4px}
+.meta{color:#666}.skip{color:#777;font-style:italic}.src{color:#888;font-size:.85em;margin-top:0}
+.conclusion{border-left:6px solid #d62728;background:#fff5f5;padding:8px 16px}
+.conclusion .headline{font-size:1.2em;font-weight:600}.conclusion dt{font-weight:600}
+.conclusion dd{margin:0 0 6px 0}.conclusion.ok{border-color:#2ca02c;background:#f3fff3}
+table{border-collapse:collapse;font-size:.85em;margin:6px 0}td,th{border:1px solid #ddd;padding:3px 6px;
+     text-align:left;vertical-align:top}th{background:#f3f3f3}tr.hot td{background:#ffe9e9}
+.tbl{overflow-x:auto}.st{font-weight:700;padding:0 4px;border-radius:3px}
+.st-fail,.st-error{background:#d62728;color:#fff}.st-warn{background:#ffbf00}.st-pass{background:#2ca02c;color:#fff}
+.st-info{background:#ddd}.st-skip{background:#eee;color:#777}
+details{margin:8px 0}.more{color:#888;font-size:.85em}.fig{width:100%}
+"""
+
+_LOADER = """
+document.querySelectorAll('script.figure-data').forEach(function (s) {
+  var fig = JSON.parse(s.textContent);
+  Plotly.newPlot(s.getAttribute('data-target'), fig.data, fig.layout,
+                 {responsive: true, displaylogo: false});
+});
+"""
+
+
+def build_report(con, run: str, results: dict, *, conclusion: dict | None = None,
+                 catalog=None) -> str:
+    """The report page of one run as an HTML string.
+
+    ``results`` maps query name -> Result (e.g. ``Diagnosis.results``); queries the report needs
+    and ``results`` lacks are run here with default parameters. ``conclusion`` (the diagnosis
+    conclusion dict), when given, is shown at the top. Raises UsageError when plotly is missing.
+    """
+    go, make_subplots, offline = _plotly()
+    results = ensure_results(con, run, results, REPORT_QUERIES, catalog)
+    slow = _slow_ranks(results)
+    F = _Figures(go)
+    sections = [
+        _conclusion_section(conclusion, results),
+        _moe_section(F, results, slow),
+        _wait_section(F, results, make_subplots),
+        _expert_section(F, results),
+        _dp_section(F, results, make_subplots),
+        _verdicts_section(results),
+    ]
+    when = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
+    return "\n".join([
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>slowcard report: {html.escape(run)}</title>",
+        f"<style>{_CSS}</style>",
+        # plotly.js inline: the page needs no network at all
+        f'<script type="text/javascript">{offline.get_plotlyjs()}</script>',
+        "</head><body>",
+        f"<h1>slowcard report: run <code>{html.escape(run)}</code></h1>",
+        f'<p class="meta">slowcard {html.escape(__version__)}, generated {when}. Each figure names the '
+        "query behind it (<code>name@version</code>); <code>slowcard show NAME</code> prints its SQL.</p>",
+        *sections,
+        f"<script>{_LOADER}</script>",
+        "</body></html>",
+    ])
+
+
+def figure_data(page: str) -> list[dict]:
+    """The figures embedded in a report page: [{"query": "name@vN", "data": [...], "layout": {...}}].
+    (For tests and tools that check what the page shows without a browser.)"""
+    import re
+
+    out = []
+    for m in re.finditer(r'<script type="application/json" class="figure-data" data-target="[^"]*" '
+                         r'data-query="([^"]*)">(.*?)</script>', page, flags=re.S):
+        fig = json.loads(m.group(2))
+        out.append({"query": html.unescape(m.group(1)), "data": fig.get("data", []), "layout": fig.get("layout", {})})
+    return out

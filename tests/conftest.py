@@ -1,0 +1,79 @@
+"""Shared fixtures: the real-data folder (skips cleanly when absent), a fresh database per test,
+and a writer of small Chrome traces in every layout the readers must accept."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from slowcard import store
+
+# ../shared/realdata beside the checkout (read-only, never copied into the repo).
+REALDATA = Path(__file__).resolve().parents[1].parent / "shared" / "realdata"
+
+
+@pytest.fixture(scope="session")
+def realdata() -> Path:
+    """The real profiler outputs; the test is skipped with a reason when they are not there."""
+    if not REALDATA.is_dir():
+        pytest.skip(f"real profiler data not found at {REALDATA} (shared/ is not beside the checkout)")
+    return REALDATA
+
+
+@pytest.fixture(scope="session")
+def _template_db(tmp_path_factory) -> Path:
+    """One database with the schema applied; copying it is much cheaper than applying the DDL."""
+    path = tmp_path_factory.mktemp("template") / "template.duckdb"
+    store.open_db(path).close()
+    return path
+
+
+@pytest.fixture
+def tmp_db(tmp_path, _template_db) -> Path:
+    """Path of a fresh, empty slowcard database (schema applied) for this test."""
+    path = tmp_path / "t.duckdb"
+    shutil.copyfile(_template_db, path)
+    return path
+
+
+def trace_text(events, header: dict | None = None, trailer: dict | None = None, *,
+               array: bool = False, indent: int | None = None) -> str:
+    """A Chrome trace as text: the Kineto object form with header keys before and trailer keys
+    after ``traceEvents`` (or a bare array), one line (indent None) or pretty-printed."""
+    if array:
+        return json.dumps(events, indent=indent)
+    sep = ",\n" if indent else ", "
+    parts = [f"{json.dumps(k)}: {json.dumps(v, indent=indent)}" for k, v in (header or {}).items()]
+    parts.append('"traceEvents": ' + json.dumps(events, indent=indent))
+    parts += [f"{json.dumps(k)}: {json.dumps(v, indent=indent)}" for k, v in (trailer or {}).items()]
+    return "{" + sep.join(parts) + "}\n"
+
+
+def write_trace(path: Path, events=None, header=None, trailer=None, *, text: str | None = None,
+                array: bool = False, indent: int | None = None, bom: bool = False) -> Path:
+    """Write a trace (``.gz`` suffix: gzip, mtime 0) and return its path."""
+    if text is None:
+        text = trace_text(events, header, trailer, array=array, indent=indent)
+    data = (b"\xef\xbb\xbf" if bom else b"") + text.encode("utf-8")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(gzip.compress(data, mtime=0) if path.name.endswith(".gz") else data)
+    return path
+
+
+@pytest.fixture
+def make_trace():
+    """``make_trace(path, events, header, trailer, array=, indent=, bom=, text=)`` -> path."""
+    return write_trace
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Print how many fuzz cases each reader was given (tests/test_fuzz.py counts them)."""
+    counts = getattr(sys.modules.get("test_fuzz"), "FUZZ_COUNTS", None)
+    if counts:
+        terminalreporter.write_line("fuzz cases tried per reader: "
+                                    + ", ".join(f"{k}: {v}" for k, v in sorted(counts.items())))

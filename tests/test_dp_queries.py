@@ -1,0 +1,207 @@
+"""DP load-imbalance queries (dp-imbalance, dp-batch, dp-report) on generated msServiceProfiler runs."""
+
+from __future__ import annotations
+
+import filecmp
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+import synth_service as ss  # noqa: E402
+
+from slowcard import queries, store  # noqa: E402
+from slowcard.ingest import ingest_paths  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE = REPO / "testdata" / "service_dp4_request_skew"
+# only the DP queries: a broken file elsewhere in sql/ must not hide what these tests say
+CATALOG = {n: queries.parse_query(queries.builtin_sql_dir() / f"{n}.sql")
+           for n in ("dp-imbalance", "dp-batch", "dp-report")}
+
+# scenario -> the only (dp_rank, cause, impact) rows dp-imbalance may return, and its status
+EXPECTED = {
+    "balanced": ("PASS", set()),
+    "request_skew": ("FAIL", {(1, "request-skew", True)}),
+    "token_skew": ("FAIL", {(1, "token-skew", True)}),
+    "slow_execution": ("FAIL", {(1, "slow-execution", True)}),
+    "burst": ("PASS", set()),
+    "hot_no_impact": ("WARN", {(1, "request-skew", False)}),
+    "no_dp_rank": ("SKIP", set()),
+}
+# variants: (scenario, config overrides, files to leave out)
+VARIANTS = {
+    # batch.csv without dp_rank and without KV columns: domains from process_labels, KV from counters
+    "labels_only": ("slow_execution", {"batch_dp": False, "hot_dp": 2, "kv_columns": False}, ()),
+    "no_request_csv": ("request_skew", {}, ("request.csv",)),
+    "empty_dp": ("no_dp_rank", {"na_dp": "", "duration_s": 6.0}, ()),
+    # request.csv names requests without vLLM's "-<n>" sample suffix (http id vs engine id)
+    "http_rid": ("request_skew", {"duration_s": 6.0}, ()),
+}
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory):
+    """Every scenario and variant as its own run in one database."""
+    d = tmp_path_factory.mktemp("dp")
+    path = d / "dp.duckdb"
+    runs = {s: (s, {}, ()) for s in ss.SCENARIOS} | VARIANTS
+    for run, (scenario, overrides, leave_out) in runs.items():
+        folder = d / run
+        ss.write_run(folder, ss.config_for(scenario, **overrides))
+        # the DP queries read batch.csv, request.csv and the trace; forward.csv and kvcache.csv
+        # are tested in test_service_csv.py (and ingesting them here would only cost time)
+        for name in (*leave_out, "forward.csv", "kvcache.csv"):
+            (folder / name).unlink()
+        if run == "http_rid":
+            req = folder / "request.csv"
+            req.write_text(req.read_text().replace("-0,", ","))
+        rep = ingest_paths(path, [folder], run=run)
+        assert all(f.status == "ok" for f in rep.files), [(f.path, f.message) for f in rep.files]
+    return path
+
+
+@pytest.fixture(scope="module")
+def con(db):
+    c = store.open_db(db, read_only=True)
+    yield c
+    c.close()
+
+
+def run(con, name, run_name, **params):
+    return queries.run_query(con, CATALOG[name], run_name, params)
+
+
+@pytest.mark.parametrize("scenario", list(EXPECTED))
+def test_each_cause_is_found_on_its_scenario_and_on_no_other(con, scenario):
+    status, rows = EXPECTED[scenario]
+    res = run(con, "dp-imbalance", scenario)
+    assert res.status == status, res.summary
+    assert {(r["dp_rank"], r["cause"], r["impact"]) for r in res.rows} == rows, res.rows
+    if rows:
+        assert res.summary.startswith("DP 1: ")
+        assert all(r["hot_windows"] >= 3 and r["next_step"] for r in res.rows)
+
+
+def test_hot_domain_evidence_numbers(con):
+    rows = {r: run(con, "dp-imbalance", r).rows[0] for r in ("request_skew", "token_skew", "slow_execution", "hot_no_impact")}
+    rq, tk, sl, ok = rows["request_skew"], rows["token_skew"], rows["slow_execution"], rows["hot_no_impact"]
+    assert rq["requests_ratio"] >= 1.8 and rq["tokens_ratio"] >= 1.8
+    assert tk["requests_ratio"] < 1.3 <= tk["tokens_ratio"]
+    assert sl["requests_ratio"] < 1.3 and sl["tokens_ratio"] < 1.3 and sl["exec_ratio"] >= 1.8
+    for r in (rq, tk, sl):
+        assert r["queue_wait_ms"] > 10 * r["others_queue_wait_ms"] and "longer queue wait" in r["impact_signals"]
+    assert ok["impact_signals"] == "none" and ok["queue_wait_ms"] < 2 * ok["others_queue_wait_ms"] + 20
+    assert "rebalance the DP scheduler" in rq["next_step"]
+    assert "input/output tokens" in tk["next_step"]
+    assert "device" in sl["next_step"] and "configuration" in sl["next_step"]
+
+
+def test_a_burst_is_hot_only_when_persistence_is_not_required(con):
+    assert run(con, "dp-imbalance", "burst").status == "PASS"
+    res = run(con, "dp-imbalance", "burst", min_windows=1)
+    assert [(r["dp_rank"], r["cause"], r["hot_windows"]) for r in res.rows] in ([(1, "request-skew", 1)],
+                                                                                [(1, "request-skew", 2)])
+
+
+def test_thresholds_are_parameters(con):
+    # demanding a 2.5x skew makes the 2x request skew pass
+    assert run(con, "dp-imbalance", "request_skew", skew_ratio=2.5).status == "PASS"
+    # a low impact bar turns the harmless hot domain into a failing one only through its own numbers
+    res = run(con, "dp-imbalance", "hot_no_impact", impact_ratio=1.0, min_wait_ms=0.0)
+    assert res.rows and res.rows[0]["dp_rank"] == 1
+
+
+def test_no_dp_rank_skips_and_never_invents_domains(con):
+    for name in ("dp-imbalance", "dp-batch", "dp-report"):
+        res = run(con, name, "no_dp_rank")
+        assert res.status == "SKIP" and "_dp_batches" in res.summary and not res.rows
+    assert con.execute("SELECT count(*) FROM _dp_batches WHERE run IN ('no_dp_rank', 'empty_dp')").fetchone()[0] == 0
+    assert con.execute("SELECT count(*) FROM batches WHERE run = 'empty_dp' AND dp_rank IS NULL").fetchone()[0] > 0
+    assert run(con, "dp-imbalance", "empty_dp").status == "SKIP"
+    msg = con.execute("SELECT message FROM sources WHERE run = 'no_dp_rank' AND format = 'service_batch'").fetchone()[0]
+    assert "no dp_rank" in msg
+
+
+def test_dp_domain_and_kv_from_the_trace_when_batch_csv_has_neither(con):
+    res = run(con, "dp-imbalance", "labels_only")
+    assert res.status == "FAIL"
+    assert [(r["dp_rank"], r["cause"]) for r in res.rows] == [(2, "slow-execution")]
+    report = {r["dp_rank"]: r for r in run(con, "dp-report", "labels_only").rows}
+    assert sorted(report) == [0, 1, 2, 3]
+    assert {r["dp_source"] for r in report.values()} == {"process_labels"}
+    assert {r["kv_source"] for r in report.values()} == {"chrome_tracing"}
+    assert all(r["kv_usage_mean"] is None for r in report.values())
+    assert report[2]["min_free_blocks"] < min(report[d]["min_free_blocks"] for d in (0, 1, 3))
+
+
+def test_without_request_csv_the_cause_still_comes_from_the_batches(con):
+    res = run(con, "dp-imbalance", "no_request_csv")
+    assert [(r["dp_rank"], r["cause"]) for r in res.rows] == [(1, "request-skew")]
+    row = res.rows[0]
+    assert row["queue_wait_ms"] is None and row["ttft_p99_ms"] is None
+    # the waiting-queue counters of the trace still show the damage
+    assert row["impact"] and "more waiting requests" in row["impact_signals"]
+    assert row["waiting_mean"] >= 1 > row["others_waiting_mean"]
+    assert row["requests_ratio"] >= 1.3   # first scheduling, not arrival: capped once the domain saturates
+
+
+def test_request_csv_joins_on_the_rid_without_its_sample_suffix(con):
+    rows = run(con, "dp-report", "http_rid").rows
+    n_csv = con.execute("SELECT count(*) FROM requests WHERE run = 'http_rid' AND rid NOT LIKE '%-0'").fetchone()[0]
+    assert n_csv > 0 and sum(r["requests"] for r in rows) == n_csv
+    assert all(r["queue_wait_p99_ms"] is not None and r["ttft_p99_ms"] is not None for r in rows)
+    assert con.execute("SELECT bool_and(from_request_csv) FROM _dp_requests WHERE run = 'http_rid'").fetchone()[0]
+
+
+def test_dp_report_side_by_side(con, db):
+    rows = run(con, "dp-report", "request_skew").rows
+    assert [r["dp_rank"] for r in rows] == [0, 1, 2, 3]
+    n_req = con.execute("SELECT count(*) FROM requests WHERE run = 'request_skew'").fetchone()[0]
+    assert sum(r["requests"] for r in rows) == n_req
+    assert sum(r["requests_pct"] for r in rows) == pytest.approx(100, abs=0.2)
+    hot, cold = rows[1], rows[0]
+    assert hot["requests_vs_median"] >= 1.8 and cold["requests_vs_median"] == pytest.approx(1, abs=0.05)
+    assert hot["total_scheduled_tokens"] > 1.8 * cold["total_scheduled_tokens"]
+    assert hot["kv_usage_mean"] > cold["kv_usage_mean"] and hot["queue_wait_p99_ms"] > cold["queue_wait_p99_ms"]
+    for r in rows:
+        assert r["exec_row_name"] == "modelExec" and r["requests_in_several_domains"] == 0
+        assert r["dp_source"] == "batch.csv" and r["kv_source"] == "batch.csv"
+    assert run(con, "dp-report", "request_skew").status == "INFO"
+
+
+def test_dp_batch_windows_add_up_to_the_run(con):
+    res = run(con, "dp-batch", "slow_execution", window_s=10.0)
+    assert res.status == "INFO"
+    whole = {r["dp_rank"]: r for r in res.rows if r["scope"] == "run"}
+    windows = [r for r in res.rows if r["scope"] == "window"]
+    assert sorted(whole) == [0, 1, 2, 3] and res.rows[:4] == list(whole.values())
+    for dp, w in whole.items():
+        mine = [r for r in windows if r["dp_rank"] == dp]
+        assert sum(r["batches"] for r in mine) == w["batches"]
+        assert sum(r["requests"] for r in mine) == w["requests"]
+        assert sum(r["total_scheduled_tokens"] or 0 for r in mine) == w["total_scheduled_tokens"]
+        assert all(r["window_start_s"] == r["window_no"] * 10.0 for r in mine)
+    assert whole[1]["exec_p50_ms"] > 1.8 * whole[0]["exec_p50_ms"]
+    assert whole[1]["queue_wait_p99_ms"] > whole[0]["queue_wait_p99_ms"]
+
+
+def test_committed_example_matches_the_generator_and_fails_on_dp1(tmp_path):
+    fresh = tmp_path / "example"
+    ss.write_run(fresh, ss.small_config("request_skew"))
+    names = sorted(p.name for p in EXAMPLE.iterdir())
+    assert names == sorted(p.name for p in fresh.iterdir())
+    match, mismatch, errors = filecmp.cmpfiles(EXAMPLE, fresh, names, shallow=False)
+    assert not mismatch and not errors, f"regenerate with: python -m tests.synth_service --write {EXAMPLE.relative_to(REPO)}"
+    assert sum(p.stat().st_size for p in EXAMPLE.iterdir()) < 200_000
+    assert all(p.stat().st_size < 100_000 for p in EXAMPLE.iterdir())
+    db = tmp_path / "ex.duckdb"
+    rep = ingest_paths(db, [EXAMPLE])
+    assert all(f.status == "ok" for f in rep.files)
+    c = store.open_db(db, read_only=True)
+    res = run(c, "dp-imbalance", rep.run)
+    assert res.status == "FAIL" and [(r["dp_rank"], r["cause"]) for r in res.rows] == [(1, "request-skew")]
+    c.close()
+    shutil.rmtree(fresh)

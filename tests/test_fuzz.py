@@ -1,0 +1,232 @@
+"""Hostile input against every reader: never a traceback, always a clear error or a salvage whose
+counts reconcile (rows seen = kept + dropped, each drop with a reason), and nothing else touched.
+
+Case counts per reader are printed at the end of the run (tests/conftest.py collects FUZZ_COUNTS).
+`-m slow` runs the larger budgets.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from slowcard import store
+from slowcard.ingest import IngestOptions, ingest_file
+
+FUZZ_COUNTS: Counter = Counter()
+BUDGET = int(os.environ.get("SLOWCARD_FUZZ_EXAMPLES", "120"))
+SETTINGS = settings(max_examples=BUDGET, deadline=None, derandomize=True,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+STATUSES = {"ok", "salvaged", "truncated", "failed", "skipped"}
+
+
+@pytest.fixture(scope="module")
+def con(tmp_path_factory):
+    db = tmp_path_factory.mktemp("fuzz") / "fuzz.duckdb"
+    c = store.open_db(db)
+    store.ensure_run(c, "fuzz", None)
+    yield c
+    c.close()
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    return tmp_path_factory.mktemp("cases")
+
+
+def check(con, path: Path, data: bytes, reader: str) -> object:
+    """Ingest one case and check the invariants; returns the FileResult."""
+    path.write_bytes(data)
+    FUZZ_COUNTS[reader] += 1
+    res = ingest_file(con, path, "fuzz", True, len(data), IngestOptions())
+    assert res.status in STATUSES
+    if res.status == "failed":
+        assert str(path) in res.message, res.message
+        assert "Traceback" not in res.message
+        row = con.execute("SELECT count(*) FROM sources WHERE run = 'fuzz' AND path = ? AND status = 'ingesting'",
+                          [str(path)]).fetchone()[0]
+        assert row == 0
+        return res
+    if res.status == "skipped":
+        return res
+    sid, seen, kept, dropped = con.execute(
+        "SELECT source_id, rows_seen, rows_kept, rows_dropped FROM sources WHERE run = 'fuzz' AND path = ?",
+        [str(path)]).fetchone()
+    assert seen == kept + dropped
+    drops = con.execute("SELECT coalesce(sum(n_rows), 0), count(*) FILTER (WHERE reason IS NULL OR reason = '') "
+                        "FROM source_drops WHERE source_id = ?", [sid]).fetchone()
+    assert drops[0] == dropped and drops[1] == 0
+    stored = 0
+    for table in store.row_tables(con):
+        if table in ("op_class_rows", "source_drops"):
+            continue
+        stored += con.execute(f'SELECT count(*) FROM "{table}" WHERE source_id = ?', [sid]).fetchone()[0]
+    if res.format in ("kineto", "ascend_trace", "service_trace", "chrome_array"):
+        assert stored == kept
+    assert con.execute("SELECT count(*) FROM pending_sources").fetchone()[0] == 0
+    return res
+
+
+# ---------------------------------------------------------------------------------------------
+# Chrome traces
+
+def small_trace(n: int = 6) -> bytes:
+    events = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 2, "ts": 1000.5 + i * 10,
+               "dur": 4.25, "args": {"External id": i}} for i in range(n)]
+    events.append({"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "p"}})
+    doc = {"schemaVersion": 1, "distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": events,
+           "traceName": "x"}
+    return json.dumps(doc, indent=1).encode()
+
+
+@given(st.binary(max_size=400))
+@SETTINGS
+def test_random_bytes_chrome_name(con, work, data):
+    check(con, work / "rand.pt.trace.json", data, "random bytes")
+
+
+@given(st.binary(max_size=200))
+@SETTINGS
+def test_random_bytes_after_a_trace_prefix(con, work, data):
+    check(con, work / "prefixed.json", b'{"traceEvents": [' + data, "chrome")
+
+
+def test_truncation_at_every_position(con, work):
+    full = small_trace()
+    kept_prev = 0
+    for cut in range(len(full) + 1):
+        res = check(con, work / "cut.json", full[:cut], "chrome truncation")
+        kept = res.rows_kept if res.status != "failed" else 0
+        assert kept >= kept_prev or res.status == "failed", (cut, kept, kept_prev)
+        kept_prev = max(kept_prev, kept)
+    assert kept_prev == 7
+
+
+SCALARS = st.one_of(st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70),
+                    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=20))
+ARGS = st.recursive(SCALARS, lambda kids: st.one_of(st.lists(kids, max_size=3),
+                                                    st.dictionaries(st.text(max_size=5), kids, max_size=3)),
+                    max_leaves=12)
+EVENT = st.fixed_dictionaries({}, optional={
+    "ph": st.one_of(st.sampled_from(list("XBEiICstfM")), SCALARS),
+    "name": st.one_of(st.text(max_size=30), SCALARS),
+    "cat": SCALARS, "pid": SCALARS, "tid": SCALARS, "id": SCALARS,
+    "ts": st.one_of(SCALARS, st.decimals(allow_nan=False, places=3).map(str)),
+    "dur": st.one_of(SCALARS, st.floats(max_value=0, allow_nan=False)),
+    "args": ARGS,
+})
+
+
+def _dumps(obj) -> str:
+    # NaN/Infinity as Python's json writes them (real files carry them); huge ints exact.
+    return json.dumps(obj, allow_nan=True, default=str)
+
+
+@given(st.lists(st.one_of(EVENT, SCALARS), max_size=12), st.booleans())
+@SETTINGS
+def test_wrong_types_in_every_field(con, work, events, array_form):
+    body = "[" + ",".join(_dumps(e) for e in events) + "]"
+    text = body if array_form else '{"traceEvents": ' + body + "}"
+    res = check(con, work / "types.json", text.encode(), "chrome field types")
+    if res.status != "failed":
+        assert res.rows_kept + res.rows_dropped == len(events)
+
+
+def test_deep_args_huge_names_invalid_utf8(con, work):
+    deep = '{"a": ' * 3000 + "1" + "}" * 3000          # built as text: json.dumps would recurse too deep
+    cases = {
+        "deep": '{"traceEvents": [{"ph": "X", "name": "d", "ts": 1, "dur": 1, "args": ' + deep + "}]}",
+        "huge_name": json.dumps({"traceEvents": [{"ph": "X", "name": "n" * (1 << 20), "ts": 1, "dur": 1}]}),
+    }
+    for name, text in cases.items():
+        res = check(con, work / f"{name}.json", text.encode(), "chrome special")
+        assert res.status in ("ok", "salvaged", "failed")
+    bad = b'{"traceEvents": [{"ph": "X", "name": "\xff\xfe bad", "ts": 1, "dur": 1}, ' \
+          b'{"ph": "X", "name": "\\ud800", "ts": 2, "dur": 1}]}'
+    res = check(con, work / "utf8.json", bad, "chrome special")
+    assert res.status != "failed" and res.rows_kept == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# CSV readers: operator CSVs and msServiceProfiler CSVs (extra / missing / duplicated columns,
+# ragged rows, junk cells).
+
+KERNEL_HEADER = ["Step Id", "Device_id", "Name", "Type", "Accelerator Core", "Start Time(us)", "Duration(us)",
+                 "Wait Time(us)", "Block Num", "Input Shapes"]
+BATCH_HEADER = ["name", "res_list", "start_datetime", "end_datetime", "during_time(ms)", "batch_type", "prof_id",
+                "batch_size", "prefill_batch_size", "decode_batch_size", "prefill_scheduled_tokens",
+                "decode_scheduled_tokens", "total_scheduled_tokens", "dp_rank", "start_time(ms)", "end_time(ms)"]
+CELL = st.one_of(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=12),
+                 st.integers(-5, 10**16).map(str), st.just("N/A"), st.just(""), st.just("1736413971558972.912\t"),
+                 st.just("[{'rid': 'a', 'iter': 0}]"), st.just("<NA>"))
+
+
+def _csv(header: list[str], rows: list[list[str]]) -> bytes:
+    import csv
+    import io
+
+    out = io.StringIO()
+    w = csv.writer(out)
+    w.writerow(header)
+    w.writerows(rows)
+    return out.getvalue().encode("utf-8", errors="replace")
+
+
+def header_variants(base):
+    return st.one_of(
+        st.just(base),
+        st.lists(st.sampled_from(base), min_size=1, max_size=len(base) + 2),          # missing / duplicated
+        st.just(base).map(lambda h: h + ["extra col"]),
+        st.permutations(base).map(list),
+    )
+
+
+@given(header_variants(KERNEL_HEADER), st.lists(st.lists(CELL, max_size=12), max_size=8))
+@SETTINGS
+def test_operator_csv_variants(con, work, header, rows):
+    check(con, work / "kernel_details.csv", _csv(header, rows), "op csv")
+
+
+@given(header_variants(BATCH_HEADER), st.lists(st.lists(CELL, max_size=18), max_size=8))
+@SETTINGS
+def test_service_batch_csv_variants(con, work, header, rows):
+    check(con, work / "batch.csv", _csv(header, rows), "service csv")
+
+
+# ---------------------------------------------------------------------------------------------
+# Expert data: load tensors (JSON / CSV), maps, Prometheus text.
+
+NUM = st.one_of(st.integers(-3, 1000), st.floats(allow_nan=True), st.none(), st.text(max_size=3))
+
+
+@given(st.lists(st.lists(st.lists(NUM, max_size=4), max_size=3), max_size=3))
+@SETTINGS
+def test_expert_load_json_shapes(con, work, tensor):
+    doc = {"kind": "expert_load", "windows": [{"window": 0, "load": tensor}]}
+    check(con, work / "expert_load.json", _dumps(doc).encode(), "experts")
+
+
+@given(st.lists(st.lists(CELL, max_size=7), max_size=8))
+@SETTINGS
+def test_expert_load_csv_rows(con, work, rows):
+    check(con, work / "expert_load.csv", _csv(["window", "layer", "rank", "local_expert", "tokens"], rows), "experts")
+
+
+@given(st.lists(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40), max_size=10))
+@SETTINGS
+def test_prometheus_lines(con, work, lines):
+    text = "# TYPE vllm_profiling_eplb:expert_hotness:current_max gauge\n" + "\n".join(
+        ['vllm_profiling_eplb:expert_hotness:current_max{rank="0",phase="all",dp="0"} 1.5'] + lines) + "\n"
+    check(con, work / "metrics.prom", text.encode(), "experts")
+
+
+def test_counts_are_reported():
+    assert sum(FUZZ_COUNTS.values()) > 0
+    summary = ", ".join(f"{k}: {v}" for k, v in sorted(FUZZ_COUNTS.items()))
+    print(f"\nfuzz cases tried per reader: {summary}")
