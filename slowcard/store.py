@@ -279,7 +279,7 @@ def commit_source(con, sid: int, run: str, path: str, size: int, fingerprint: st
                 "INSERT INTO source_drops VALUES (?, ?, ?, ?)", [(sid, r, p, n) for r, p, n in drops]
             )
         # Derived rows, in the same transaction so that they appear with the file.
-        con.execute("INSERT INTO op_class_rows SELECT * FROM _op_classes_live WHERE source_id = ?", [sid])
+        con.execute("INSERT INTO op_class_rows SELECT * FROM _op_classes_for(?)", [sid])
         con.execute("DELETE FROM pending_sources WHERE source_id = ?", [sid])
         con.execute("COMMIT")
     except BaseException:

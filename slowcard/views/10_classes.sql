@@ -3,11 +3,14 @@
 
 -- Per distinct name, the winning taxonomy row: user rows beat built-ins, then lower priority.
 -- Matching runs on DISTINCT names only, so it costs nothing per event.
-CREATE OR REPLACE VIEW _name_class AS
+-- A table macro so that committing one file classifies that file's names only (sid), not every
+-- name in the database; sid NULL means all files.
+CREATE OR REPLACE MACRO _name_class_for(sid) AS TABLE
 WITH names AS (
-    SELECT DISTINCT name FROM event_rows WHERE ph = 'X' AND name IS NOT NULL
+    SELECT DISTINCT name FROM event_rows
+    WHERE ph = 'X' AND name IS NOT NULL AND (sid IS NULL OR source_id = sid)
     UNION
-    SELECT DISTINCT name FROM op_rows WHERE name IS NOT NULL
+    SELECT DISTINCT name FROM op_rows WHERE name IS NOT NULL AND (sid IS NULL OR source_id = sid)
 ),
 hits AS (
     SELECT n.name,
@@ -18,6 +21,8 @@ hits AS (
 )
 SELECT name, hit.op_class AS op_class, hit.coll_kind AS coll_kind, hit.pattern AS pattern
 FROM hits;
+
+CREATE OR REPLACE VIEW _name_class AS SELECT * FROM _name_class_for(NULL);
 
 -- Normalised collective kind from a Kineto "Collective name" arg (NCCL has no all-to-all
 -- kernel: all_to_all lowers to SendRecv kernels, so the arg is the only way to tell).
@@ -38,7 +43,7 @@ CREATE OR REPLACE MACRO _coll_kind_of(collective_name) AS
 -- arg is a collective whatever its kernel name. `pattern` shows which taxonomy row classified it.
 -- The store copies this into the table op_class_rows when a file is committed (and rebuilds it
 -- when the taxonomy changes), because every EP query reads it several times.
-CREATE OR REPLACE VIEW _op_classes_live AS
+CREATE OR REPLACE MACRO _op_classes_for(sid) AS TABLE
 SELECT e.source_id, 'trace' AS origin, e.pid, e.tid, e.cat, e.name,
        e.ts_ns, e.dur_ns, e.ts_ns + e.dur_ns AS end_ns,
        CASE WHEN json_extract_string(e.args, '$."Collective name"') IS NOT NULL AND e.cat = 'kernel' THEN 'collective'
@@ -52,8 +57,8 @@ SELECT e.source_id, 'trace' AS origin, e.pid, e.tid, e.cat, e.name,
        e.cat IN ('kernel', 'gpu_user_annotation') AS on_device,
        NULL::BIGINT AS tokens
 FROM event_rows e
-LEFT JOIN _name_class c USING (name)
-WHERE e.ph = 'X' AND e.dur_ns IS NOT NULL AND e.ts_ns IS NOT NULL
+LEFT JOIN _name_class_for(sid) c USING (name)
+WHERE e.ph = 'X' AND e.dur_ns IS NOT NULL AND e.ts_ns IS NOT NULL AND (sid IS NULL OR e.source_id = sid)
   AND (c.op_class IS NOT NULL OR (e.cat = 'kernel' AND json_extract_string(e.args, '$."Collective name"') IS NOT NULL))
 UNION ALL
 SELECT o.source_id, 'ops' AS origin, CAST(o.device_id AS VARCHAR) AS pid,
@@ -62,8 +67,10 @@ SELECT o.source_id, 'ops' AS origin, CAST(o.device_id AS VARCHAR) AS pid,
        coalesce(o.extra->>'$."Group Name"', 'default') AS pg, NULL::BIGINT AS seq,
        TRUE AS on_device, o.gmm_tokens AS tokens
 FROM ops o
-JOIN _name_class c USING (name)
-WHERE o.ts_ns IS NOT NULL AND o.dur_ns IS NOT NULL;
+JOIN _name_class_for(sid) c USING (name)
+WHERE o.ts_ns IS NOT NULL AND o.dur_ns IS NOT NULL AND (sid IS NULL OR o.source_id = sid);
+
+CREATE OR REPLACE VIEW _op_classes_live AS SELECT * FROM _op_classes_for(NULL);
 
 -- What queries read: the materialised classification, with run / rank / host from `sources`.
 CREATE OR REPLACE VIEW op_classes AS
