@@ -1,0 +1,51 @@
+"""`slowcard diagnose`: one command, one conclusion at the top, on EP and DP data."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from slowcard.cli import app
+
+ROOT = Path(__file__).resolve().parents[1]
+REALDATA = ROOT.parent / "shared" / "realdata"
+runner = CliRunner()
+
+
+def test_readme_main_job_on_shipped_testdata(tmp_path):
+    res = runner.invoke(app, ["diagnose", str(ROOT / "testdata" / "ep4_token_skew"), "--db", str(tmp_path / "d.duckdb")])
+    assert res.exit_code == 1                     # it found a slow card
+    lines = res.stdout.splitlines()
+    assert lines[0] == "== slowcard diagnosis of run 'ep4_token_skew': FAIL =="
+    assert lines[1] == "Slow card: rank 1 — token-skew"
+    assert any(line.startswith("ep-slow-rank@v1 FAIL") for line in lines)
+    assert any(line.startswith("dp-imbalance@v1 SKIP") for line in lines)
+
+
+def test_real_ep_run_names_rank_1(tmp_path):
+    src = REALDATA / "kineto_cpu_ep4_hot1"
+    if not src.is_dir():
+        pytest.skip(f"{src} is absent (../shared/realdata not beside the checkout)")
+    res = runner.invoke(app, ["diagnose", str(src), "--db", str(tmp_path / "r.duckdb"), "--format", "json"])
+    doc = json.loads(res.stdout)
+    assert doc["conclusion"]["slow_cards"] == ["rank 1"] and doc["conclusion"]["cause"] == "token-skew"
+    assert doc["conclusion"]["query"] == "ep-slow-rank@v1"
+    assert {r["query"] for r in doc["results"]} >= {"ep-slow-rank", "moe-breakdown", "sync-gaps"}
+
+
+def test_dp_scenario_names_the_hot_domain(tmp_path):
+    res = runner.invoke(app, ["diagnose", str(ROOT / "testdata" / "service_dp4_request_skew"),
+                              "--db", str(tmp_path / "s.duckdb"), "--format", "json"])
+    doc = json.loads(res.stdout)
+    assert doc["conclusion"]["query"] == "dp-imbalance@v1"
+    assert doc["conclusion"]["slow_cards"] == ["DP domain 1"]
+    assert doc["conclusion"]["cause"] == "request-skew"
+    assert res.exit_code == 1
+
+
+def test_empty_database_is_a_usage_error(tmp_path):
+    res = runner.invoke(app, ["diagnose", "--db", str(tmp_path / "none.duckdb")])
+    assert res.exit_code == 2 and "no such database" in res.stderr
