@@ -36,10 +36,9 @@ from pathlib import Path
 
 import duckdb
 
-from . import ranks as ranks_mod
 from . import store
 from .errors import UsageError
-from .ingest import FileResult, IngestReport, expand_paths, default_run_name, ingest_file, run_checks
+from .ingest import FileResult, IngestReport, ingest_file, prepare_batch, run_checks
 from .ingest.base import IngestOptions
 
 INSTALL_HINT = "pip install -e .[dask]"
@@ -262,16 +261,7 @@ def ingest_paths_dask(db_path: str | Path, paths: list[str | Path], run: str | N
     if not paths:
         raise UsageError("give at least one file, folder or glob to ingest")
     Client, LocalCluster, as_completed = _dask()
-    files = expand_paths(paths)
-    run = run or default_run_name(paths)
-    rmap = ranks_mod.load_rank_map(rank_map) if rank_map else None
-    if rank_pattern:
-        import re
-
-        try:
-            re.compile(rank_pattern)
-        except re.error as exc:
-            raise UsageError(f"--rank-pattern {rank_pattern!r} is not a valid regular expression: {exc}") from None
+    files, run, rmap = prepare_batch(paths, run, rank_pattern, rank_map)
     opts = options or IngestOptions(threads=1)
     sizes = {p: p.stat().st_size for p, _ in files}
     state = {"files_done": 0, "files_total": len(files), "bytes_done": 0,

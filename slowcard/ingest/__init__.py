@@ -191,6 +191,26 @@ class _Progress:
             self.fn(dict(self.state))
 
 
+def prepare_batch(paths, run, rank_pattern, rank_map):
+    """Validate what a batch of files needs before any work: (files, run name, rank map).
+
+    Shared by the local and the Dask path, so both refuse the same bad arguments the same way.
+    """
+    if not paths:
+        raise UsageError("give at least one file, folder or glob to ingest")
+    files = expand_paths(paths)
+    run = run or default_run_name(paths)
+    rmap = ranks_mod.load_rank_map(rank_map) if rank_map else None
+    if rank_pattern:
+        import re
+
+        try:
+            re.compile(rank_pattern)
+        except re.error as exc:
+            raise UsageError(f"--rank-pattern {rank_pattern!r} is not a valid regular expression: {exc}") from None
+    return files, run, rmap
+
+
 def ingest_paths(db_path: str | Path, paths: list[str | Path], run: str | None = None,
                  jobs: int = 1, rank_pattern: str | None = None, rank_map: str | Path | None = None,
                  options: IngestOptions | None = None, progress: ProgressFn | None = None,
@@ -200,17 +220,7 @@ def ingest_paths(db_path: str | Path, paths: list[str | Path], run: str | None =
     Each file is one commit: it appears whole or not at all; ingesting the same path into the
     same run again replaces its rows. Files that fail are reported and the others go on.
     """
-    if not paths:
-        raise UsageError("give at least one file, folder or glob to ingest")
-    files = expand_paths(paths)
-    run = run or default_run_name(paths)
-    rmap = ranks_mod.load_rank_map(rank_map) if rank_map else None
-    if rank_pattern:
-        try:
-            import re
-            re.compile(rank_pattern)
-        except re.error as exc:
-            raise UsageError(f"--rank-pattern {rank_pattern!r} is not a valid regular expression: {exc}") from None
+    files, run, rmap = prepare_batch(paths, run, rank_pattern, rank_map)
     opts = options or IngestOptions()
     own = con is None
     con = con or store.open_db(db_path)
