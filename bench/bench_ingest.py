@@ -5,6 +5,8 @@
 
 On one generated Kineto trace (bench/gen_kineto.py, libkineto layout) it measures, each in a fresh
 process (wall seconds, peak RSS of that process):
+  - DuckDB's floor: the file already cut into parts (untimed), one INSERT of them all into a
+    persisted table + CHECKPOINT; what DuckDB itself can do on this machine,
   - slowcard ingest of the .json and of the .json.gz (MB/s of the UNCOMPRESSED size),
   - orjson.loads of the whole file (GC disabled): the usual Python floor,
   - msgspec typed decode of the events (args left raw): the fastest Python parse,
@@ -39,6 +41,29 @@ if kind == "slowcard":
     f = rep.files[0]
     assert f.status == "ok", f.message
     n = f.rows_kept
+elif kind == "duckdb_floor":
+    # DuckDB's own limit on this machine: the same file already cut into parts (not timed), then
+    # ONE INSERT of every part into a persisted table + CHECKPOINT, no Python in the loop.
+    import glob, queue, shutil, tempfile
+    from pathlib import Path
+    import duckdb
+    from slowcard.ingest import chrome
+    from slowcard.ingest.base import Context, IngestOptions
+    tmp = tempfile.mkdtemp(dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    ing = chrome._Ingest(Context(Path(path), "kineto", 1, "bench", None, IngestOptions()))
+    s = chrome._Stream(Path(path))
+    q = queue.Queue()
+    ing._produce_plain(s, ing._find_events(s), tmp, q)
+    parts = sorted(glob.glob(tmp + "/*.json"))
+    con = duckdb.connect(sys.argv[3], config={"preserve_insertion_order": False})
+    con.execute("CREATE TABLE event_rows (ph VARCHAR, cat VARCHAR, name VARCHAR, pid VARCHAR, tid VARCHAR, "
+                "ts DOUBLE, dur DOUBLE, id VARCHAR, args JSON)")
+    t0 = time.perf_counter()
+    n = con.execute("INSERT INTO event_rows SELECT * FROM read_json(?, format = 'array', columns = "
+                    + chrome._COLUMNS.format(ts_type="DOUBLE") + ")", [parts]).fetchone()[0]
+    con.execute("CHECKPOINT")
+    con.close()
+    shutil.rmtree(tmp)
 elif kind == "orjson":
     import orjson
     gc.disable()
@@ -121,6 +146,7 @@ def main() -> None:
             rows.append((label, r["wall_s"], size / r["wall_s"], r["rss_mb"], r["events"]))
         return r
 
+    floor = measure("DuckDB floor (pre-cut, 1 INSERT)", "duckdb_floor", path, fresh_db("floor.duckdb"))
     sc = measure("slowcard ingest .json", "slowcard", path, fresh_db("bench.duckdb"))
     scg = measure("slowcard ingest .json.gz", "slowcard", path.with_suffix(".json.gz"), fresh_db("bench_gz.duckdb"))
     oj = measure("orjson.loads (GC off)", "orjson", path)
@@ -144,7 +170,8 @@ def main() -> None:
 
     print()
     if "wall_s" in sc:
-        for name, other in (("orjson.loads", oj), ("msgspec decode", ms), ("HTA parse", ht)):
+        for name, other in (("DuckDB's own insert floor", floor), ("orjson.loads", oj),
+                            ("msgspec decode", ms), ("HTA parse", ht)):
             if other.get("wall_s"):
                 print(f"slowcard ingest is {ratio(sc, other):.2f}x the speed of {name}")
         if scg.get("wall_s"):

@@ -61,7 +61,15 @@ def _check_patterns(con, rows, where: str) -> None:
 def load_builtin(con) -> None:
     rows = parse(builtin_text(), "slowcard/taxonomy.csv")
     con.execute("DELETE FROM op_taxonomy WHERE origin = 'builtin'")
-    con.executemany("INSERT INTO op_taxonomy VALUES (?, ?, ?, ?, 'builtin')", rows)
+    _insert(con, rows, "builtin")
+
+
+def _insert(con, rows: list[tuple], origin: str) -> None:
+    """One statement for all rows (executemany runs one statement per row)."""
+    if rows:
+        values = ", ".join(["(?, ?, ?, ?, ?)"] * len(rows))
+        con.execute(f"INSERT INTO op_taxonomy VALUES {values}",
+                    [v for row in rows for v in (*row, origin)])
 
 
 def load_user_taxonomy(con, path: str | Path) -> int:
@@ -75,9 +83,10 @@ def load_user_taxonomy(con, path: str | Path) -> int:
     _check_patterns(con, rows, str(p))
     con.execute("BEGIN")
     try:
-        for row in rows:
-            con.execute("DELETE FROM op_taxonomy WHERE origin = 'user' AND pattern = ?", [row[0]])
-            con.execute("INSERT INTO op_taxonomy VALUES (?, ?, ?, ?, 'user')", list(row))
+        con.execute("DELETE FROM op_taxonomy WHERE origin = 'user' AND list_contains(?, pattern)",
+                    [[row[0] for row in rows]])
+        # a pattern given twice in one file: the last row wins, as it did row by row
+        _insert(con, list({row[0]: row for row in rows}.values()), "user")
         from .store import rebuild_derived
 
         rebuild_derived(con)

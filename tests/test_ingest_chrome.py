@@ -449,6 +449,41 @@ def test_part_size_is_honoured(tmp_db, tmp_path, monkeypatch):
     assert len(sizes) > 10 and max(sizes) <= 8192 + 2
 
 
+@pytest.mark.parametrize("suffix", [".json", ".json.gz"])
+def test_clean_file_never_takes_the_per_event_python_path(tmp_db, tmp_path, monkeypatch, suffix):
+    """Speed contract: every event of a clean trace, the last ones before ']' included, is parsed
+    by DuckDB; the exact Python path (~20 µs an event) only sees bad or cut input."""
+    events = [{"ph": "X", "name": f"op{i % 10}", "pid": 1, "tid": 1, "ts": i + 0.5, "dur": 1}
+              for i in range(3000)]
+    path = write_trace(tmp_path / f"clean{suffix}", events, {"schemaVersion": 1}, {"traceName": "t"})
+    normalised = []
+    orig = chrome._normalise
+    monkeypatch.setattr(chrome, "_normalise", lambda ev, *a: normalised.append(ev) or orig(ev, *a))
+    report = ingest_paths(tmp_db, [path], run="c", options=IngestOptions(part_bytes=16384))
+    f = report.files[0]
+    assert (f.status, f.rows_kept) == ("ok", 3000), f.message
+    assert normalised == []
+    with ro(tmp_db) as con:
+        assert stored_rows(con, path) == expected_rows(events)
+        assert json.loads(source(con, path)["metadata"])["traceName"] == "t"
+
+
+def test_header_values_larger_than_the_decode_window(tmp_db, tmp_path):
+    """Header keys are decoded from a 64 KB window that grows: a 300 KB deviceProperties list
+    before the events is read whole, and the events after it are all there."""
+    props = [{"id": i, "name": "dev" * 50, "totalGlobalMem": 85899345920 + i} for i in range(1500)]
+    events = [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": i, "dur": 1} for i in range(50)]
+    path = write_trace(tmp_path / "bighead.json", events,
+                       {"schemaVersion": 1, "deviceProperties": props, "baseTimeNanoseconds": BASE_NS})
+    assert path.stat().st_size > 300_000
+    report = ingest_paths(tmp_db, [path], run="h")
+    assert (report.files[0].status, report.files[0].rows_kept) == ("ok", 50)
+    with ro(tmp_db) as con:
+        meta = json.loads(source(con, path)["metadata"])
+        assert meta["deviceProperties"] == props
+        assert stored_rows(con, path) == expected_rows(events, BASE_NS)
+
+
 # -- bad events, deep nesting, odd bytes --------------------------------------------------------
 def test_bad_events_are_dropped_with_reasons(tmp_db, tmp_path):
     lines = [
