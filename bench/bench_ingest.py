@@ -44,7 +44,7 @@ if kind == "slowcard":
 elif kind == "duckdb_floor":
     # DuckDB's own limit on this machine: the same file already cut into parts (not timed), then
     # ONE INSERT of every part into a persisted table + CHECKPOINT, no Python in the loop.
-    import glob, queue, shutil, tempfile
+    import shutil, tempfile
     from pathlib import Path
     import duckdb
     from slowcard.ingest import chrome
@@ -52,9 +52,16 @@ elif kind == "duckdb_floor":
     tmp = tempfile.mkdtemp(dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
     ing = chrome._Ingest(Context(Path(path), "kineto", 1, "bench", None, IngestOptions()))
     s = chrome._Stream(Path(path))
-    q = queue.Queue()
-    ing._produce_plain(s, ing._find_events(s), tmp, q)
-    parts = sorted(glob.glob(tmp + "/*.json"))
+    fd = s.f.fileno()
+    cuts, _ = ing._plain_parts(fd, s.base + ing._find_events(s), os.fstat(fd).st_size)
+    parts = []
+    for i, (offset, length, _sep, _mode) in enumerate(cuts):
+        parts.append(f"{tmp}/part{i:05d}.json")
+        with open(parts[-1], "wb") as f:
+            f.write(b"[")
+            f.flush()
+            chrome._copy_range(fd, f.fileno(), offset, length)
+            f.write(b"]")
     con = duckdb.connect(sys.argv[3], config={"preserve_insertion_order": False})
     con.execute("CREATE TABLE event_rows (ph VARCHAR, cat VARCHAR, name VARCHAR, pid VARCHAR, tid VARCHAR, "
                 "ts DOUBLE, dur DOUBLE, id VARCHAR, args JSON)")

@@ -431,22 +431,77 @@ def test_garbage_between_events_is_skipped_not_looped_on(tmp_db, tmp_path):
     assert all(r == "event is not valid JSON" for r, _, _ in out.drops)
 
 
-def test_part_size_is_honoured(tmp_db, tmp_path, monkeypatch):
+@pytest.mark.parametrize("suffix", [".json", ".json.gz"])
+def test_part_size_is_honoured(tmp_db, tmp_path, monkeypatch, suffix):
     """IngestOptions.part_bytes below the read size still gives parts of about that size (the
-    wrong-cut test above depends on it)."""
+    wrong-cut test above depends on it), on both the plain-file and the decompressing path."""
     events = [{"ph": "X", "name": f"op{i % 10}", "pid": 1, "tid": 1, "ts": i, "dur": 1} for i in range(3000)]
-    path = write_trace(tmp_path / "p.json", events)
+    path = write_trace(tmp_path / f"p{suffix}", events)
     sizes = []
-    orig = chrome._Ingest._insert_wave
+    if suffix == ".json":
+        orig_plan = chrome._Ingest._plain_parts
 
-    def spy(self, files):
-        sizes.extend(Path(f).stat().st_size for f in files)
-        return orig(self, files)
+        def spy_plan(self, *a):
+            parts, tail_at = orig_plan(self, *a)
+            sizes.extend(length + 2 for _, length, _, _ in parts)
+            return parts, tail_at
 
-    monkeypatch.setattr(chrome._Ingest, "_insert_wave", spy)
+        monkeypatch.setattr(chrome._Ingest, "_plain_parts", spy_plan)
+    else:
+        orig = chrome._Ingest._insert_wave
+
+        def spy(self, files):
+            sizes.extend(Path(f).stat().st_size for f in files)
+            return orig(self, files)
+
+        monkeypatch.setattr(chrome._Ingest, "_insert_wave", spy)
     report = ingest_paths(tmp_db, [path], run="p", options=IngestOptions(part_bytes=8192))
     assert report.files[0].rows_kept == 3000
     assert len(sizes) > 10 and max(sizes) <= 8192 + 2
+
+
+@pytest.mark.parametrize("bad_at", [None, 10, 2500])
+def test_plain_file_goes_through_pipes_in_one_statement(tmp_db, tmp_path, monkeypatch, bad_at):
+    """An uncompressed multi-part file is inserted by ONE statement over named pipes. When DuckDB
+    rejects a part (a bad event near the start or the end), nothing of that statement stays, the
+    parts go again through part files, every good event is kept once, and no feeder thread or
+    pipe is left behind."""
+    import threading
+
+    events = [{"ph": "X", "name": f"op{i % 10}", "pid": 1, "tid": 1, "ts": i + 0.25, "dur": 1}
+              for i in range(3000)]
+    text = trace_text(events, {"schemaVersion": 1})
+    if bad_at is not None:
+        # a dur DuckDB cannot read as a number (ts stays numeric: every part reads ts one way)
+        text = text.replace(f'"ts": {bad_at}.25, "dur": 1', f'"ts": {bad_at}.25, "dur": "1x"', 1)
+        assert '"1x"' in text
+    path = write_trace(tmp_path / "piped.json", text=text)
+    calls = []
+    orig = chrome._Ingest._insert_through_pipes
+
+    def spy(self, fd, parts):
+        ok = orig(self, fd, parts)
+        calls.append((len(parts), ok))
+        return ok
+
+    monkeypatch.setattr(chrome._Ingest, "_insert_through_pipes", spy)
+    before = threading.active_count()
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    report = ingest_paths(tmp_db, [path], run="p", options=IngestOptions(part_bytes=8192, tmp_dir=scratch))
+    f = report.files[0]
+    assert threading.active_count() == before
+    assert len(calls) == 1 and calls[0][0] > 10
+    assert calls[0][1] is (bad_at is None)
+    if bad_at is None:
+        assert (f.status, f.rows_kept, f.rows_dropped) == ("ok", 3000, 0)
+    else:
+        assert (f.status, f.rows_kept, f.rows_dropped) == ("salvaged", 2999, 1), f.message
+        assert f"first at event {bad_at}" in f.message
+    with ro(tmp_db) as con:
+        want = expected_rows([e for i, e in enumerate(events) if i != bad_at])
+        assert stored_rows(con, path) == want
+    assert not list(scratch.iterdir())
 
 
 @pytest.mark.parametrize("suffix", [".json", ".json.gz"])

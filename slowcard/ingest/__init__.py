@@ -244,7 +244,7 @@ def ingest_paths(db_path: str | Path, paths: list[str | Path], run: str | None =
 
         if jobs > 1 and len(work) > 1:
             # Each worker thread has its own cursor; DuckDB runs the parsing off the GIL.
-            per_job = IngestOptions(tmp_dir=opts.tmp_dir, part_bytes=opts.part_bytes,
+            per_job = IngestOptions(tmp_dir=opts.tmp_dir, part_bytes=opts.part_bytes, memory_limit=opts.memory_limit,
                                     threads=max(1, opts.threads // jobs) or 1)
             opts = per_job
             with ThreadPoolExecutor(max_workers=jobs) as pool:

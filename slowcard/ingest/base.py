@@ -32,6 +32,7 @@ class IngestOptions:
     tmp_dir: Path | None = None          # where part files go (default: /dev/shm or the system tmp)
     part_bytes: int = 64 << 20           # target size of one JSON part handed to DuckDB
     threads: int = 2                     # DuckDB threads / parts per wave
+    memory_limit: str = "512MB"          # DuckDB's buffer pool while ingesting (it caches what it writes)
 
 
 @dataclass

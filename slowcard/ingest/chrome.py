@@ -39,6 +39,7 @@ BOUNDARY_WINDOW = 4 << 20    # how far back from a part's target end an event bo
 # flush of partly filled row groups and an idle thread at its end (waves of 2 x 26 MB parts ran at
 # 65% of the speed of one statement over all of them, batches of 4 x 38 MB at 99%).
 BATCH_BYTES = 256 << 20
+MAX_PIPES = 512              # more parts than this go through part files in batches instead
 SAMPLE_BYTES = 1 << 16       # head of each part inspected to choose how its ts is read
 _WS = b" \t\r\n"
 
@@ -94,7 +95,7 @@ _TS_NS = {
 _INSERT = (
     "INSERT INTO event_rows SELECT $sid, ph, cat, name, pid, tid, {ts_ns} + $base_ns, "
     "CAST(round(dur * 1000) AS BIGINT), id, args "
-    "FROM read_json($files, format = 'array', columns = {columns}, maximum_object_size = 268435456)"
+    "FROM read_json($files, format = 'array', columns = {columns}, maximum_object_size = 16777216)"
 )
 _TS_TEXT = re.compile(rb'"ts"\s*:\s*("?)\s*(-?[0-9][0-9.eE+-]*)')
 
@@ -298,6 +299,40 @@ def _copy_range(src: int, dst: int, offset: int, count: int) -> None:
         count -= n
 
 
+def _feed_pipe(fd: int, offset: int, length: int, pipe: str) -> None:
+    """Write '[' + the file's bytes + ']' into a named pipe (blocks until DuckDB opens it)."""
+    try:
+        out = os.open(pipe, os.O_WRONLY)
+    except OSError:
+        return
+    try:
+        os.write(out, b"[")
+        _copy_range(fd, out, offset, length)
+        os.write(out, b"]")
+    except OSError:
+        pass          # DuckDB stopped reading (the statement failed): the fallback re-reads the file
+    finally:
+        os.close(out)
+
+
+def _release_feeder(pipe: str, feeder: threading.Thread) -> None:
+    """Let a feeder thread finish whatever DuckDB did with its pipe: one still waiting for a
+    reader (the statement failed before opening it) is read to its end and discarded."""
+    if not feeder.is_alive():
+        return
+    rfd = os.open(pipe, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        while feeder.is_alive():
+            try:
+                if not os.read(rfd, 1 << 20):
+                    feeder.join(0.001)
+            except BlockingIOError:
+                feeder.join(0.001)
+    finally:
+        os.close(rfd)
+    feeder.join()
+
+
 def _tmp_root(ctx: Context) -> str:
     if ctx.options.tmp_dir:
         return str(ctx.options.tmp_dir)
@@ -445,54 +480,136 @@ class _Ingest:
         except BaseException as exc:  # handed to the consumer, which re-raises it
             out.put((None, exc))
 
-    def _produce_plain(self, s: _Stream, start: int, tmpdir: str, out: queue.Queue) -> None:
-        """_produce for an uncompressed file: the same cuts, but Python only reads a window around
-        each cut; the part's bytes go from file to file in the kernel (sendfile), never through
-        a Python buffer."""
-        try:
-            fd = s.f.fileno()
-            size = os.fstat(fd).st_size
-            pos = s.base + start                   # absolute offset of the first event
-            target = self._part_target()
-            keep = min(TAIL_BYTES, target)
+    def _plain_parts(self, fd: int, pos: int, size: int) -> tuple[list[tuple[int, int, bytes, str]], int]:
+        """The cuts of an uncompressed file, as _produce makes them, found by reading only a
+        window before each target offset: [(offset, length, separator, ts mode)] per part, and
+        the offset where the tail starts."""
+        target = self._part_target()
+        keep = min(TAIL_BYTES, target)
+        want = target
+        parts = []
+        while True:
+            hi = min(size - pos, want)
+            lo = max(0, hi - BOUNDARY_WINDOW)
+            window = os.pread(fd, hi - lo, pos + lo) if hi else b""
+            cut = _last_boundary(window, 0) if window else -1
+            if cut < 0 and lo > 0:             # one event larger than the window
+                lo, window = 0, os.pread(fd, hi, pos)
+                cut = _last_boundary(window, 0)
+            if cut + lo <= 0:
+                if hi >= size - pos:
+                    break
+                want += target     # no boundary before the target (one huge event): take more
+                continue
             want = target
-            n = 0
-            while True:
-                hi = min(size - pos, want)
-                lo = max(0, hi - BOUNDARY_WINDOW)
-                window = os.pread(fd, hi - lo, pos + lo) if hi else b""
-                cut = _last_boundary(window, 0) if window else -1
-                if cut < 0 and lo > 0:             # one event larger than the window
-                    lo, window = 0, os.pread(fd, hi, pos)
-                    cut = _last_boundary(window, 0)
-                if cut + lo <= 0:
-                    if hi >= size - pos:
-                        break
-                    want += target     # no boundary before the target (one huge event): take more
-                    continue
-                want = target
-                end = cut                          # strip the ', ' before the cut
-                while end > 0 and window[end - 1] in _WS:
-                    end -= 1
-                while end > 0 and window[end - 1] == 0x2C:
-                    end -= 1
-                while end > 0 and window[end - 1] in _WS:
-                    end -= 1
-                part = os.path.join(tmpdir, f"part{n:05d}.json")
+            end = cut                          # strip the ', ' before the cut
+            while end > 0 and window[end - 1] in _WS:
+                end -= 1
+            while end > 0 and window[end - 1] == 0x2C:
+                end -= 1
+            while end > 0 and window[end - 1] in _WS:
+                end -= 1
+            mode = _ts_mode(os.pread(fd, min(lo + end, SAMPLE_BYTES), pos))
+            parts.append((pos, lo + end, window[end:cut], mode))
+            pos += lo + cut
+            if size - pos < keep:
+                break
+        return parts, pos
+
+    def _insert_plain(self, fd: int, parts: list[tuple[int, int, bytes, str]]) -> None:
+        """Insert the parts of an uncompressed file: in ONE statement through named pipes when
+        they can share one (no copy on disk, no per-statement cost), else as part files in
+        batches, each batch (then each part) falling back to the exact path on its own."""
+        modes = {p[3] for p in parts}
+        if (1 < len(parts) <= MAX_PIPES and len(modes) == 1 and "exact" not in modes
+                and hasattr(os, "mkfifo") and self._insert_through_pipes(fd, parts)):
+            return
+        cap = self._batch_parts()
+        for b in range(0, len(parts), cap):
+            files = []
+            for offset, length, sep, mode in parts[b:b + cap]:
+                part = os.path.join(self.tmpdir, f"part{offset:015d}.json")
                 with open(part, "wb") as f:
                     f.write(b"[")
                     f.flush()
-                    _copy_range(fd, f.fileno(), pos, lo + end)
+                    _copy_range(fd, f.fileno(), offset, length)
                     f.write(b"]")
-                info = (window[end:cut], _ts_mode(os.pread(fd, min(lo + end, SAMPLE_BYTES), pos)))
-                n += 1
-                pos += lo + cut
-                out.put((part, info))
-                if size - pos < keep:
-                    break
-            out.put((None, os.pread(fd, size - pos, pos)))
-        except BaseException as exc:  # handed to the consumer, which re-raises it
-            out.put((None, exc))
+                self.part_info[part] = (sep, mode)
+                files.append(part)
+            try:
+                self._insert_wave(files)
+            finally:
+                for part in files:
+                    os.unlink(part)
+                    del self.part_info[part]
+
+    def _insert_through_pipes(self, fd: int, parts: list[tuple[int, int, bytes, str]]) -> bool:
+        """One INSERT over one named pipe per part, each fed from the file by its own thread
+        (sendfile, in the kernel). False when DuckDB rejects some part: nothing was inserted."""
+        pipes: list[str] = []
+        feeders: list[threading.Thread] = []
+        try:
+            for i, (offset, length, _sep, _mode) in enumerate(parts):
+                pipe = os.path.join(self.tmpdir, f"pipe{i:05d}.json")
+                os.mkfifo(pipe)
+                pipes.append(pipe)
+                t = threading.Thread(target=_feed_pipe, args=(fd, offset, length, pipe), daemon=True)
+                t.start()
+                feeders.append(t)
+            try:
+                n = self._insert_files(pipes, parts[0][3])
+            except duckdb.Error:
+                return False
+            self.kept += n
+            self.seen += n
+            return True
+        finally:
+            for pipe, t in zip(pipes, feeders):
+                _release_feeder(pipe, t)
+            for pipe in pipes:
+                os.unlink(pipe)
+
+    def _insert_stream(self, s: _Stream, start: int) -> bytes:
+        """Insert a compressed file: a producer thread decompresses and cuts part files while
+        DuckDB inserts the previous ones; returns the tail bytes after the last part."""
+        cap = self._batch_parts()
+        # parts come as fast as they decompress: insert what is ready once every thread has one
+        need = max(1, self.ctx.options.threads)
+        parts: queue.Queue = queue.Queue(maxsize=cap)
+        producer = threading.Thread(target=self._produce, args=(s, start, self.tmpdir, parts), daemon=True)
+        producer.start()
+        tail: bytes | BaseException | None = None
+        try:
+            done = False
+            while not done:
+                wave: list[str] = []
+                while not done and len(wave) < cap:
+                    try:
+                        item = parts.get(block=len(wave) < need)
+                    except queue.Empty:
+                        break
+                    path, payload = item
+                    if path is None:
+                        tail, done = payload, True
+                    else:
+                        wave.append(path)
+                        self.part_info[path] = payload
+                if wave:
+                    self._insert_wave(wave)
+                    for p in wave:
+                        os.unlink(p)
+                        del self.part_info[p]
+        finally:
+            # Unblock and reap the producer whatever happened here.
+            while producer.is_alive():
+                try:
+                    parts.get(timeout=0.1)
+                except queue.Empty:
+                    pass
+            producer.join()
+        if isinstance(tail, BaseException):
+            raise tail
+        return tail or b""
 
     def _part_target(self) -> int:
         """Part size: the configured maximum, but such that the file splits into statements of
@@ -696,46 +813,17 @@ class _Ingest:
             self.max_abs_us = Decimal((1 << 63) - 1 - abs(self.base_ns)) / 1000
             ctx.con.execute(f"SET threads = {max(1, ctx.options.threads)}")
             ctx.con.execute("SET preserve_insertion_order = false")
-            cap = self._batch_parts()
-            # An uncompressed file is cut at page-cache speed: wait for a full batch. A .gz file
-            # is cut as fast as it decompresses: insert what is ready once every thread has a part.
-            need = cap if not s.gz else max(1, ctx.options.threads)
-            parts: queue.Queue = queue.Queue(maxsize=cap)
-            produce = self._produce if s.gz else self._produce_plain
-            producer = threading.Thread(target=produce, args=(s, start, self.tmpdir, parts),
-                                        daemon=True)
-            producer.start()
-            tail: bytes | BaseException | None = None
-            try:
-                done = False
-                while not done:
-                    wave: list[str] = []
-                    while not done and len(wave) < cap:
-                        try:
-                            item = parts.get(block=len(wave) < need)
-                        except queue.Empty:
-                            break
-                        path, payload = item
-                        if path is None:
-                            tail, done = payload, True
-                        else:
-                            wave.append(path)
-                            self.part_info[path] = payload
-                    if wave:
-                        self._insert_wave(wave)
-                        for p in wave:
-                            os.unlink(p)
-                            del self.part_info[p]
-            finally:
-                # Unblock and reap the producer whatever happened here.
-                while producer.is_alive():
-                    try:
-                        parts.get(timeout=0.1)
-                    except queue.Empty:
-                        pass
-                producer.join()
-            if isinstance(tail, BaseException):
-                raise tail
+            # DuckDB keeps the blocks it writes cached up to its memory limit (80% of RAM by
+            # default): without a cap a 2 GB trace peaked at 1.1 GB RSS, with 512 MB at ~0.65 GB.
+            ctx.con.execute(f"SET memory_limit = '{ctx.options.memory_limit}'")
+            if s.gz:
+                tail = self._insert_stream(s, start)
+            else:
+                fd = s.f.fileno()
+                size = os.fstat(fd).st_size
+                plain_parts, tail_at = self._plain_parts(fd, s.base + start, size)
+                self._insert_plain(fd, plain_parts)
+                tail = os.pread(fd, size - tail_at, tail_at)
             # Trailer keys can change the time base only if they come after the events
             # (on-demand Kineto): re-base what was inserted.
             self._tail(tail or b"", object_form)

@@ -46,20 +46,23 @@ CREATE OR REPLACE MACRO _coll_kind_of(collective_name) AS
 CREATE OR REPLACE MACRO _op_classes_for(sid) AS TABLE
 SELECT e.source_id, 'trace' AS origin, e.pid, e.tid, e.cat, e.name,
        e.ts_ns, e.dur_ns, e.ts_ns + e.dur_ns AS end_ns,
-       CASE WHEN json_extract_string(e.args, '$."Collective name"') IS NOT NULL AND e.cat = 'kernel' THEN 'collective'
-            ELSE c.op_class END AS op_class,
-       CASE WHEN json_extract_string(e.args, '$."Collective name"') IS NOT NULL AND e.cat = 'kernel'
-            THEN _coll_kind_of(json_extract_string(e.args, '$."Collective name"')) ELSE c.coll_kind END AS coll_kind,
-       CASE WHEN json_extract_string(e.args, '$."Collective name"') IS NOT NULL AND e.cat = 'kernel'
-            THEN 'args."Collective name"' ELSE c.pattern END AS pattern,
+       CASE WHEN e.coll_name IS NOT NULL THEN 'collective' ELSE c.op_class END AS op_class,
+       CASE WHEN e.coll_name IS NOT NULL THEN _coll_kind_of(e.coll_name) ELSE c.coll_kind END AS coll_kind,
+       CASE WHEN e.coll_name IS NOT NULL THEN 'args."Collective name"' ELSE c.pattern END AS pattern,
        coalesce(json_extract_string(e.args, '$."Process Group Name"'), json_extract_string(e.args, '$."Process Group Ranks"'), 'default') AS pg,
        TRY_CAST(json_extract_string(e.args, '$.Seq') AS BIGINT) AS seq,
        e.cat IN ('kernel', 'gpu_user_annotation') AS on_device,
        NULL::BIGINT AS tokens
-FROM event_rows e
+FROM (
+    -- parse args only where it can hold a collective name: a JSON parse of every kernel's args
+    -- is most of the cost of classifying a large trace
+    SELECT *, CASE WHEN cat = 'kernel' AND contains(args, 'Collective name')
+                   THEN json_extract_string(args, '$."Collective name"') END AS coll_name
+    FROM event_rows
+    WHERE ph = 'X' AND dur_ns IS NOT NULL AND ts_ns IS NOT NULL AND (sid IS NULL OR source_id = sid)
+) e
 LEFT JOIN _name_class_for(sid) c USING (name)
-WHERE e.ph = 'X' AND e.dur_ns IS NOT NULL AND e.ts_ns IS NOT NULL AND (sid IS NULL OR e.source_id = sid)
-  AND (c.op_class IS NOT NULL OR (e.cat = 'kernel' AND json_extract_string(e.args, '$."Collective name"') IS NOT NULL))
+WHERE c.op_class IS NOT NULL OR e.coll_name IS NOT NULL
 UNION ALL
 SELECT o.source_id, 'ops' AS origin, CAST(o.device_id AS VARCHAR) AS pid,
        o.stream_id AS tid, o.accelerator_core AS cat, o.name, o.ts_ns, o.dur_ns,
