@@ -44,7 +44,7 @@ from .ingest.base import IngestOptions
 INSTALL_HINT = "pip install -e .[dask]"
 # Tables never staged: derived rows (rebuilt by commit_source from the view), the pending-id
 # bookkeeping, and the drops (they travel in the result dict and commit_source writes them).
-NOT_STAGED = frozenset({"op_class_rows", "pending_sources", "source_drops"})
+NOT_STAGED = frozenset({table for table, _macro in store.DERIVED} | {"pending_sources", "source_drops"})
 # Files in flight per worker thread: enough to keep every thread busy while the coordinator
 # registers, few enough that the Parquet staging folder holds only a handful of files.
 IN_FLIGHT_PER_THREAD = 2

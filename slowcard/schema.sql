@@ -92,3 +92,12 @@ CREATE TABLE IF NOT EXISTS op_class_rows (
     on_device BOOLEAN,
     tokens    BIGINT       -- GroupedMatmul tokens from operator CSV input shapes
 );
+
+-- All-to-all split sizes of each file (the rows of the macro _a2a_splits_for, written when the
+-- file is committed): finding them means looking into the args of every kernel, which is most
+-- of the cost of the MoE queries on a large trace if done at query time.
+CREATE TABLE IF NOT EXISTS a2a_split_rows (
+    source_id   INTEGER,
+    ts_ns       BIGINT,
+    recv_tokens BIGINT     -- sum of "Out split size" (or Concrete Inputs[3]) of one all-to-all
+);

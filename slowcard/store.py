@@ -112,11 +112,17 @@ def apply_schema(con: duckdb.DuckDBPyConnection) -> None:
         raise
 
 
+# Rows derived from a file's rows, written in the file's commit by a table macro of the views
+# (views/10_classes.sql) and rebuilt when the taxonomy or the views change: (table, macro).
+DERIVED = (("op_class_rows", "_op_classes_for"), ("a2a_split_rows", "_a2a_splits_for"))
+
+
 def rebuild_derived(con) -> None:
     """Recompute the derived rows of every file (after a taxonomy or view change)."""
-    con.execute("DELETE FROM op_class_rows")
-    con.execute("INSERT INTO op_class_rows SELECT * FROM _op_classes_live "
-                "WHERE source_id IN (SELECT source_id FROM sources)")
+    for table, macro in DERIVED:
+        con.execute(f"DELETE FROM {table}")
+        con.execute(f"INSERT INTO {table} SELECT * FROM {macro}(NULL) "
+                    "WHERE source_id IN (SELECT source_id FROM sources)")
 
 
 def open_db(path: str | Path, read_only: bool = False, wait_s: float | None = None):
@@ -279,7 +285,8 @@ def commit_source(con, sid: int, run: str, path: str, size: int, fingerprint: st
                 "INSERT INTO source_drops VALUES (?, ?, ?, ?)", [(sid, r, p, n) for r, p, n in drops]
             )
         # Derived rows, in the same transaction so that they appear with the file.
-        con.execute("INSERT INTO op_class_rows SELECT * FROM _op_classes_for(?)", [sid])
+        for table, macro in DERIVED:
+            con.execute(f"INSERT INTO {table} SELECT * FROM {macro}(?)", [sid])
         con.execute("DELETE FROM pending_sources WHERE source_id = ?", [sid])
         con.execute("COMMIT")
     except BaseException:

@@ -333,6 +333,19 @@ def _release_feeder(pipe: str, feeder: threading.Thread) -> None:
     feeder.join()
 
 
+def _separator_start(buf, cut: int) -> int:
+    """Index where the ', ' (with whitespace) before the event starting at ``cut`` begins: a part
+    ends there, without copying the buffer."""
+    end = cut
+    while end > 0 and buf[end - 1] in _WS:
+        end -= 1
+    while end > 0 and buf[end - 1] == 0x2C:
+        end -= 1
+    while end > 0 and buf[end - 1] in _WS:
+        end -= 1
+    return end
+
+
 def _tmp_root(ctx: Context) -> str:
     if ctx.options.tmp_dir:
         return str(ctx.options.tmp_dir)
@@ -457,13 +470,7 @@ class _Ingest:
                     continue
                 want = target
                 buf = s.buf
-                end = cut                      # strip the ', ' before the cut without copying
-                while end > 0 and buf[end - 1] in _WS:
-                    end -= 1
-                while end > 0 and buf[end - 1] == 0x2C:
-                    end -= 1
-                while end > 0 and buf[end - 1] in _WS:
-                    end -= 1
+                end = _separator_start(buf, cut)
                 part = os.path.join(tmpdir, f"part{n:05d}.json")
                 with memoryview(buf) as mv, open(part, "wb") as f:
                     f.write(b"[")
@@ -502,13 +509,7 @@ class _Ingest:
                 want += target     # no boundary before the target (one huge event): take more
                 continue
             want = target
-            end = cut                          # strip the ', ' before the cut
-            while end > 0 and window[end - 1] in _WS:
-                end -= 1
-            while end > 0 and window[end - 1] == 0x2C:
-                end -= 1
-            while end > 0 and window[end - 1] in _WS:
-                end -= 1
+            end = _separator_start(window, cut)
             mode = _ts_mode(os.pread(fd, min(lo + end, SAMPLE_BYTES), pos))
             parts.append((pos, lo + end, window[end:cut], mode))
             pos += lo + cut

@@ -79,3 +79,21 @@ CREATE OR REPLACE VIEW _op_classes_live AS SELECT * FROM _op_classes_for(NULL);
 CREATE OR REPLACE VIEW op_classes AS
 SELECT s.run, s.rank, s.host, c.*
 FROM op_class_rows c JOIN sources s USING (source_id);
+
+-- Tokens each all-to-all delivers to this rank (sum of its output split sizes), from the
+-- c10d::alltoall_base_ / record_param_comms CPU ops or a kernel carrying the split sizes.
+-- Materialised per file into a2a_split_rows at commit (see schema.sql); sid NULL means all files.
+CREATE OR REPLACE MACRO _a2a_splits_for(sid) AS TABLE
+SELECT source_id, ts_ns, recv_tokens FROM (
+    SELECT e.source_id, e.ts_ns,
+           CAST(list_sum(coalesce(
+               TRY_CAST(json_extract_string(e.args, '$."Out split size"') AS BIGINT[]),
+               TRY_CAST(json_extract_string(e.args, '$."Concrete Inputs"[3]') AS BIGINT[]))) AS BIGINT) AS recv_tokens
+    FROM event_rows e
+    WHERE e.ph = 'X' AND (sid IS NULL OR e.source_id = sid)
+      -- a plain substring test first: parsing the args of every kernel as JSON is the cost
+      AND (e.name IN ('c10d::alltoall_base_', 'record_param_comms')
+           OR (e.cat = 'kernel' AND contains(e.args, 'Out split size')
+               AND json_extract_string(e.args, '$."Out split size"') IS NOT NULL))
+)
+WHERE recv_tokens IS NOT NULL;
