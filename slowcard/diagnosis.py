@@ -4,7 +4,8 @@ follow, and draw ONE conclusion from their verdicts.
 Order (methodology.md): is the slowdown in MoE / in one DP domain (breakdowns, reports)?
 is it persistent and where (waits, hot spots)? why (the verdict queries)? The conclusion is taken
 from the most specific failing verdict: ep-hot-chain (hot expert, hot rank and slow operator
-coincide) before ep-slow-rank, then dp-imbalance, expert-hotspots, eplb-effect, and stragglers
+coincide) before ep-slow-rank, then dp-imbalance, cluster-step-skew (msprof-analyze step
+trace), expert-hotspots, eplb-effect, and stragglers
 from rank-waits. Pure library code: no printing.
 """
 
@@ -20,15 +21,17 @@ ORDER = (
     "moe-layer-durations", "moe-breakdown", "dp-report", "dp-batch",
     "clock-offsets", "rank-waits", "sync-gaps",
     "expert-hotspots", "eplb-effect", "eplb-whatif",
-    "ep-slow-rank", "ep-hot-chain", "dp-imbalance",
+    "ep-slow-rank", "ep-hot-chain", "dp-imbalance", "cluster-step-skew",
 )
 # Which verdict speaks first when several fail (most specific evidence first).
-PRIORITY = ("ep-hot-chain", "ep-slow-rank", "dp-imbalance", "expert-hotspots", "eplb-effect", "rank-waits")
+PRIORITY = ("ep-hot-chain", "ep-slow-rank", "dp-imbalance", "cluster-step-skew", "expert-hotspots",
+            "eplb-effect", "rank-waits")
 # How each verdict query names its finding.
 SUBJECT = {
     "ep-hot-chain": ("rank", "EP rank"),
     "ep-slow-rank": ("rank", "rank"),
     "dp-imbalance": ("dp_rank", "DP domain"),
+    "cluster-step-skew": ("suspect_rank", "rank"),
     "expert-hotspots": ("rank", "rank"),
     "rank-waits": ("rank", "rank"),
 }
@@ -91,7 +94,7 @@ def conclude(results: dict) -> dict:
             if not flagged:
                 continue
             first = flagged[0]
-            cards = [_subject(name, r) for r in flagged]
+            cards = list(dict.fromkeys(_subject(name, r) for r in flagged))   # one card, several rows
             cause = first.get("cause") or first.get("finding") or ("straggler" if name == "rank-waits" else "hot spot")
             skip = {SUBJECT.get(name, ("", ""))[0], "cause", "finding", "next_step", "subject"}
             numbers = ", ".join(f"{k}={fmt_value(v)}" for k, v in first.items()

@@ -49,3 +49,16 @@ def test_dp_scenario_names_the_hot_domain(tmp_path):
 def test_empty_database_is_a_usage_error(tmp_path):
     res = runner.invoke(app, ["diagnose", "--db", str(tmp_path / "none.duckdb")])
     assert res.exit_code == 2 and "no such database" in res.stderr
+
+
+def test_real_cluster_step_trace_names_the_rank_others_wait_for(tmp_path):
+    """msprof-analyze's cluster_step_trace_time.csv alone: rank 1 waits least at communication
+    and idles most (Free) while the others wait for it; one card, even though two rows flag it."""
+    src = REALDATA / "ascend"
+    if not src.is_dir():
+        pytest.skip(f"{src} is absent (../shared/realdata not beside the checkout)")
+    res = runner.invoke(app, ["diagnose", str(src), "--db", str(tmp_path / "a.duckdb"), "--format", "json"])
+    doc = json.loads(res.stdout)
+    assert doc["conclusion"]["query"].startswith("cluster-step-skew@v")
+    assert doc["conclusion"]["slow_cards"] == ["rank 1"]
+    assert res.exit_code == 1
