@@ -98,7 +98,7 @@ def conclude(results: dict) -> dict:
             cause = first.get("cause") or first.get("finding") or ("straggler" if name == "rank-waits" else "hot spot")
             skip = {SUBJECT.get(name, ("", ""))[0], "cause", "finding", "next_step", "subject"}
             numbers = ", ".join(f"{k}={fmt_value(v)}" for k, v in first.items()
-                                if k not in skip and not isinstance(v, (dict, list)))
+                                if k not in skip and v != "" and not isinstance(v, (dict, list)))
             return {
                 "status": level,
                 "headline": f"Slow card: {'; '.join(cards)} — {cause}",

@@ -1,5 +1,5 @@
 -- name: ep-slow-rank
--- version: 1
+-- version: 2
 -- description: The slow card of an expert-parallel run: the rank the others wait for in MoE layers, and why.
 -- requires: moe_layer_facts
 -- param: min_token_ratio DOUBLE = 1.3     -- tokens vs the median rank of the same layer instance that count as clearly more
@@ -9,7 +9,7 @@
 -- param: min_wait_share DOUBLE = 0.05     -- the others wait for the rank when the median rank's wait for the last arrival is >= this share of the layer time and the rank itself waits under half of that
 -- param: min_persist_share DOUBLE = 0.5   -- share of matched layer instances in which the pattern must hold (a spike is not a slow card)
 -- verdict: fail if rows > 0
--- summary: rank {rank} {cause} in {persist_pct}% of {layer_instances} layer instances (tokens {token_ratio}x median, GroupedMatmul {gmm_ratio}x, transfer {transfer_ratio}x, arrived last at {last_arrival_pct}% of collectives); next: {next_step}
+-- summary: rank {rank} {cause} in {persist_pct}% of {layer_instances} layer instances (tokens {token_ratio}x median, GroupedMatmul {gmm_ratio}x, transfer {transfer_ratio}x, arrived last at {last_arrival_pct}% of collectives{left_out}); next: {next_step}
 -- pass: No rank stands out persistently (token ratio >= {min_token_ratio}, GroupedMatmul >= {min_compute_ratio}x or transfer >= {min_comm_ratio}x in >= {min_persist_share} of layer instances).
 
 -- Per (rank, layer instance): what it computed and how it met the others at the collectives.
@@ -26,10 +26,14 @@ inst AS (
     HAVING count(DISTINCT rank) = (SELECT count(DISTINCT rank) FROM f) AND count(DISTINCT rank) > 1
 ),
 -- The median rank of each instance is the yardstick (robust to the one slow card itself).
+-- Transfer and wait only over the ranks with matched collectives in the instance: a truncated
+-- rank whose calls could not be matched (see _collectives) has none, and its zeros say nothing.
 med AS (
     SELECT step, layer, occurrence, median(tokens) AS med_tokens, median(gmm_ns) AS med_gmm_ns,
-           median(transfer_ns) AS med_transfer_ns, sum(lag_ns) AS all_lag_ns,
-           median(lag_ns) AS med_lag_ns, median(layer_ns) AS med_layer_ns
+           coalesce(median(transfer_ns) FILTER (WHERE n_coll > 0), 0) AS med_transfer_ns,
+           coalesce(sum(lag_ns) FILTER (WHERE n_coll > 0), 0) AS all_lag_ns,
+           coalesce(median(lag_ns) FILTER (WHERE n_coll > 0), 0) AS med_lag_ns,
+           median(layer_ns) AS med_layer_ns
     FROM f JOIN inst USING (step, layer, occurrence) GROUP BY ALL
 ),
 flags AS (
@@ -71,6 +75,16 @@ per_rank AS (
            round(sum(others_lag_ns) FILTER (WHERE others_wait) / 1e6, 3) AS others_wait_ms
     FROM classified GROUP BY rank
 ),
+-- Truncated ranks (file cut mid-write): moe_layers leaves out the step the cut fell in (see
+-- views/20_moe.sql), and with it that step and later for every rank; a rank with nothing before
+-- its cut is left out whole. Said in each finding, so fewer layer instances are explained.
+cuts AS (
+    SELECT coalesce(string_agg(
+               CASE WHEN n_kept > 0 THEN format('; rank {}''s trace is truncated: steps >= {} left out', rank, cut_step)
+                    ELSE format('; rank {}''s trace is truncated in its first step: left out', rank) END,
+               '' ORDER BY rank), '') AS left_out
+    FROM _layer_cuts WHERE run = $run AND rank IS NOT NULL
+),
 verdicts AS (
     SELECT *,
            CASE greatest(n_token_skew, n_slow_compute, n_slow_comm)
@@ -86,12 +100,12 @@ SELECT rank, cause,
        round(100.0 * n_flagged / layer_instances, 1) AS persist_pct,
        layer_instances, tokens_per_layer, median_rank_tokens, token_ratio,
        gmm_us_per_layer, median_rank_gmm_us, gmm_ratio, transfer_us_per_layer, transfer_ratio,
-       last_arrival_pct, others_wait_ms,
+       last_arrival_pct, others_wait_ms, cuts.left_out,
        CASE cause
            WHEN 'token-skew' THEN 'routing / expert placement imbalance: find the hot experts on this rank (expert-hotspots, ep-hot-chain), check the EPLB config and expert map, and the input distribution; rebalance or add redundant experts'
            WHEN 'slow-compute' THEN 'same tokens but slower GroupedMatmul: a device or process anomaly on this card (health, clocks/thermals, CPU binding, co-located jobs); not a routing problem, do not rebalance experts'
            ELSE 'dispatch/combine transfer is slow on this rank while it does not hold the others up with compute: check its links and NIC (HCCS/RoCE/NVLink), communication config (buffers, algorithm) and the network path'
        END AS next_step
-FROM verdicts
+FROM verdicts, cuts
 WHERE cause IS NOT NULL AND n_flagged >= $min_persist_share * layer_instances
 ORDER BY n_flagged DESC, rank

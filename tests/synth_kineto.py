@@ -68,6 +68,7 @@ import io
 import json
 import math
 import random
+import zlib
 from pathlib import Path
 
 __all__ = [
@@ -86,6 +87,8 @@ __all__ = [
     "ep_event_counts",
     "write_ep_run",
     "write_kineto_header_variants",
+    "trace_text",
+    "cut_trace",
 ]
 
 SCENARIOS: dict[str, str] = {
@@ -828,6 +831,36 @@ def write_ep_run(out_dir, *, ranks: int = 4, steps: int = 4, layers: int = 4, ex
         _write_rank(sim, r, p, off, f"node{h}", gz)
         paths.append(p)
     return paths
+
+
+# --------------------------------------------------------------------------------------------
+# truncated files (a profiler killed mid-write)
+
+
+def trace_text(path) -> bytes:
+    """The JSON text of a written trace (``.gz`` decompressed, also when the stream was cut)."""
+    raw = Path(path).read_bytes()
+    return zlib.decompressobj(31).decompress(raw) if str(path).endswith(".gz") else raw
+
+
+def cut_trace(path, keep: int) -> int:
+    """Rewrite a trace as a profiler killed mid-write leaves it: only the first ``keep`` bytes of
+    its JSON text (negative: all but the last -keep). Kineto writes lane by lane (gloo thread B,
+    the main thread, gloo thread A, then the device stream, see ``_write_rank``), so a cut also
+    drops every lane written after it whole. A ``.gz`` file becomes a gzip stream of the kept text
+    that stops without its end marker (sync-flushed, no final block, no CRC trailer), like a
+    killed ``gzip`` writer. Returns the number of JSON bytes kept."""
+    path = Path(path)
+    text = trace_text(path)
+    kept = text[:keep]
+    if not 0 < len(kept) < len(text):
+        raise ValueError(f"cut at {keep} keeps {len(kept)} of {len(text)} bytes: nothing would be cut")
+    if str(path).endswith(".gz"):
+        z = zlib.compressobj(6, zlib.DEFLATED, 31)        # wbits 31: gzip wrapper, mtime 0
+        path.write_bytes(z.compress(kept) + z.flush(zlib.Z_SYNC_FLUSH))
+    else:
+        path.write_bytes(kept)
+    return len(kept)
 
 
 # --------------------------------------------------------------------------------------------

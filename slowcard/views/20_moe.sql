@@ -63,7 +63,16 @@ UNION ALL
 SELECT * FROM g;
 
 -- MoE layer instances: (step, layer, occurrence) is the key matched across ranks.
-CREATE OR REPLACE VIEW moe_layers AS
+-- A truncated source (profiler killed mid-write; the ingest kept its complete events, status
+-- 'truncated') lost everything written after the cut. Kineto writes lane by lane, each in time
+-- order, so on the thread that holds the layers the cut falls in the LAST step still there (or
+-- that thread is whole and the cut is in a later lane). That step's layers may be half written
+-- (annotation kept; GroupedMatmul, token split or combine gone) and would compare as bogus
+-- layers, so the last step of a truncated source (cut_step) is left out; a source without step
+-- marks is all step 0 and is left out whole. The EP queries compare only instances every rank
+-- has, so this leaves the cut step and later out for every rank. Collectives of lanes the cut
+-- dropped whole: see _collectives (30_collectives.sql).
+CREATE OR REPLACE VIEW _moe_layers_all AS
 WITH stepped AS (
     SELECT l.*, coalesce(s.step, 0) AS step
     FROM _layer_bounds l
@@ -73,24 +82,35 @@ numbered AS (
     SELECT *, coalesce(layer_no, row_number() OVER (PARTITION BY source_id, step ORDER BY start_ns) - 1) AS layer
     FROM stepped
 )
-SELECT run, rank, source_id, step, layer,
-       row_number() OVER (PARTITION BY source_id, step, layer ORDER BY start_ns) - 1 AS occurrence,
-       start_ns, end_ns, end_ns - start_ns AS dur_ns, (end_ns - start_ns) / 1000.0 AS dur_us
-FROM numbered;
+SELECT n.run, n.rank, n.source_id, n.step, n.layer,
+       row_number() OVER (PARTITION BY n.source_id, n.step, n.layer ORDER BY n.start_ns) - 1 AS occurrence,
+       n.start_ns, n.end_ns, n.end_ns - n.start_ns AS dur_ns, (n.end_ns - n.start_ns) / 1000.0 AS dur_us,
+       CASE WHEN s.status = 'truncated' THEN max(n.step) OVER (PARTITION BY n.source_id) END AS cut_step
+FROM numbered n JOIN sources s USING (source_id);
+
+CREATE OR REPLACE VIEW moe_layers AS
+SELECT run, rank, source_id, step, layer, occurrence, start_ns, end_ns, dur_ns, dur_us
+FROM _moe_layers_all
+WHERE cut_step IS NULL OR step < cut_step;
+
+-- What the rule above left out: one row per truncated source with layer instances.
+CREATE OR REPLACE VIEW _layer_cuts AS
+SELECT run, rank, source_id, any_value(cut_step) AS cut_step,
+       count(*) FILTER (WHERE step >= cut_step) AS n_left_out,
+       count(*) FILTER (WHERE step < cut_step) AS n_kept
+FROM _moe_layers_all
+WHERE cut_step IS NOT NULL
+GROUP BY run, rank, source_id;
 
 -- Tokens a rank received in an all-to-all: the output split sizes of the call, from
 -- Kineto's "Out split size" (NCCL record_param_comms / kernels) or the 4th "Concrete Inputs"
 -- entry of c10d::alltoall_base_ (gloo). An empty list ("[]") means equal splits: unknown here.
+-- Extracted once per file at commit (macro _a2a_splits_for in 10_classes.sql, table
+-- a2a_split_rows): it looks into every kernel's args, the cost that grows with the trace.
 CREATE OR REPLACE VIEW _a2a_splits AS
-SELECT e.source_id, e.ts_ns,
-       CAST(list_sum(coalesce(
-           TRY_CAST(json_extract_string(e.args, '$."Out split size"') AS BIGINT[]),
-           TRY_CAST(json_extract_string(e.args, '$."Concrete Inputs"[3]') AS BIGINT[]))) AS BIGINT) AS recv_tokens
-FROM event_rows e
-WHERE e.ph = 'X'
-  AND (e.name IN ('c10d::alltoall_base_', 'record_param_comms')
-       OR (e.cat = 'kernel' AND json_extract_string(e.args, '$."Out split size"') IS NOT NULL))
-  AND e.source_id IN (SELECT source_id FROM _ep_sources);
+SELECT source_id, ts_ns, recv_tokens
+FROM a2a_split_rows
+WHERE source_id IN (SELECT source_id FROM _ep_sources);
 
 -- Every EP operation placed in its layer instance.
 CREATE OR REPLACE VIEW _layer_ops AS

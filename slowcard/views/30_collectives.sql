@@ -5,16 +5,43 @@
 -- One row per collective call of a ranked source. The device lane (NCCL kernels) is used when
 -- the source has one, else the host lane (gloo threads, HCCL rows). instance = NCCL Seq when the
 -- trace has it, else the call's order within (source, process group, kind).
+-- A truncated source (status 'truncated': the file was cut mid-write) can miss calls ANYWHERE in
+-- time, not only at the end: Kineto writes lane by lane, so a cut drops every lane written after
+-- it whole (a gloo runloop thread, the device stream). Numbered by order, its k-th call would
+-- then be paired with another rank's different call, and look like a huge transfer or wait. So
+-- its order-numbered calls of a (process group, kind) are kept only when it has as many as the
+-- rank with the most (nothing was lost); else they are left out and the other ranks are matched
+-- among themselves. Calls numbered by Seq name themselves and are kept (a lost one only unmatches
+-- its instance). A truncated source that fell back to its host lane while other ranks of the run
+-- have a device lane has lost that lane to the cut: its host calls are left out too (host op
+-- times are not kernel times).
 CREATE OR REPLACE VIEW _collectives AS
 WITH lanes AS (
     SELECT source_id, bool_or(on_device) AS device
     FROM op_classes WHERE op_class = 'collective' GROUP BY source_id
+),
+calls AS (
+    SELECT o.run, o.rank, coalesce(o.host, '') AS host, o.source_id, o.name, o.pg, o.coll_kind,
+           o.ts_ns, o.end_ns, o.dur_ns,
+           coalesce(o.seq, row_number() OVER (PARTITION BY o.source_id, o.pg, o.coll_kind ORDER BY o.ts_ns)) AS instance,
+           o.seq IS NULL AS by_order, l.device
+    FROM op_classes o JOIN lanes l USING (source_id)
+    WHERE o.op_class = 'collective' AND o.on_device = l.device AND o.rank IS NOT NULL
+),
+per_source AS (
+    SELECT c.run, c.source_id, c.pg, c.coll_kind, s.status = 'truncated' AS truncated,
+           bool_or(c.by_order) AS by_order, any_value(c.device) AS device, count(*) AS n_calls
+    FROM calls c JOIN sources s USING (source_id)
+    GROUP BY c.run, c.source_id, c.pg, c.coll_kind, s.status
+),
+untrusted AS (
+    SELECT source_id, pg, coll_kind FROM per_source
+    QUALIFY truncated
+        AND ((by_order AND n_calls < max(n_calls) OVER (PARTITION BY run, pg, coll_kind))
+             OR (NOT device AND bool_or(device) OVER (PARTITION BY run)))
 )
-SELECT o.run, o.rank, coalesce(o.host, '') AS host, o.source_id, o.name, o.pg, o.coll_kind,
-       o.ts_ns, o.end_ns, o.dur_ns,
-       coalesce(o.seq, row_number() OVER (PARTITION BY o.source_id, o.pg, o.coll_kind ORDER BY o.ts_ns)) AS instance
-FROM op_classes o JOIN lanes l USING (source_id)
-WHERE o.op_class = 'collective' AND o.on_device = l.device AND o.rank IS NOT NULL;
+SELECT c.run, c.rank, c.host, c.source_id, c.name, c.pg, c.coll_kind, c.ts_ns, c.end_ns, c.dur_ns, c.instance
+FROM calls c ANTI JOIN untrusted u USING (source_id, pg, coll_kind);
 
 -- Only instances seen on every rank of their (process group, kind): a rank that misses calls
 -- would shift the order-based matching, so such instances are left out rather than mismatched.
