@@ -70,7 +70,10 @@ def connect(path: str | Path, read_only: bool = False, wait_s: float | None = No
     delay = 0.05
     while True:
         try:
-            return duckdb.connect(str(path), read_only=read_only, config=config or {})
+            con = duckdb.connect(str(path), read_only=read_only, config=config or {})
+            # DuckDB draws a progress bar on stdout for queries over ~2 s: stdout is the result
+            con.execute("SET enable_progress_bar = false")
+            return con
         except duckdb.IOException as exc:
             if not _is_lock_error(exc) or time.monotonic() >= deadline:
                 if _is_lock_error(exc):

@@ -105,3 +105,18 @@ def test_list_and_show(dbs):
     assert res.exit_code == 0 and "ep-slow-rank" in res.stdout and "v1" in res.stdout
     shown = invoke("show", "ep-slow-rank")
     assert shown.stdout.startswith("-- name: ep-slow-rank")
+
+
+def test_no_progress_bar_can_reach_stdout(tmp_path):
+    """DuckDB draws a progress bar on stdout for statements over ~2 s (seen on a 64-rank run: it
+    broke `--format json`). Every connection slowcard opens, read-only or not, has it off."""
+    from slowcard import queries, store
+
+    db = tmp_path / "p.duckdb"
+    store.open_db(db).close()
+    for opener in (store.connect, queries.open_readonly):
+        con = opener(db)
+        try:
+            assert con.execute("SELECT current_setting('enable_progress_bar')").fetchone()[0] is False
+        finally:
+            con.close()

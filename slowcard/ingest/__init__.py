@@ -234,6 +234,7 @@ def ingest_paths(db_path: str | Path, paths: list[str | Path], run: str | None =
         def one(item):
             p, explicit, size = item
             cur = con.cursor()
+            cur.execute("SET enable_progress_bar = false")   # a cursor has its own settings; stdout is ours
             try:
                 prog.update(current=str(p))
                 res = ingest_file(cur, p, run, explicit, size, opts, rank_pattern, rmap)
