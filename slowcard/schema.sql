@@ -99,5 +99,5 @@ CREATE TABLE IF NOT EXISTS op_class_rows (
 CREATE TABLE IF NOT EXISTS a2a_split_rows (
     source_id   INTEGER,
     ts_ns       BIGINT,
-    recv_tokens BIGINT     -- sum of "Out split size" (or Concrete Inputs[3]) of one all-to-all
+    recv_tokens BIGINT     -- sum of "Out split size" (or Concrete Inputs[3]) of one all-to-all; NULL: unknown
 );
