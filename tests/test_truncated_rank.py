@@ -24,7 +24,6 @@ import synth_kineto  # noqa: E402
 from slowcard import queries  # noqa: E402
 from slowcard.ingest import ingest_paths  # noqa: E402
 
-CATALOG = queries.load_catalog()
 REALDATA = Path(__file__).resolve().parents[1].parent / "shared" / "realdata"
 
 
@@ -89,12 +88,7 @@ def make_run(tmp_path_factory):
     return make
 
 
-def run(db, name="ep-slow-rank", run_name="r", **params):
-    con = queries.open_readonly(db)
-    try:
-        return queries.run_query(con, CATALOG[name], run_name, params)
-    finally:
-        con.close()
+from test_ep_queries import verdict as run  # noqa: E402  (one way to run a query on a test db)
 
 
 def sql(db, text, *args):
@@ -204,9 +198,9 @@ def real_truncated(tmp_path_factory):
 
 
 def test_real_run_with_a_truncated_rank_still_names_rank_1(real_truncated):
-    res = run(real_truncated, run_name="real")
+    res = run(real_truncated, run="real")
     assert res.status == "FAIL", res.summary
     assert [(r["rank"], r["cause"]) for r in res.rows] == [(1, "token-skew")]
     assert "rank 2's trace is truncated" in res.rows[0]["left_out"]
-    waits = run(real_truncated, "rank-waits", run_name="real")
+    waits = run(real_truncated, "rank-waits", run="real")
     assert {r["rank"] for r in waits.rows} == {0, 1, 3}

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import gzip
 import io
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -96,3 +97,15 @@ def read_head(path: Path, n: int = 1 << 16) -> bytes:
 
 def strip_bom(head: bytes) -> bytes:
     return head[3:] if head.startswith(b"\xef\xbb\xbf") else head
+
+
+@contextmanager
+def arrow_view(ctx: Context, prefix: str, table):
+    """An Arrow table visible to SQL for the duration of a block, as ``_<prefix>_<source_id>``:
+    files ingested in parallel (one cursor each) never share a name."""
+    name = f"_{prefix}_{ctx.source_id}"
+    ctx.con.register(name, table)
+    try:
+        yield name
+    finally:
+        ctx.con.unregister(name)

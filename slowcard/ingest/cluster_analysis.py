@@ -33,7 +33,7 @@ import orjson
 import pyarrow as pa
 
 from ..errors import InputError
-from .base import Context, Outcome, open_bytes, strip_bom
+from .base import Context, Outcome, arrow_view, open_bytes, strip_bom
 
 MAX_DROP_ENTRIES = 100          # drops listed one each; the rest are summed per reason
 
@@ -162,13 +162,8 @@ def _drop_list(drops: list[tuple[str, int | str]], unit: str) -> list[tuple[str,
 
 
 def _insert(ctx: Context, table_name: str, table: pa.Table) -> None:
-    # Per-source name: files ingested in parallel (one cursor each) never share a name.
-    name = f"_cluster_{table_name}_{ctx.source_id}"
-    ctx.con.register(name, table)
-    try:
+    with arrow_view(ctx, f"cluster_{table_name}", table) as name:
         ctx.con.execute(f'INSERT INTO {table_name} BY NAME SELECT * FROM "{name}"')
-    finally:
-        ctx.con.unregister(name)
 
 
 def _ingest_step_trace(ctx: Context) -> Outcome:

@@ -56,7 +56,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import InputError
-from .base import Context, Outcome, is_gzip, open_bytes, strip_bom
+from .base import Context, Outcome, arrow_view, is_gzip, open_bytes, strip_bom
 
 NPY_MAGIC = b"\x93NUMPY"
 # dtype code (without byte order) -> (arrow type, item size)
@@ -171,15 +171,9 @@ class ExpertsReader:
         table = pa.table({"tokens": cells})
         valid = pc.and_(pc.is_finite(cells), pc.greater_equal(cells, 0.0))
         kept = pc.sum(pc.cast(valid, pa.int64())).as_py() or 0
-        con = ctx.con
-        # per-source names: files ingested in parallel (one cursor each) never share a name
-        name = f"_experts_cells_{ctx.source_id}"
-        con.register(name, table)
-        try:
-            con.execute(_INSERT_WINDOW.format(name=name), {"sid": ctx.source_id, "win": window, "ts": ts_ns, "epoch": epoch,
-                                         "R": R, "S": S, "n": len(cells)})
-        finally:
-            con.unregister(name)
+        with arrow_view(ctx, "experts_cells", table) as name:
+            ctx.con.execute(_INSERT_WINDOW.format(name=name), {"sid": ctx.source_id, "win": window, "ts": ts_ns,
+                                                               "epoch": epoch, "R": R, "S": S, "n": len(cells)})
         return kept
 
     def _ingest_npy(self, ctx: Context) -> Outcome:
@@ -584,12 +578,8 @@ class ExpertsReader:
         table = pa.table({k: pa.array(v, type=t) for k, v, t in zip(
             ["source_id", "epoch", "ts_ns", "layer", "ep_rank", "local_slot", "expert"],
             zip(*out), [pa.int32(), pa.int32(), pa.int64(), pa.int32(), pa.int32(), pa.int32(), pa.int32()])})
-        name = f"_experts_map_{ctx.source_id}"
-        ctx.con.register(name, table)
-        try:
+        with arrow_view(ctx, "experts_map", table) as name:
             ctx.con.execute(f'INSERT INTO expert_map_rows SELECT * FROM "{name}"')
-        finally:
-            ctx.con.unregister(name)
         kept = len(out)
         seen = kept + sum(n for _, _, n in drops)
         declared = doc.get("moe_layer_count")
@@ -718,13 +708,9 @@ class ExpertsReader:
                 "type": pa.array(cols[4], pa.string()), "name": pa.array(cols[5], pa.string()),
                 "labels": pa.array(cols[6], pa.string()), "value": pa.array(cols[7], pa.float64()),
             })
-            name = f"_experts_prom_{ctx.source_id}"
-            ctx.con.register(name, table)
-            try:
+            with arrow_view(ctx, "experts_prom", table) as name:
                 ctx.con.execute("INSERT INTO metric_sample_rows SELECT source_id, scrape, ts_ns, family, type, "
                                 f'name, labels::JSON, value FROM "{name}"')
-            finally:
-                ctx.con.unregister(name)
         dropped = sum(n for _, _, n in drops)
         seen = max(seen, kept + dropped)
         return Outcome(rows_seen=seen, rows_kept=kept, rows_dropped=seen - kept,
