@@ -5,8 +5,8 @@
 
 On one generated Kineto trace (bench/gen_kineto.py, libkineto layout) it measures, each in a fresh
 process (wall seconds, peak RSS of that process):
-  - DuckDB's floor: the file already cut into parts (untimed), one INSERT of them all into a
-    persisted table + CHECKPOINT; what DuckDB itself can do on this machine,
+  - DuckDB's floor: the file already cut into parts (untimed), then slowcard's own INSERT of them
+    all into a persisted table + CHECKPOINT, nothing else; what DuckDB itself can do on this machine,
   - slowcard ingest of the .json and of the .json.gz (MB/s of the UNCOMPRESSED size),
   - orjson.loads of the whole file (GC disabled): the usual Python floor,
   - msgspec typed decode of the events (args left raw): the fastest Python parse,
@@ -63,11 +63,11 @@ elif kind == "duckdb_floor":
             chrome._copy_range(fd, f.fileno(), offset, length)
             f.write(b"]")
     con = duckdb.connect(sys.argv[3], config={"preserve_insertion_order": False})
-    con.execute("CREATE TABLE event_rows (ph VARCHAR, cat VARCHAR, name VARCHAR, pid VARCHAR, tid VARCHAR, "
-                "ts DOUBLE, dur DOUBLE, id VARCHAR, args JSON)")
+    con.execute("CREATE TABLE event_rows (source_id INTEGER, ph VARCHAR, cat VARCHAR, name VARCHAR, "
+                "pid VARCHAR, tid VARCHAR, ts_ns BIGINT, dur_ns BIGINT, id VARCHAR, args JSON)")
     t0 = time.perf_counter()
-    n = con.execute("INSERT INTO event_rows SELECT * FROM read_json(?, format = 'array', columns = "
-                    + chrome._COLUMNS.format(ts_type="DOUBLE") + ")", [parts]).fetchone()[0]
+    # the very statement slowcard runs, over the same parts
+    n = con.execute(chrome._insert_sql("DOUBLE"), {"sid": 1, "base_ns": 0, "files": parts}).fetchone()[0]
     con.execute("CHECKPOINT")
     con.close()
     shutil.rmtree(tmp)

@@ -448,13 +448,13 @@ def test_part_size_is_honoured(tmp_db, tmp_path, monkeypatch, suffix):
 
         monkeypatch.setattr(chrome._Ingest, "_plain_parts", spy_plan)
     else:
-        orig = chrome._Ingest._insert_wave
+        orig = chrome._feed_part_file
 
-        def spy(self, files):
-            sizes.extend(Path(f).stat().st_size for f in files)
-            return orig(self, files)
+        def spy(part, pipe):
+            sizes.append(Path(part).stat().st_size)
+            return orig(part, pipe)
 
-        monkeypatch.setattr(chrome._Ingest, "_insert_wave", spy)
+        monkeypatch.setattr(chrome, "_feed_part_file", spy)
     report = ingest_paths(tmp_db, [path], run="p", options=IngestOptions(part_bytes=8192))
     assert report.files[0].rows_kept == 3000
     assert len(sizes) > 10 and max(sizes) <= 8192 + 2
@@ -501,6 +501,59 @@ def test_plain_file_goes_through_pipes_in_one_statement(tmp_db, tmp_path, monkey
     with ro(tmp_db) as con:
         want = expected_rows([e for i, e in enumerate(events) if i != bad_at])
         assert stored_rows(con, path) == want
+    assert not list(scratch.iterdir())
+
+
+@pytest.mark.parametrize("case", ["clean", "bad_early", "bad_late", "short_estimate", "ts_turns_string"])
+def test_gz_file_goes_through_pipes_in_one_statement(tmp_db, tmp_path, monkeypatch, case):
+    """A .json.gz is inserted by ONE statement over named pipes fed as it decompresses (every
+    extra statement makes DuckDB rewrite row groups at checkpoint). When the size estimate from the
+    gzip trailer is short, the parts beyond the pipes go in waves after it; when DuckDB rejects the
+    statement (a bad event, a part whose ts is read another way) nothing of it stays, the file is
+    decompressed again and goes in waves: every good event is kept once, exactly, and no thread,
+    pipe or part file is left behind."""
+    import threading
+
+    events = [{"ph": "X", "name": f"op{i % 10}", "pid": 1, "tid": 1, "ts": i + 0.25, "dur": 1}
+              for i in range(3000)]
+    bad_at = {"bad_early": 10, "bad_late": 2500}.get(case)
+    text = trace_text(events, {"schemaVersion": 1})
+    if bad_at is not None:
+        text = text.replace(f'"ts": {bad_at}.25, "dur": 1', f'"ts": {bad_at}.25, "dur": "1x"', 1)
+        assert '"1x"' in text
+    if case == "ts_turns_string":
+        # from event 2000 on, ts are strings: those parts are read as VARCHAR, the first as DOUBLE
+        for i in range(2000, 3000):
+            text = text.replace(f'"ts": {i}.25,', f'"ts": "{i}.250",', 1)
+    if case == "short_estimate":
+        monkeypatch.setattr(chrome, "_gz_content_size", lambda path: 40_000)
+    path = write_trace(tmp_path / "piped.json.gz", text=text)
+    statements = []
+    orig = chrome._Ingest._insert_files
+    monkeypatch.setattr(chrome._Ingest, "_insert_files",
+                        lambda self, files, ts: statements.append(len(files)) or orig(self, files, ts))
+    before = threading.active_count()
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    report = ingest_paths(tmp_db, [path], run="p", options=IngestOptions(part_bytes=8192, tmp_dir=scratch))
+    f = report.files[0]
+    assert threading.active_count() == before
+    if case == "short_estimate":
+        assert statements[0] == 40_000 // 8192 + 2          # the pipes the estimate asked for ...
+        assert len(statements) > 2                          # ... then the rest in waves
+    else:
+        assert statements[0] > 10                           # one statement reads every part
+    if case == "clean":
+        assert statements[1:] in ([], [1])                  # (the last events, after the tail scan)
+    elif case != "short_estimate":
+        assert len(statements) > 3                         # rejected: again, in waves
+    if bad_at is None:
+        assert (f.status, f.rows_kept, f.rows_dropped) == ("ok", 3000, 0), f.message
+    else:
+        assert (f.status, f.rows_kept, f.rows_dropped) == ("salvaged", 2999, 1), f.message
+        assert f"first at event {bad_at}" in f.message
+    with ro(tmp_db) as con:
+        assert stored_rows(con, path) == expected_rows([e for i, e in enumerate(events) if i != bad_at])
     assert not list(scratch.iterdir())
 
 

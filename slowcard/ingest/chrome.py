@@ -1,15 +1,18 @@
 """Chrome-trace JSON (Kineto object form, Ascend trace_view.json, msServiceProfiler chrome_tracing.json).
 
 Python never parses the bulk of the events. It finds where the ``traceEvents`` array starts (parsing
-the header keys exactly), cuts the array at event boundaries into parts of ~64 MB, writes each part
-as ``[`` + bytes + ``]`` to a temporary file and lets DuckDB's JSON reader parse waves of parts in
-parallel (see ../shared/docs/ingest_perf.md). The last few events, the closing bracket and the
-trailing keys (on-demand Kineto writes ``distributedInfo`` AFTER the events) are parsed exactly in
-Python, which is also how a truncated file is salvaged. A part that DuckDB rejects (a boundary cut
-inside a string, invalid UTF-8, a value of the wrong type) is re-parsed event by event in Python:
-good events are kept, bad ones are counted with their event index and reason.
+the header keys exactly), cuts the array at event boundaries into parts of up to ~64 MB and lets
+DuckDB's JSON reader parse them in parallel, in ONE ``INSERT ... FROM read_json([pipes])`` per file
+(see ../shared/docs/ingest_perf.md): each part reaches DuckDB as ``[`` + bytes + ``]`` through a
+named pipe, fed from the file by sendfile (uncompressed) or from the part files a decompressing
+producer thread writes (.gz). The last few events, the closing bracket and the trailing keys
+(on-demand Kineto writes ``distributedInfo`` AFTER the events) are found by an exact scan in Python,
+which is also how a truncated file is salvaged. When DuckDB rejects the statement (a boundary cut
+inside a string, invalid UTF-8, a value of the wrong type), the parts go again in small batches and
+a part DuckDB still rejects is re-parsed event by event in Python: good events are kept, bad ones
+are counted with their event index and reason.
 
-Memory stays bounded by (threads + 2) parts, whatever the file size.
+Memory stays bounded by a few parts in flight, whatever the file size.
 """
 
 from __future__ import annotations
@@ -29,15 +32,16 @@ from pathlib import Path
 import duckdb
 
 from ..errors import InputError
-from .base import GZIP_MAGIC, Context, Outcome, strip_bom
+from .base import GZIP_MAGIC, Context, Outcome, is_gzip, strip_bom
 
 READ_BYTES = 8 << 20
 HEADER_LIMIT = 64 << 20      # header keys before traceEvents larger than this are not a trace
 TAIL_BYTES = 1 << 20         # at most this much after the last part is left to the tail parser
 BOUNDARY_WINDOW = 4 << 20    # how far back from a part's target end an event boundary is looked for
-# Parts are inserted in statements of about this many bytes: in DuckDB 1.5 every INSERT costs a
-# flush of partly filled row groups and an idle thread at its end (waves of 2 x 26 MB parts ran at
-# 65% of the speed of one statement over all of them, batches of 4 x 38 MB at 99%).
+# Parts are sized so that a file splits into groups of 2 x threads parts of about this many bytes,
+# the batches of the fallback path. Every INSERT after the first makes DuckDB 1.5 rewrite partly
+# filled row groups at checkpoint (4 statements on 300 MB: +0.55 s, a 90% larger file), hence one
+# statement per file wherever the input allows.
 BATCH_BYTES = 256 << 20
 MAX_PIPES = 512              # more parts than this go through part files in batches instead
 SAMPLE_BYTES = 1 << 16       # head of each part inspected to choose how its ts is read
@@ -57,6 +61,7 @@ class _Num(float):
 
 
 _DECODER = json.JSONDecoder(parse_float=_Num)
+_RESTART = object()     # the one-statement insert of a .gz failed: decompress again, go in waves
 
 # The columns DuckDB reads from every event; anything else in an event is ignored.
 # ts must end up as exact integer nanoseconds. Two DuckDB 1.5 traps decide how it is read:
@@ -299,20 +304,46 @@ def _copy_range(src: int, dst: int, offset: int, count: int) -> None:
         count -= n
 
 
-def _feed_pipe(fd: int, offset: int, length: int, pipe: str) -> None:
-    """Write '[' + the file's bytes + ']' into a named pipe (blocks until DuckDB opens it)."""
+def _feed_pipe(fd: int, offset: int, length: int, pipe: str, head: bytes = b"[", end: bytes = b"]") -> None:
+    """Write head + the file's bytes + end into a named pipe (blocks until DuckDB opens it)."""
     try:
         out = os.open(pipe, os.O_WRONLY)
     except OSError:
         return
     try:
-        os.write(out, b"[")
+        os.write(out, head)
         _copy_range(fd, out, offset, length)
-        os.write(out, b"]")
+        if end:
+            os.write(out, end)
     except OSError:
         pass          # DuckDB stopped reading (the statement failed): the fallback re-reads the file
     finally:
         os.close(out)
+
+
+def _feed_part_file(part: str, pipe: str) -> None:
+    """Feed a part file (already bracketed) into a named pipe, then delete it."""
+    try:
+        with open(part, "rb") as f:
+            _feed_pipe(f.fileno(), 0, os.fstat(f.fileno()).st_size, pipe, b"", b"")
+    finally:
+        os.unlink(part)
+
+
+def _gz_content_size(path: Path) -> int:
+    """Estimated uncompressed size of a gzip file: the trailer's ISIZE (size mod 2**32 of the last
+    member), unwrapped to at least twice the compressed size (trace JSON compresses 5-20x) and
+    capped at 50x. Only sizes parts and pipes; a wrong guess costs speed, never rows."""
+    size = path.stat().st_size
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, size - 4))
+            est = int.from_bytes(f.read(4), "little")
+    except OSError:
+        return size * 10
+    while est < 2 * size:
+        est += 1 << 32
+    return min(est, 50 * size)
 
 
 def _release_feeder(pipe: str, feeder: threading.Thread) -> None:
@@ -443,19 +474,20 @@ class _Ingest:
             self.header[key] = _clean(value)
 
     # -- phase 2: parts ---------------------------------------------------------------------------
-    def _produce(self, s: _Stream, start: int, tmpdir: str, out: queue.Queue) -> None:
+    def _produce(self, s: _Stream, start: int, tmpdir: str, out: queue.Queue, stop: threading.Event) -> None:
         """Producer thread: cut the events array into part files of about the target size; put
         (path, (separator, ts_mode)) per part, then (None, tail_bytes) with the bytes after the
         last part; (None, exc) on error. ``separator`` is what was stripped from the end of the
         part (', ' and whitespace): when the cut was wrong (inside a string) the exact fallback
-        needs those bytes back to rebuild the event split across two parts."""
+        needs those bytes back to rebuild the event split across two parts. Returns without a
+        last item once ``stop`` is set."""
         try:
             s.drop(start)
             target = self._part_target()
             keep = min(TAIL_BYTES, target)
             want = target
             n = 0
-            while True:
+            while not stop.is_set():
                 while len(s.buf) < want and s.more():
                     pass
                 hi = min(len(s.buf), want)
@@ -570,47 +602,160 @@ class _Ingest:
             for pipe in pipes:
                 os.unlink(pipe)
 
-    def _insert_stream(self, s: _Stream, start: int) -> bytes:
-        """Insert a compressed file: a producer thread decompresses and cuts part files while
-        DuckDB inserts the previous ones; returns the tail bytes after the last part."""
+    def _insert_stream(self, s: _Stream, start: int, pipes: bool = True) -> bytes:
+        """Insert a compressed file; returns the tail bytes after the last part.
+
+        A producer thread decompresses and cuts part files while DuckDB inserts. The parts go in
+        ONE INSERT over named pipes, each fed its part as the producer makes it: every further
+        statement costs a rewrite of the table's row groups at checkpoint (4 statements on 300 MB:
+        +0.55 s and a 90% larger database file). Parts beyond the pipes (the size estimate was
+        short) go in waves after it. If DuckDB rejects the one statement, the file is decompressed
+        again and inserted in waves, where each part falls back on its own."""
         cap = self._batch_parts()
-        # parts come as fast as they decompress: insert what is ready once every thread has one
-        need = max(1, self.ctx.options.threads)
         parts: queue.Queue = queue.Queue(maxsize=cap)
-        producer = threading.Thread(target=self._produce, args=(s, start, self.tmpdir, parts), daemon=True)
+        stop = threading.Event()
+        producer = threading.Thread(target=self._produce, args=(s, start, self.tmpdir, parts, stop), daemon=True)
         producer.start()
-        tail: bytes | BaseException | None = None
+        end = None
         try:
-            done = False
-            while not done:
-                wave: list[str] = []
-                while not done and len(wave) < cap:
-                    try:
-                        item = parts.get(block=len(wave) < need)
-                    except queue.Empty:
-                        break
-                    path, payload = item
-                    if path is None:
-                        tail, done = payload, True
-                    else:
-                        wave.append(path)
-                        self.part_info[path] = payload
-                if wave:
-                    self._insert_wave(wave)
-                    for p in wave:
-                        os.unlink(p)
-                        del self.part_info[p]
+            first = parts.get()
+            pending = [first]
+            if pipes and first[0] is not None and first[1][1] != "exact" and hasattr(os, "mkfifo"):
+                ok, end = self._stream_through_pipes(parts, first, cap)
+                pending = []
+                if not ok:
+                    end = (None, _RESTART)
+            if end is None:
+                end = self._insert_waves(parts, cap, pending)
         finally:
-            # Unblock and reap the producer whatever happened here.
-            while producer.is_alive():
+            # Stop and reap the producer whatever happened here; drop the parts it left.
+            stop.set()
+            while producer.is_alive() or not parts.empty():
                 try:
-                    parts.get(timeout=0.1)
+                    left, _info = parts.get(timeout=0.1)
                 except queue.Empty:
-                    pass
+                    continue
+                if left is not None:
+                    os.unlink(left)
             producer.join()
+        tail = end[1]
+        if tail is _RESTART:
+            again = _Stream(self.path)
+            try:
+                tail = self._insert_stream(again, self._find_events(again), pipes=False)
+                s.error = again.error      # the first pass may have stopped before the damage
+                return tail
+            finally:
+                again.close()
         if isinstance(tail, BaseException):
             raise tail
         return tail or b""
+
+    def _stream_through_pipes(self, parts: queue.Queue, first, cap: int):
+        """One INSERT over named pipes fed part by part from the producer's queue. DuckDB opens
+        the files of a list in order, at most `threads` at a time, so at most `cap` parts wait on
+        disk. Returns (inserted, end): end is the producer's last item (None, tail) when the file
+        ended within the pipes, None when parts remain in the queue; pipes left over read `[]`."""
+        mode = first[1][1]
+        n_pipes = max(2, min(MAX_PIPES, -(-_gz_content_size(self.path) // self._part_target()) + 1))
+        names = []
+        for i in range(n_pipes):
+            names.append(os.path.join(self.tmpdir, f"gzpipe{i:05d}.json"))
+            os.mkfifo(names[-1])
+        feeders: list[tuple[str, threading.Thread]] = []
+        state: dict = {"end": None, "bad": False}
+        abort = threading.Event()
+
+        def feed(pipe: str, target, *args) -> threading.Thread:
+            t = threading.Thread(target=target, args=args, daemon=True)
+            t.start()
+            feeders.append((pipe, t))
+            return t
+
+        def dispatch() -> None:
+            item, live, fed = first, [], 0
+            try:
+                for pipe in names:
+                    if abort.is_set():
+                        return
+                    if state["end"] is None and item is None:
+                        while len(live) >= cap:
+                            live.pop(0).join()
+                        item = parts.get()
+                        if item[0] is None:
+                            state["end"], item = item, None
+                    if state["end"] is not None:
+                        feed(pipe, _feed_pipe, -1, 0, 0, pipe, b"[]", b"")
+                    elif item[1][1] != mode:
+                        # another ts type: this statement cannot read it; fail it, go in waves
+                        state["bad"] = True
+                        os.unlink(item[0])
+                        item = None
+                        feed(pipe, _feed_pipe, -1, 0, 0, pipe, b"[!", b"")
+                    else:
+                        live.append(feed(pipe, _feed_part_file, item[0], pipe))
+                        item = None
+                    fed += 1
+            finally:
+                # never leave DuckDB waiting on a pipe nobody will open: fail the statement
+                for pipe in names[fed:]:
+                    if not abort.is_set():
+                        state["bad"] = True
+                        feed(pipe, _feed_pipe, -1, 0, 0, pipe, b"[!", b"")
+
+        dispatcher = threading.Thread(target=dispatch, daemon=True)
+        dispatcher.start()
+        n = None
+        try:
+            n = self._insert_files(names, mode)
+        except duckdb.Error:
+            pass
+        finally:
+            abort.set()
+            while dispatcher.is_alive():
+                for pipe, t in list(feeders):
+                    _release_feeder(pipe, t)
+                dispatcher.join(0.01)
+            for pipe, t in feeders:
+                _release_feeder(pipe, t)
+            for pipe in names:
+                os.unlink(pipe)
+        if n is None or state["bad"]:
+            return False, None
+        self.kept += n
+        self.seen += n
+        return True, state["end"]
+
+    def _insert_waves(self, parts: queue.Queue, cap: int, pending: list) -> tuple:
+        """Insert the producer's parts in statements of up to `cap` parts; returns its last item."""
+        need = max(1, self.ctx.options.threads)
+        while True:
+            wave: list[str] = []
+            end = None
+            while end is None and len(wave) < cap:
+                if pending:
+                    item = pending.pop(0)
+                else:
+                    try:
+                        # parts come as fast as they decompress: insert what is ready once every
+                        # thread has one
+                        item = parts.get(block=len(wave) < need)
+                    except queue.Empty:
+                        break
+                if item[0] is None:
+                    end = item
+                else:
+                    wave.append(item[0])
+                    self.part_info[item[0]] = item[1]
+            if wave:
+                try:
+                    self._insert_wave(wave)
+                finally:
+                    for p in wave:
+                        os.unlink(p)
+                        del self.part_info[p]
+            if end is not None:
+                return end
 
     def _part_target(self) -> int:
         """Part size: the configured maximum, but such that the file splits into statements of
@@ -618,8 +763,8 @@ class _Ingest:
         own (one part is parsed by one thread) and no statement ends with one thread idle."""
         opts = self.ctx.options
         size = self.path.stat().st_size
-        if self.path.suffix == ".gz":
-            size *= 10          # typical compression ratio of trace JSON
+        if is_gzip(self.path):
+            size = _gz_content_size(self.path)
         batches = max(1, -(-size // BATCH_BYTES))
         even = -(-size // (batches * self._batch_parts()))
         return max(1, max(min(opts.part_bytes, 4 << 20), min(opts.part_bytes, even)))
