@@ -63,6 +63,9 @@ elif kind == "duckdb_floor":
             chrome._copy_range(fd, f.fileno(), offset, length)
             f.write(b"]")
     con = duckdb.connect(sys.argv[3], config={"preserve_insertion_order": False})
+    opts = IngestOptions()          # the settings slowcard ingests with
+    con.execute(f"SET threads = {opts.threads}")
+    con.execute(f"SET memory_limit = '{opts.memory_limit}'")
     con.execute("CREATE TABLE event_rows (source_id INTEGER, ph VARCHAR, cat VARCHAR, name VARCHAR, "
                 "pid VARCHAR, tid VARCHAR, ts_ns BIGINT, dur_ns BIGINT, id VARCHAR, args JSON)")
     t0 = time.perf_counter()
