@@ -201,23 +201,17 @@ def _register(con, run: str, size: int, out: dict, columns: dict[str, list[str]]
             return res
     sid = store.new_source_id(con)
     try:
-        for table, pq in sorted(out["parquet"].items()):
-            cols = [c for c in columns[table] if c != "source_id"]
-            names = ", ".join(f'"{c}"' for c in cols)
-            con.execute(f'INSERT INTO "{table}" ("source_id", {names}) '
-                        f"SELECT $sid, {names} FROM read_parquet($pq)", {"sid": sid, "pq": pq})
-        store.commit_source(con, sid, run, res.path, size, src["fingerprint"], _record(src), out["drops"])
+        with store.discard_on_error(con, sid):
+            for table, pq in sorted(out["parquet"].items()):
+                cols = [c for c in columns[table] if c != "source_id"]
+                names = ", ".join(f'"{c}"' for c in cols)
+                con.execute(f'INSERT INTO "{table}" ("source_id", {names}) '
+                            f"SELECT $sid, {names} FROM read_parquet($pq)", {"sid": sid, "pq": pq})
+            store.commit_source(con, sid, run, res.path, size, src["fingerprint"], _record(src), out["drops"])
     except duckdb.Error as exc:
-        store.discard_source(con, sid)
         res.status, res.rows_kept, res.rows_dropped = "failed", 0, 0
         res.rank = res.rank_source = None
         res.message = f"{res.path}: the database refused the rows ({str(exc).splitlines()[0]})"
-    except BaseException:
-        try:
-            store.discard_source(con, sid)
-        except duckdb.Error:
-            pass
-        raise
     res.seconds += time.perf_counter() - t0
     return res
 

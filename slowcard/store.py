@@ -12,6 +12,7 @@ import importlib.resources as resources
 import json
 import os
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -210,6 +211,20 @@ def discard_source(con, sid: int) -> None:
     for table in row_tables(con):
         con.execute(f'DELETE FROM "{table}" WHERE source_id = ?', [sid])
     con.execute("DELETE FROM pending_sources WHERE source_id = ?", [sid])
+
+
+@contextmanager
+def discard_on_error(con, sid: int):
+    """Write a file's rows under ``sid``: on any exception, remove what was written (a failed
+    discard is left to clean_pending at the next open) and re-raise for the caller to report."""
+    try:
+        yield
+    except BaseException:
+        try:
+            discard_source(con, sid)
+        except duckdb.Error:
+            pass
+        raise
 
 
 def clean_pending(con) -> int:

@@ -25,6 +25,29 @@ def realdata() -> Path:
     return REALDATA
 
 
+def ingest_ok(db, paths, run) -> None:
+    """Ingest paths into db under run and assert every file went in cleanly."""
+    from slowcard.ingest import ingest_paths
+
+    con = store.open_db(db)
+    try:
+        rep = ingest_paths(db, [str(p) for p in paths], run=run, con=con)
+    finally:
+        con.close()
+    assert all(f.status == "ok" for f in rep.files), [(f.path, f.status, f.message) for f in rep.files]
+
+
+REAL_EP_RUN = "kineto_cpu_ep4_hot1"
+
+
+@pytest.fixture(scope="session")
+def real_ep_db(realdata, tmp_path_factory) -> Path:
+    """The real EP run ingested once per test session (the report and annotate tests read it)."""
+    db = tmp_path_factory.mktemp("shared_real_ep") / "ep.duckdb"
+    ingest_ok(db, [realdata / REAL_EP_RUN], REAL_EP_RUN)
+    return db
+
+
 @pytest.fixture(scope="session")
 def _template_db(tmp_path_factory) -> Path:
     """One database with the schema applied; copying it is much cheaper than applying the DDL."""

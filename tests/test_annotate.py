@@ -18,23 +18,11 @@ from typer.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).parent))
 import synth_kineto  # noqa: E402
+from conftest import REAL_EP_RUN as REAL_RUN, ingest_ok  # noqa: E402
 
-from slowcard import annotate, cli_views, queries, store  # noqa: E402
+from slowcard import annotate, cli_views, queries  # noqa: E402
 from slowcard.errors import UsageError  # noqa: E402
-from slowcard.ingest import ingest_paths  # noqa: E402
-
-REALDATA = Path(__file__).resolve().parents[1].parent / "shared" / "realdata"
-REAL_RUN = "kineto_cpu_ep4_hot1"
 CATALOG = queries.load_catalog()
-
-
-def _ingest(db, paths, run):
-    con = store.open_db(db)
-    try:
-        rep = ingest_paths(db, [str(p) for p in paths], run=run, con=con)
-    finally:
-        con.close()
-    assert all(f.status == "ok" for f in rep.files), [(f.path, f.status, f.message) for f in rep.files]
 
 
 def _results(con, run, names=("ep-slow-rank", "rank-waits")):
@@ -70,22 +58,10 @@ def _check_viewer_rules(doc):
     return per_thread
 
 
-def _shared_real_db(tmp_path_factory, src):
-    """The real run ingested once per test session (test_report and test_annotate both read it)."""
-    db = tmp_path_factory.getbasetemp() / "shared_real_ep" / "ep.duckdb"
-    if not db.exists():
-        db.parent.mkdir(exist_ok=True)
-        _ingest(db, [src], REAL_RUN)
-    return db
-
-
 @pytest.fixture(scope="module")
-def real(tmp_path_factory):
-    src = REALDATA / REAL_RUN
-    if not src.is_dir():
-        pytest.skip(f"real data not present at {src}")
+def real(tmp_path_factory, real_ep_db):
     d = tmp_path_factory.mktemp("real")
-    db = _shared_real_db(tmp_path_factory, src)
+    db = real_ep_db
     con = queries.open_readonly(db)
     try:
         stats = annotate.write_annotated(con, REAL_RUN, d / "merged.json", _results(con, REAL_RUN))
@@ -162,7 +138,7 @@ def two_hosts(tmp_path_factory):
     synth_kineto.write_ep_run(d / "trace", scenario="token_skew", steps=2, layers=2,
                               clock_offsets_us={2: 40_000, 3: 40_000})
     db = d / "run.duckdb"
-    _ingest(db, [d / "trace"], "hosts")
+    ingest_ok(db, [d / "trace"], "hosts")
     con = queries.open_readonly(db)
     try:
         stats = annotate.write_annotated(con, "hosts", d / "merged.json", _results(con, "hosts"), batch_rows=500)
@@ -214,7 +190,7 @@ def _hand_trace(dirpath: Path) -> Path:
 def hand_db(tmp_path_factory):
     d = tmp_path_factory.mktemp("hand")
     db = d / "hand.duckdb"
-    _ingest(db, [_hand_trace(d / "trace")], "hand")
+    ingest_ok(db, [_hand_trace(d / "trace")], "hand")
     return db
 
 

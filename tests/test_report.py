@@ -20,15 +20,13 @@ from typer.testing import CliRunner
 sys.path.insert(0, str(Path(__file__).parent))
 import synth_experts  # noqa: E402
 import synth_kineto  # noqa: E402
+from conftest import REAL_EP_RUN as REAL_RUN, ingest_ok  # noqa: E402
 
-from slowcard import cli_views, queries, report, store  # noqa: E402
+from slowcard import cli_views, queries, report  # noqa: E402
 from slowcard.errors import UsageError  # noqa: E402
-from slowcard.ingest import ingest_paths  # noqa: E402
 from slowcard.queries import Result  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-REALDATA = ROOT.parent / "shared" / "realdata"
-REAL_RUN = "kineto_cpu_ep4_hot1"
 CATALOG = queries.load_catalog()
 PAYLOAD = '<script>alert("pwned")</script>'
 GEN_RUN = f"gen{PAYLOAD}"
@@ -40,31 +38,10 @@ def _report_results(con, run):
     return report.ensure_results(con, run, None, report.REPORT_QUERIES, CATALOG)
 
 
-def _ingest(db, paths, run):
-    con = store.open_db(db)
-    try:
-        rep = ingest_paths(db, [str(p) for p in paths], run=run, con=con)
-    finally:
-        con.close()
-    assert all(f.status == "ok" for f in rep.files), [(f.path, f.status, f.message) for f in rep.files]
-
-
-def _shared_real_db(tmp_path_factory, src):
-    """The real run ingested once per test session (test_report and test_annotate both read it)."""
-    db = tmp_path_factory.getbasetemp() / "shared_real_ep" / "ep.duckdb"
-    if not db.exists():
-        db.parent.mkdir(exist_ok=True)
-        _ingest(db, [src], REAL_RUN)
-    return db
-
-
 @pytest.fixture(scope="module")
-def real(tmp_path_factory):
-    src = REALDATA / REAL_RUN
-    if not src.is_dir():
-        pytest.skip(f"real data not present at {src}")
+def real(tmp_path_factory, real_ep_db):
     d = tmp_path_factory.mktemp("real")
-    db = _shared_real_db(tmp_path_factory, src)
+    db = real_ep_db
     con = queries.open_readonly(db)
     results = _report_results(con, REAL_RUN)
     page = report.build_report(con, REAL_RUN, results)
@@ -86,7 +63,7 @@ def gen(tmp_path_factory):
                                                  '"gloo:all_to_all' + PAYLOAD.replace('"', '\\"') + '"').encode()))
     ex = synth_experts.write_scenario("concentrated", d / "experts", metrics=False)
     db = d / "gen.duckdb"
-    _ingest(db, [d / "ep", *ex, ROOT / "testdata" / "service_dp4_request_skew"], GEN_RUN)
+    ingest_ok(db, [d / "ep", *ex, ROOT / "testdata" / "service_dp4_request_skew"], GEN_RUN)
     con = queries.open_readonly(db)
     results = _report_results(con, GEN_RUN)
     page = report.build_report(con, GEN_RUN, results, conclusion={
@@ -250,7 +227,7 @@ def test_cli_report_writes_the_page_and_rejects_bad_input(app, tmp_path):
                                  "traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1,
                                                   "ts": 10.0, "dur": 5.0}]}))
     db = tmp_path / "tiny.duckdb"
-    _ingest(db, [trace.parent], "tiny")
+    ingest_ok(db, [trace.parent], "tiny")
     runner = CliRunner()
     out = tmp_path / "r" / "report.html"
     res = runner.invoke(app, ["report", "--db", str(db), "--out", str(out)])

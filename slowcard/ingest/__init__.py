@@ -282,38 +282,30 @@ def ingest_file(con, path: Path, run: str, explicit: bool, size: int, opts: Inge
     result.format = fmt
     sid = store.new_source_id(con)
     try:
-        outcome: Outcome = reader.ingest(Context(path, fmt, sid, run, con, opts))
-        info = ranks_mod.resolve(path, outcome.rank_hints, rank_pattern, rank_map)
-        rec = store.SourceRecord(
-            format=fmt, rows_seen=outcome.rows_seen, rows_kept=outcome.rows_kept,
-            rows_dropped=outcome.rows_dropped, status=outcome.status, message=outcome.message,
-            metadata=outcome.metadata, base_time_ns=outcome.base_time_ns, rank=info.rank,
-            rank_source=info.source, dp_rank=info.dp_rank, tp_rank=info.tp_rank,
-            pp_rank=info.pp_rank, ep_rank=info.ep_rank, world_size=info.world_size, host=info.host,
-        )
-        store.commit_source(con, sid, run, str(path), size, store.fingerprint_file(path, size),
-                            rec, outcome.drops)
+        with store.discard_on_error(con, sid):
+            outcome: Outcome = reader.ingest(Context(path, fmt, sid, run, con, opts))
+            info = ranks_mod.resolve(path, outcome.rank_hints, rank_pattern, rank_map)
+            rec = store.SourceRecord(
+                format=fmt, rows_seen=outcome.rows_seen, rows_kept=outcome.rows_kept,
+                rows_dropped=outcome.rows_dropped, status=outcome.status, message=outcome.message,
+                metadata=outcome.metadata, base_time_ns=outcome.base_time_ns, rank=info.rank,
+                rank_source=info.source, dp_rank=info.dp_rank, tp_rank=info.tp_rank,
+                pp_rank=info.pp_rank, ep_rank=info.ep_rank, world_size=info.world_size, host=info.host,
+            )
+            store.commit_source(con, sid, run, str(path), size, store.fingerprint_file(path, size),
+                                rec, outcome.drops)
     except InputError as exc:
-        store.discard_source(con, sid)
         result.message = str(exc)
         return result
     except duckdb.Error as exc:
-        store.discard_source(con, sid)
         result.message = f"{path}: the database refused the rows ({str(exc).splitlines()[0]})"
         return result
     except (RecursionError, UnicodeError, ValueError, TypeError, OSError) as exc:
         # A reader bug or an input nobody foresaw: fail this file, name it, and go on with the
         # others (never a traceback that loses the whole run).
-        store.discard_source(con, sid)
         result.message = (f"{path}: could not be read ({type(exc).__name__}: {exc}); "
                           "the other files were ingested; please report this file")
         return result
-    except BaseException:
-        try:
-            store.discard_source(con, sid)
-        except duckdb.Error:
-            pass
-        raise
     result.status = outcome.status
     result.rank, result.rank_source = info.rank, info.source
     result.rows_kept, result.rows_dropped = outcome.rows_kept, outcome.rows_dropped
