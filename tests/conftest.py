@@ -48,6 +48,23 @@ def real_ep_db(realdata, tmp_path_factory) -> Path:
     return db
 
 
+@pytest.fixture(scope="module")
+def app():
+    """A typer app with only the view commands (report, annotate, ...) registered."""
+    import typer
+
+    from slowcard import cli_views
+
+    a = typer.Typer()
+
+    @a.callback()
+    def _main():
+        """test app"""
+
+    cli_views.register(a)
+    return a
+
+
 @pytest.fixture(scope="session")
 def _template_db(tmp_path_factory) -> Path:
     """One database with the schema applied; copying it is much cheaper than applying the DDL."""

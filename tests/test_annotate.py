@@ -11,7 +11,6 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-import typer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -20,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import synth_kineto  # noqa: E402
 from conftest import REAL_EP_RUN as REAL_RUN, ingest_ok  # noqa: E402
 
-from slowcard import annotate, cli_views, queries  # noqa: E402
+from slowcard import annotate, queries  # noqa: E402
 from slowcard.errors import UsageError  # noqa: E402
 CATALOG = queries.load_catalog()
 
@@ -247,18 +246,6 @@ def test_lane_placement_never_leaves_a_partial_overlap(spans):
     k2 = th2.add((1, "p", "t"), 100, "main")
     nested = [(i, 100 - 2 * i) for i in range(10)]
     assert {th2.place(k2, s, s + d) for s, d in nested} == {100 * 1000 + 1}
-
-
-@pytest.fixture(scope="module")
-def app():
-    a = typer.Typer()
-
-    @a.callback()
-    def _main():
-        """test app"""
-
-    cli_views.register(a)
-    return a
 
 
 def test_cli_annotate(hand_db, app, tmp_path):

@@ -460,14 +460,25 @@ def test_part_size_is_honoured(tmp_db, tmp_path, monkeypatch, suffix):
     assert len(sizes) > 10 and max(sizes) <= 8192 + 2
 
 
+def _ingest_leaving_nothing_behind(db, tmp_path, path):
+    """Ingest one trace in 8 KB parts; assert no thread and no pipe or part file outlives it."""
+    import threading
+
+    before = threading.active_count()
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    report = ingest_paths(db, [path], run="p", options=IngestOptions(part_bytes=8192, tmp_dir=scratch))
+    assert threading.active_count() == before
+    assert not list(scratch.iterdir())
+    return report.files[0]
+
+
 @pytest.mark.parametrize("bad_at", [None, 10, 2500])
 def test_plain_file_goes_through_pipes_in_one_statement(tmp_db, tmp_path, monkeypatch, bad_at):
     """An uncompressed multi-part file is inserted by ONE statement over named pipes. When DuckDB
     rejects a part (a bad event near the start or the end), nothing of that statement stays, the
     parts go again through part files, every good event is kept once, and no feeder thread or
     pipe is left behind."""
-    import threading
-
     events = [{"ph": "X", "name": f"op{i % 10}", "pid": 1, "tid": 1, "ts": i + 0.25, "dur": 1}
               for i in range(3000)]
     text = trace_text(events, {"schemaVersion": 1})
@@ -485,12 +496,7 @@ def test_plain_file_goes_through_pipes_in_one_statement(tmp_db, tmp_path, monkey
         return ok
 
     monkeypatch.setattr(chrome._Ingest, "_insert_through_pipes", spy)
-    before = threading.active_count()
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    report = ingest_paths(tmp_db, [path], run="p", options=IngestOptions(part_bytes=8192, tmp_dir=scratch))
-    f = report.files[0]
-    assert threading.active_count() == before
+    f = _ingest_leaving_nothing_behind(tmp_db, tmp_path, path)
     assert len(calls) == 1 and calls[0][0] > 10
     assert calls[0][1] is (bad_at is None)
     if bad_at is None:
@@ -501,7 +507,6 @@ def test_plain_file_goes_through_pipes_in_one_statement(tmp_db, tmp_path, monkey
     with ro(tmp_db) as con:
         want = expected_rows([e for i, e in enumerate(events) if i != bad_at])
         assert stored_rows(con, path) == want
-    assert not list(scratch.iterdir())
 
 
 @pytest.mark.parametrize("case", ["clean", "bad_early", "bad_late", "short_estimate", "ts_turns_string"])
@@ -512,8 +517,6 @@ def test_gz_file_goes_through_pipes_in_one_statement(tmp_db, tmp_path, monkeypat
     statement (a bad event, a part whose ts is read another way) nothing of it stays, the file is
     decompressed again and goes in waves: every good event is kept once, exactly, and no thread,
     pipe or part file is left behind."""
-    import threading
-
     events = [{"ph": "X", "name": f"op{i % 10}", "pid": 1, "tid": 1, "ts": i + 0.25, "dur": 1}
               for i in range(3000)]
     bad_at = {"bad_early": 10, "bad_late": 2500}.get(case)
@@ -532,12 +535,7 @@ def test_gz_file_goes_through_pipes_in_one_statement(tmp_db, tmp_path, monkeypat
     orig = chrome._Ingest._insert_files
     monkeypatch.setattr(chrome._Ingest, "_insert_files",
                         lambda self, files, ts: statements.append(len(files)) or orig(self, files, ts))
-    before = threading.active_count()
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    report = ingest_paths(tmp_db, [path], run="p", options=IngestOptions(part_bytes=8192, tmp_dir=scratch))
-    f = report.files[0]
-    assert threading.active_count() == before
+    f = _ingest_leaving_nothing_behind(tmp_db, tmp_path, path)
     if case == "short_estimate":
         assert statements[0] == 40_000 // 8192 + 2          # the pipes the estimate asked for ...
         assert len(statements) > 2                          # ... then the rest in waves
@@ -554,7 +552,6 @@ def test_gz_file_goes_through_pipes_in_one_statement(tmp_db, tmp_path, monkeypat
         assert f"first at event {bad_at}" in f.message
     with ro(tmp_db) as con:
         assert stored_rows(con, path) == expected_rows([e for i, e in enumerate(events) if i != bad_at])
-    assert not list(scratch.iterdir())
 
 
 @pytest.mark.parametrize("suffix", [".json", ".json.gz"])

@@ -14,7 +14,6 @@ import zlib
 from pathlib import Path
 
 import pytest
-import typer
 from typer.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -22,7 +21,7 @@ import synth_experts  # noqa: E402
 import synth_kineto  # noqa: E402
 from conftest import REAL_EP_RUN as REAL_RUN, ingest_ok  # noqa: E402
 
-from slowcard import cli_views, queries, report  # noqa: E402
+from slowcard import queries, report  # noqa: E402
 from slowcard.errors import UsageError  # noqa: E402
 from slowcard.queries import Result  # noqa: E402
 
@@ -206,18 +205,6 @@ def test_missing_plotly_names_the_extra(gen, monkeypatch):
 
 
 # ---------------------------------------------------------------- CLI
-
-@pytest.fixture(scope="module")
-def app():
-    a = typer.Typer()
-
-    @a.callback()
-    def _main():
-        """test app"""
-
-    cli_views.register(a)
-    return a
-
 
 def test_cli_report_writes_the_page_and_rejects_bad_input(app, tmp_path):
     """On a one-rank trace without MoE layers: every part SKIPs with a note, the page is written."""

@@ -203,7 +203,11 @@ class _Csv:
         for t in (self.rej_table, self.rej_scan):
             self.ctx.con.execute(f"DROP TABLE IF EXISTS {t}")
 
-    def cleanup(self) -> None:
+    def cleanup(self, staged: str | None = None) -> None:
+        """Drop the reader's temp tables, and the view ``staged`` over ``{staged}_t`` if given."""
+        if staged:
+            self.ctx.con.execute(f"DROP VIEW IF EXISTS {staged}")
+            self.ctx.con.execute(f"DROP TABLE IF EXISTS {staged}_t")
         self.drop_temp()
         self.ctx.con.execute(f"DROP TABLE IF EXISTS {self.rej_table}_map")
 
@@ -593,9 +597,7 @@ def _ingest_request(ctx: Context) -> Outcome:
             ("start_ns IS NOT NULL", "no usable start time (start_time(ms) and start_datetime empty or unparseable)"),
         ], src))
     finally:
-        con.execute(f"DROP VIEW IF EXISTS {src}")
-        con.execute(f"DROP TABLE IF EXISTS {src}_t")
-        f.cleanup()
+        f.cleanup(src)
     return _finish(f, kept, row_drops, times.metadata())
 
 
@@ -633,9 +635,7 @@ def _ingest_kvcache(ctx: Context) -> Outcome:
             ("ts_ns IS NOT NULL", "no usable start_time (not a datetime YYYY-MM-DD HH:MM:SS:ffffff nor an epoch number)"),
         ], src))
     finally:
-        con.execute(f"DROP VIEW IF EXISTS {src}")
-        con.execute(f"DROP TABLE IF EXISTS {src}_t")
-        f.cleanup()
+        f.cleanup(src)
     meta = {"shape": shape, **times.metadata()}
     return _finish(f, kept, row_drops, meta, note=f"{shape} shape")
 
@@ -668,7 +668,5 @@ def _ingest_forward(ctx: Context) -> Outcome:
             ("start_ns IS NOT NULL", "no usable start time (start_time(ms) and start_datetime empty or unparseable)"),
         ], src))
     finally:
-        con.execute(f"DROP VIEW IF EXISTS {src}")
-        con.execute(f"DROP TABLE IF EXISTS {src}_t")
-        f.cleanup()
+        f.cleanup(src)
     return _finish(f, kept, row_drops, times.metadata())
