@@ -244,10 +244,10 @@ def ingest_paths(db_path: str | Path, paths: list[str | Path], run: str | None =
             return res
 
         if jobs > 1 and len(work) > 1:
-            # Each worker thread has its own cursor; DuckDB runs the parsing off the GIL.
-            per_job = IngestOptions(tmp_dir=opts.tmp_dir, part_bytes=opts.part_bytes, memory_limit=opts.memory_limit,
-                                    threads=max(1, opts.threads // jobs) or 1)
-            opts = per_job
+            # Each worker thread has its own cursor; DuckDB runs the parsing off the GIL. Every
+            # file keeps all DuckDB threads (`threads` is one setting for the whole database):
+            # with threads split between jobs, 8 files of 90 MB took 4.3 s at --jobs 2 against
+            # 3.6 s at --jobs 1; shared, 3.5-3.8 s, and 64 small files 3.0 s against 4.4 s.
             with ThreadPoolExecutor(max_workers=jobs) as pool:
                 report.files = list(pool.map(one, work))
         else:
