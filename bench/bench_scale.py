@@ -360,8 +360,8 @@ def main(argv=None) -> int:
     w(f"`python bench/bench_scale.py --sizes {a.sizes} --events-per-rank {a.events_per_rank} "
       f"--compare {a.compare} --big-ranks {a.big_ranks} --big-events {a.big_events}`: one run, "
       f"{total_s / 60:.1f} min on this {os.cpu_count()}-core box, load average {load0[0]:.1f} at the "
-      f"start and {load1[0]:.1f} at the end (other sessions were running their tests: absolute times "
-      "are pessimistic, read the ratios). Synthetic Kineto from bench/gen_kineto.py (token_skew on "
+      f"start and {load1[0]:.1f} at the end (this box is shared: with other work running, absolute "
+      "times come out up to 2-3x longer; read the ratios). Synthetic Kineto from bench/gen_kineto.py (token_skew on "
       "rank 1, gzip level 1, the same events per rank at every size); every ingest and every query "
       "in a fresh process, peak RSS from `getrusage` in that process. MB = uncompressed JSON "
       "(10^6 bytes); s/file = the in-process seconds per file (without process start and imports).")

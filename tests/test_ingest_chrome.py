@@ -873,3 +873,23 @@ def test_database_file_stays_compact_over_many_statements_and_reingests(tmp_path
         assert con.execute("SELECT count(*) FROM event_rows").fetchone()[0] == 4 * 140_000
     assert sizes[0] - base <= 4 * one * 1.2, (base, one, sizes)
     assert max(sizes[1:]) <= 2.3 * sizes[0], sizes
+
+
+@pytest.mark.parametrize("suffix", [".json", ".json.gz"])
+def test_progress_moves_within_one_large_file(tmp_db, tmp_path, suffix):
+    """The progress callback sees a file's bytes part by part, not only when the file is done,
+    and the bytes add up to the file's size exactly (compressed size for .gz)."""
+    rnd = random.Random(7)       # incompressible padding: the .gz spans many 256 KB reads
+    events = [{"ph": "X", "name": f"op{i % 10}", "pid": 1, "tid": 1, "ts": i + 0.5, "dur": 1,
+               "args": {"pad": "%032x" % rnd.getrandbits(128)}} for i in range(60_000)]
+    path = write_trace(tmp_path / f"big{suffix}", events, {"schemaVersion": 1})
+    states = []
+    report = ingest_paths(tmp_db, [path], run="p", options=IngestOptions(part_bytes=64 << 10),
+                          progress=states.append)
+    assert report.files[0].status == "ok"
+    size = path.stat().st_size
+    within = [s["bytes_done"] for s in states if s["files_done"] == 0 and 0 < s["bytes_done"] < size]
+    assert len(within) >= 3, [s["bytes_done"] for s in states]
+    assert within == sorted(within)
+    assert states[-1]["bytes_done"] == size and states[-1]["files_done"] == 1
+    assert states[-1]["events"] == 60_000

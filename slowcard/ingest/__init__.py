@@ -235,12 +235,21 @@ def ingest_paths(db_path: str | Path, paths: list[str | Path], run: str | None =
             p, explicit, size = item
             cur = con.cursor()
             cur.execute("SET enable_progress_bar = false")   # a cursor has its own settings; stdout is ours
+            seen = [0]          # bytes of this file already reported by its reader's threads
+            seen_lock = threading.Lock()
+
+            def on_bytes(n: int) -> None:
+                with seen_lock:
+                    n = min(n, size - seen[0])
+                    seen[0] += n
+                prog.update(bytes_done=n)
+
             try:
                 prog.update(current=str(p))
-                res = ingest_file(cur, p, run, explicit, size, opts, rank_pattern, rmap)
+                res = ingest_file(cur, p, run, explicit, size, opts, rank_pattern, rmap, on_bytes)
             finally:
                 cur.close()
-            prog.update(files_done=1, bytes_done=size, events=res.rows_kept)
+            prog.update(files_done=1, bytes_done=size - seen[0], events=res.rows_kept)
             return res
 
         if jobs > 1 and len(work) > 1:
@@ -260,7 +269,7 @@ def ingest_paths(db_path: str | Path, paths: list[str | Path], run: str | None =
 
 
 def ingest_file(con, path: Path, run: str, explicit: bool, size: int, opts: IngestOptions,
-                rank_pattern: str | None = None, rank_map=None) -> FileResult:
+                rank_pattern: str | None = None, rank_map=None, on_bytes=None) -> FileResult:
     """Ingest one file; never raises for bad input (the FileResult says what happened)."""
     t0 = time.perf_counter()
     result = FileResult(path=str(path), format=None, status="failed", size_bytes=size)
@@ -283,7 +292,7 @@ def ingest_file(con, path: Path, run: str, explicit: bool, size: int, opts: Inge
     sid = store.new_source_id(con)
     try:
         with store.discard_on_error(con, sid):
-            outcome: Outcome = reader.ingest(Context(path, fmt, sid, run, con, opts))
+            outcome: Outcome = reader.ingest(Context(path, fmt, sid, run, con, opts, on_bytes))
             info = ranks_mod.resolve(path, outcome.rank_hints, rank_pattern, rank_map)
             rec = store.SourceRecord(
                 format=fmt, rows_seen=outcome.rows_seen, rows_kept=outcome.rows_kept,

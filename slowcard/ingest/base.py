@@ -21,7 +21,7 @@ import io
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Callable, Protocol
 
 import duckdb
 
@@ -46,6 +46,14 @@ class Context:
     run: str
     con: duckdb.DuckDBPyConnection
     options: IngestOptions
+    # Called with how many more bytes of the file (as stored: compressed for .gz) have been read,
+    # from any thread, so a progress bar moves within one large file. Readers that do not call it
+    # are counted whole when they finish.
+    on_bytes: Callable[[int], None] | None = None
+
+    def read_bytes(self, n: int) -> None:
+        if self.on_bytes and n > 0:
+            self.on_bytes(n)
 
 
 @dataclass

@@ -304,8 +304,10 @@ def _copy_range(src: int, dst: int, offset: int, count: int) -> None:
         count -= n
 
 
-def _feed_pipe(fd: int, offset: int, length: int, pipe: str, head: bytes = b"[", end: bytes = b"]") -> None:
-    """Write head + the file's bytes + end into a named pipe (blocks until DuckDB opens it)."""
+def _feed_pipe(fd: int, offset: int, length: int, pipe: str, head: bytes = b"[", end: bytes = b"]",
+               done=None) -> None:
+    """Write head + the file's bytes + end into a named pipe (blocks until DuckDB opens it);
+    then ``done(length)``."""
     try:
         out = os.open(pipe, os.O_WRONLY)
     except OSError:
@@ -315,6 +317,8 @@ def _feed_pipe(fd: int, offset: int, length: int, pipe: str, head: bytes = b"[",
         _copy_range(fd, out, offset, length)
         if end:
             os.write(out, end)
+        if done:
+            done(length)
     except OSError:
         pass          # DuckDB stopped reading (the statement failed): the fallback re-reads the file
     finally:
@@ -416,7 +420,7 @@ class _Ingest:
     # -- phase 1: header -----------------------------------------------------------------------
     def _find_events(self, s: _Stream) -> int:
         """Parse header keys; return the buffer index just after the '[' of the events array."""
-        s.more()
+        s.more(1 << 20)       # a first look; more comes as the header needs it
         if not s.buf:
             if s.error:
                 raise InputError(self.path, f"cannot read the compressed stream ({s.error})",
@@ -486,9 +490,10 @@ class _Ingest:
             target = self._part_target()
             keep = min(TAIL_BYTES, target)
             want = target
-            n = 0
+            n = reported = 0
             while not stop.is_set():
-                while len(s.buf) < want and s.more():
+                # read what this part needs (at least 1 MB): progress then moves part by part
+                while len(s.buf) < want and s.more(min(READ_BYTES, max(1 << 20, want - len(s.buf)))):
                     pass
                 hi = min(len(s.buf), want)
                 lo = max(0, hi - BOUNDARY_WINDOW)
@@ -512,6 +517,9 @@ class _Ingest:
                 n += 1
                 del buf
                 s.drop(cut)
+                read = s.f.tell()           # compressed bytes consumed so far
+                self.ctx.read_bytes(read - reported)
+                reported = read
                 out.put((part, info))
                 if s.eof and len(s.buf) < keep:
                     break
@@ -575,6 +583,7 @@ class _Ingest:
                 for part in files:
                     os.unlink(part)
                     del self.part_info[part]
+            self.ctx.read_bytes(sum(length for _, length, _, _ in parts[b:b + cap]))
 
     def _insert_through_pipes(self, fd: int, parts: list[tuple[int, int, bytes, str]]) -> bool:
         """One INSERT over one named pipe per part, each fed from the file by its own thread
@@ -586,7 +595,8 @@ class _Ingest:
                 pipe = os.path.join(self.tmpdir, f"pipe{i:05d}.json")
                 os.mkfifo(pipe)
                 pipes.append(pipe)
-                t = threading.Thread(target=_feed_pipe, args=(fd, offset, length, pipe), daemon=True)
+                t = threading.Thread(target=_feed_pipe, args=(fd, offset, length, pipe),
+                                     kwargs={"done": self.ctx.read_bytes}, daemon=True)
                 t.start()
                 feeders.append(t)
             try:

@@ -49,16 +49,16 @@ SELECT s.run, s.rank, o.* EXCLUDE (gmm_parts),
        CASE
            WHEN o.gmm_parts IS NULL OR len(o.gmm_parts) < 2 THEN NULL
            WHEN list_count(list_transform(list_slice(o.gmm_parts, 1, len(o.gmm_parts) - 2),
-                                          p -> TRY_CAST(trim(split_part(p, ',', 1)) AS BIGINT)))
+                                          lambda p: TRY_CAST(trim(split_part(p, ',', 1)) AS BIGINT)))
                 <> len(o.gmm_parts) - 2 THEN NULL
            ELSE coalesce(list_sum(list_transform(list_slice(o.gmm_parts, 1, len(o.gmm_parts) - 2),
-                                                 p -> TRY_CAST(trim(split_part(p, ',', 1)) AS BIGINT))), 0)
+                                                 lambda p: TRY_CAST(trim(split_part(p, ',', 1)) AS BIGINT))), 0)
        END::BIGINT AS gmm_tokens
 FROM (
     SELECT r.*,
            CASE WHEN lower(r.op_type) = 'groupedmatmul'
                      OR regexp_matches(r.name, '(^|_)groupedmatmul(_|$)', 'i')
-                THEN list_filter(string_split(trim(r.input_shapes, '"'), ';'), p -> trim(p) <> '')
+                THEN list_filter(string_split(trim(r.input_shapes, '"'), ';'), lambda p: trim(p) <> '')
            END AS gmm_parts
     FROM op_rows r
 ) o
