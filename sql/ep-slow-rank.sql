@@ -1,5 +1,5 @@
 -- name: ep-slow-rank
--- version: 2
+-- version: 3
 -- description: The slow card of an expert-parallel run: the rank the others wait for in MoE layers, and why.
 -- requires: moe_layer_facts
 -- param: min_token_ratio DOUBLE = 1.3     -- tokens vs the median rank of the same layer instance that count as clearly more
@@ -15,7 +15,8 @@
 -- Per (rank, layer instance): what it computed and how it met the others at the collectives.
 WITH f AS (
     SELECT f.*, coalesce(c.n_collectives, 0) AS n_coll, coalesce(c.n_arrived_last, 0) AS n_last,
-           coalesce(c.transfer_ns, 0) AS transfer_ns, coalesce(c.arrival_lag_ns, 0) AS lag_ns
+           coalesce(c.transfer_ns, 0) AS transfer_ns, coalesce(c.arrival_lag_ns, 0) AS lag_ns,
+           f.source_id IN (SELECT source_id FROM _layer_cuts WHERE run = $run) AS truncated
     FROM moe_layer_facts f
     LEFT JOIN _layer_collectives c USING (run, rank, source_id, step, layer, occurrence)
     WHERE f.run = $run AND f.rank IS NOT NULL
@@ -33,7 +34,8 @@ med AS (
            coalesce(median(transfer_ns) FILTER (WHERE n_coll > 0), 0) AS med_transfer_ns,
            coalesce(sum(lag_ns) FILTER (WHERE n_coll > 0), 0) AS all_lag_ns,
            coalesce(median(lag_ns) FILTER (WHERE n_coll > 0), 0) AS med_lag_ns,
-           median(layer_ns) AS med_layer_ns
+           median(layer_ns) AS med_layer_ns,
+           count(*) FILTER (WHERE n_coll > 0) AS n_ranks_with_coll
     FROM f JOIN inst USING (step, layer, occurrence) GROUP BY ALL
 ),
 flags AS (
@@ -44,8 +46,13 @@ flags AS (
            m.all_lag_ns - f.lag_ns AS others_lag_ns,
            -- "the others wait for it": they wait for the last arrival a real share of the
            -- layer, and this rank hardly waits at all
-           f.n_coll > 0 AND m.med_lag_ns >= $min_wait_share * m.med_layer_ns
-               AND f.lag_ns <= 0.5 * m.med_lag_ns AS others_wait
+           (f.n_coll > 0 AND m.med_lag_ns >= $min_wait_share * m.med_layer_ns
+               AND f.lag_ns <= 0.5 * m.med_lag_ns)
+           -- A truncated rank whose collectives went with the cut (Kineto writes lane by lane: the
+           -- comm thread or device stream after the main thread) cannot show whether the others
+           -- waited: it is judged on tokens and GroupedMatmul alone, and the finding says so.
+           -- Otherwise the slow card itself, cut mid-write, would pass as balanced.
+           OR (f.n_coll = 0 AND f.truncated AND m.n_ranks_with_coll > 0) AS others_wait
     FROM f JOIN med m USING (step, layer, occurrence)
 ),
 classified AS (
@@ -81,9 +88,12 @@ per_rank AS (
 cuts AS (
     SELECT coalesce(string_agg(
                CASE WHEN n_kept > 0 THEN format('; rank {}''s trace is truncated: steps >= {} left out', rank, cut_step)
-                    ELSE format('; rank {}''s trace is truncated in its first step: left out', rank) END,
+                    ELSE format('; rank {}''s trace is truncated in its first step: left out', rank) END
+               || CASE WHEN n_kept > 0 AND NOT EXISTS (SELECT 1 FROM f WHERE f.rank = c.rank AND f.n_coll > 0)
+                       THEN ', its collectives with the cut (whether the others waited for it not measured)'
+                       ELSE '' END,
                '' ORDER BY rank), '') AS left_out
-    FROM _layer_cuts WHERE run = $run AND rank IS NOT NULL
+    FROM _layer_cuts c WHERE run = $run AND rank IS NOT NULL
 ),
 verdicts AS (
     SELECT *,
