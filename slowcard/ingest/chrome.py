@@ -44,6 +44,7 @@ BOUNDARY_WINDOW = 4 << 20    # how far back from a part's target end an event bo
 # statement per file wherever the input allows.
 BATCH_BYTES = 256 << 20
 MAX_PIPES = 512              # more parts than this go through part files in batches instead
+PIPE_STALL_S = 120.0         # a .gz part DuckDB has not read by then: give up the one-statement path
 SAMPLE_BYTES = 1 << 16       # head of each part inspected to choose how its ts is read
 _WS = b" \t\r\n"
 
@@ -690,7 +691,14 @@ class _Ingest:
                         return
                     if state["end"] is None and item is None:
                         while len(live) >= cap:
-                            live.pop(0).join()
+                            live[0].join(PIPE_STALL_S)
+                            if live[0].is_alive():
+                                # DuckDB has not read the oldest waiting part in all that time:
+                                # should it ever open the pipes out of order, this would wait
+                                # forever. Fail the statement (the finally below); go in waves.
+                                state["bad"] = True
+                                return
+                            live.pop(0)
                         item = parts.get()
                         if item[0] is None:
                             state["end"], item = item, None
