@@ -62,7 +62,6 @@ class _Num(float):
 
 
 _DECODER = json.JSONDecoder(parse_float=_Num)
-_RESTART = object()     # the one-statement insert of a .gz failed: decompress again, go in waves
 
 # The columns DuckDB reads from every event; anything else in an event is ignored.
 # ts must end up as exact integer nanoseconds. Two DuckDB 1.5 traps decide how it is read:
@@ -628,15 +627,15 @@ class _Ingest:
         producer = threading.Thread(target=self._produce, args=(s, start, self.tmpdir, parts, stop), daemon=True)
         producer.start()
         end = None
+        restart = False
         try:
             first = parts.get()
             pending = [first]
             if pipes and first[0] is not None and first[1][1] != "exact" and hasattr(os, "mkfifo"):
-                ok, end = self._stream_through_pipes(parts, first, cap)
-                pending = []
-                if not ok:
-                    end = (None, _RESTART)
-            if end is None:
+                inserted, end = self._stream_through_pipes(parts, first, cap)
+                # rejected: nothing of it stays; decompress again and go in waves (below)
+                restart, pending = not inserted, []
+            if end is None and not restart:
                 end = self._insert_waves(parts, cap, pending)
         finally:
             # Stop and reap the producer whatever happened here; drop the parts it left.
@@ -649,8 +648,7 @@ class _Ingest:
                 if left is not None:
                     os.unlink(left)
             producer.join()
-        tail = end[1]
-        if tail is _RESTART:
+        if restart:
             again = _Stream(self.path)
             try:
                 tail = self._insert_stream(again, self._find_events(again), pipes=False)
@@ -658,6 +656,7 @@ class _Ingest:
                 return tail
             finally:
                 again.close()
+        tail = end[1]
         if isinstance(tail, BaseException):
             raise tail
         return tail or b""
