@@ -1,0 +1,160 @@
+"""Golden outputs of `slowcard diagnose --format json`: the verdicts and rows of every query on
+the committed examples, on deterministic synthetic runs (expert load + traces) and on the real
+runs in ../shared/realdata (skipped when absent).
+
+The goldens were written before the query knowledge moved from Python into the query headers
+(issue 12), so they pin "same verdicts and outputs as before". Other work legitimately changes
+them (new readers, recalibrated verdicts, version bumps); then rewrite them and review the diff:
+
+    python tests/test_golden.py --update            # every case
+    python tests/test_golden.py --update ep4        # the cases whose name contains "ep4"
+
+Only the stable parts are compared: the run, its status and conclusion, and per query its name,
+version, status, summary, columns, rows, parameters and rule. Paths are written relative to the
+case's input folder; floats are rounded to 9 significant digits (summation order may differ).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import synth_experts  # noqa: E402
+import synth_kineto  # noqa: E402
+
+from slowcard.cli import app  # noqa: E402
+
+ROOT = HERE.parent
+TESTDATA = ROOT / "testdata"
+GOLDEN = TESTDATA / "golden" / "diagnose"
+REALDATA = ROOT.parent / "shared" / "realdata"
+
+
+def _synth_chain(experts: str | None, trace: str | None):
+    def build(d: Path) -> Path:
+        if experts:
+            synth_experts.write_scenario(experts, d / "experts")
+        if trace:
+            synth_kineto.write_ep_run(d / "trace", scenario=trace, steps=3, layers=3)
+        return d
+    return build
+
+
+# case name -> ("testdata" | "realdata" | "synth", relative path or builder)
+CASES = {
+    "ep4_token_skew": ("testdata", "ep4_token_skew"),
+    "service_dp4_request_skew": ("testdata", "service_dp4_request_skew"),
+    "ops": ("testdata", "ops"),
+    "synth_concentrated_token_skew": ("synth", _synth_chain("concentrated", "token_skew")),
+    "synth_spread_balanced": ("synth", _synth_chain("spread", "balanced")),
+    "synth_slow_device_slow_compute": ("synth", _synth_chain("slow_device", "slow_compute")),
+    "synth_eplb_fails": ("synth", _synth_chain("eplb_fails", None)),
+    "synth_eplb_works": ("synth", _synth_chain("eplb_works", None)),
+    "real_kineto_cpu_ep4_hot1": ("realdata", "kineto_cpu_ep4_hot1"),
+    "real_ascend": ("realdata", "ascend"),
+    "real_ep_noise_hot_r5_w6": ("realdata", "kineto_cpu_ep_noise/hot_r5_w6"),
+    "real_ep_noise_slow_r3_w4": ("realdata", "kineto_cpu_ep_noise/slow_r3_w4"),
+    "real_ep_noise_bal_w4": ("realdata", "kineto_cpu_ep_noise/bal_w4"),
+}
+
+RESULT_KEYS = ("query", "version", "status", "summary", "columns", "rows", "params", "rule")
+
+
+def _round(v):
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            return str(v)
+        return float(f"{v:.9g}")
+    if isinstance(v, dict):
+        return {str(k): _round(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_round(x) for x in v]
+    return v
+
+
+def stable(doc: dict, base: Path) -> dict:
+    """The parts of a diagnosis that must not move by accident (no timings, no absolute paths)."""
+    text = json.dumps(doc, ensure_ascii=False).replace(str(base) + "/", "").replace(str(base), ".")
+    doc = json.loads(text)
+    return _round({
+        "run": doc["run"],
+        "status": doc["status"],
+        "conclusion": doc["conclusion"],
+        "results": {r["query"]: {k: r.get(k) for k in RESULT_KEYS if k != "query"} for r in doc["results"]},
+    })
+
+
+def _input(case: str, tmp: Path) -> Path | None:
+    kind, what = CASES[case]
+    if kind == "testdata":
+        return TESTDATA / what
+    if kind == "realdata":
+        return REALDATA / what if (REALDATA / what).is_dir() else None
+    return what(tmp / "in")
+
+
+def diagnose_json(case: str, tmp: Path) -> dict | None:
+    """Ingest the case's input and diagnose it through the CLI; None when its input is absent."""
+    from typer.testing import CliRunner
+
+    src = _input(case, tmp)
+    if src is None:
+        return None
+    res = CliRunner().invoke(app, ["diagnose", str(src), "--db", str(tmp / "g.duckdb"), "--run", case,
+                                   "--format", "json"])
+    assert res.exit_code in (0, 1), (res.exit_code, res.output, res.exception)
+    start = res.stdout.index("{")          # ingest notes (salvaged files) go to stderr, but be safe
+    return stable(json.loads(res.stdout[start:]), src)
+
+
+def golden_path(case: str) -> Path:
+    return GOLDEN / f"{case}.json"
+
+
+def dump(doc: dict) -> str:
+    return json.dumps(doc, indent=1, ensure_ascii=False, sort_keys=False) + "\n"
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_diagnose_matches_golden(case, tmp_path):
+    if CASES[case][0] == "realdata" and not (REALDATA / CASES[case][1]).is_dir():
+        pytest.skip(f"real profiler data not found at {REALDATA / CASES[case][1]}")
+    path = golden_path(case)
+    assert path.exists(), f"{path} is missing; run `python tests/test_golden.py --update {case}`"
+    got = diagnose_json(case, tmp_path)
+    want = json.loads(path.read_text(encoding="utf-8"))
+    assert got["status"] == want["status"]
+    assert got["conclusion"] == want["conclusion"]
+    assert list(got["results"]) == list(want["results"]), "queries (or their order) changed"
+    for name, res in want["results"].items():
+        assert got["results"][name] == res, (
+            f"{name} changed on {case}; if intended, run `python tests/test_golden.py --update {case}`")
+
+
+def update(patterns: list[str]) -> None:
+    GOLDEN.mkdir(parents=True, exist_ok=True)
+    for case in CASES:
+        if patterns and not any(p in case for p in patterns):
+            continue
+        with tempfile.TemporaryDirectory() as d:
+            doc = diagnose_json(case, Path(d))
+        if doc is None:
+            print(f"skipped {case}: no input")
+            continue
+        golden_path(case).write_text(dump(doc), encoding="utf-8")
+        print(f"wrote {golden_path(case).relative_to(ROOT)}: {doc['status']}, "
+              f"{doc['conclusion'].get('headline')}")
+
+
+if __name__ == "__main__":
+    if "--update" in sys.argv:
+        update([a for a in sys.argv[1:] if a != "--update"])
+    else:
+        print(__doc__)
