@@ -7,10 +7,10 @@ Opens in Perfetto UI (ui.perfetto.dev) and chrome://tracing:
   process / thread names); a file without a rank gets a process of its own;
 - clock offsets between hosts (view ``clock_offsets``) are subtracted, so the ranks line up;
   ``ts`` is in µs since the run's first event with the nanoseconds kept exactly (3 decimals);
-- where a slow rank (``ep-slow-rank``, else the stragglers of ``rank-waits``) arrives last at a
-  collective (``collective_waits``, with a clear skew as in rank-waits): a process-wide instant
-  event on that rank, and a flow arrow from its collective to the same collective of every rank
-  that waited for it;
+- where a slow rank arrives last at a collective (``collective_waits``, with a clear skew as in
+  rank-waits): a process-wide instant event on that rank, and a flow arrow from its collective to
+  the same collective of every rank that waited for it. The slow ranks are the slow cards
+  (``findings.slow_cards``) of the verdicts whose header says ``shows: annotate``;
 - a process "slowcard verdicts" with one track per query and one X event spanning the run per
   verdict (name ``query@vN STATUS``, args: summary, rule, first rows).
 
@@ -34,8 +34,10 @@ from pathlib import Path
 
 import orjson
 
+from . import findings as findings_mod
 from . import queries as queries_mod
 from .errors import UsageError
+from .verdict import Status, severity
 
 VERDICT_PID = 999_999          # the "slowcard verdicts" process
 RANK_PID_BASE = 100            # rank r -> pid 100 + r (pid 0 is the idle process in Perfetto)
@@ -60,7 +62,8 @@ class AnnotateStats:
     threads: int = 0                      # threads of those processes, overlap threads included
     moved_events: int = 0                 # X events moved to an overlap thread
     overlap_threads: int = 0
-    slow_ranks: list = field(default_factory=list)
+    slow_ranks: list = field(default_factory=list)      # the slow cards that are ranks, marked
+    slow_cards: list = field(default_factory=list)      # every slow card of the run ("DP domain 1")
     markers: int = 0                      # instant events "rank N arrives last"
     flows: int = 0                        # flow arrows (s/f pairs)
     verdicts: int = 0
@@ -89,20 +92,10 @@ def _jsonable(v):
 
 
 def slow_ranks(results: dict) -> dict[int, str]:
-    """rank -> why: the ranks of an ep-slow-rank FAIL/WARN, else the rank-waits stragglers."""
-    out: dict[int, str] = {}
-    ep = results.get("ep-slow-rank")
-    if ep is not None and ep.status in ("FAIL", "WARN"):
-        for r in ep.rows:
-            if r.get("rank") is not None:
-                out[int(r["rank"])] = f"{ep.query}@v{ep.version}: {r.get('cause') or 'slow'}"
-    if not out:
-        rw = results.get("rank-waits")
-        if rw is not None and rw.status in ("FAIL", "WARN"):
-            for r in rw.rows:
-                if r.get("straggler") and r.get("rank") is not None:
-                    out[int(r["rank"])] = f"{rw.query}@v{rw.version}: arrives last (straggler)"
-    return out
+    """rank -> why (``query@vN: cause``): the slow cards that are ranks, from the verdicts that
+    show in the merged trace (``shows: annotate``)."""
+    return {rank: f"{f.ref}: {f.cause or 'slow'}"
+            for rank, f in findings_mod.slow_ranks(results, "annotate").items()}
 
 
 class _Threads:
@@ -319,9 +312,8 @@ def _write_metadata(w: _Writer, srcs, threads: _Threads, src_pid: dict, src_host
 
 def _write_verdicts(w: _Writer, results: dict, span_ns: int) -> int:
     """The "slowcard verdicts" process: one thread per query, one X event spanning the run."""
-    shown = [r for r in results.values() if r.status != "SKIP"]
-    order = {"FAIL": 0, "ERROR": 1, "WARN": 2, "PASS": 3, "INFO": 4}
-    shown.sort(key=lambda r: (order.get(r.status, 9), r.query))
+    shown = [r for r in results.values() if r.status != Status.SKIP]
+    shown.sort(key=lambda r: (severity(r.status), r.query))
     w.event({"ph": "M", "name": "process_name", "pid": VERDICT_PID, "tid": 0, "args": {"name": "slowcard verdicts"}})
     w.event({"ph": "M", "name": "process_sort_index", "pid": VERDICT_PID, "tid": 0, "args": {"sort_index": -1}})
     for i, r in enumerate(shown, start=1):
@@ -339,13 +331,13 @@ def _write_verdicts(w: _Writer, results: dict, span_ns: int) -> int:
 
 def _needed_results(con, run: str, results: dict | None, catalog=None) -> dict:
     """``results`` plus what the markers need; every catalog query when ``results`` is None."""
-    out = dict(results or {})
-    names = None if results is None else [n for n in ("ep-slow-rank", "rank-waits") if n not in out]
-    if names is None or names:
-        catalog = catalog or queries_mod.load_catalog()
-        for n in (catalog if names is None else names):
-            if n in catalog and n not in out:
-                out[n] = queries_mod.run_query(con, catalog[n], run)
+    catalog = catalog or queries_mod.load_catalog()
+    out = queries_mod.with_specs(dict(results or {}), catalog)
+    for q in sorted(catalog.values(), key=lambda q: (q.order, q.name)):
+        # the verdicts that may name the slow card decide what is marked; the rest only when
+        # no results were given (the verdict track then shows every query)
+        if q.name not in out and (results is None or (q.is_verdict and q.priority is not None)):
+            out[q.name] = queries_mod.run_query(con, q, run)
     return out
 
 
@@ -398,6 +390,7 @@ def write_annotated(con, run: str, out: str | Path, results: dict | None = None,
 
         slow = slow_ranks(results)
         stats.slow_ranks = sorted(slow)
+        stats.slow_cards = list(dict.fromkeys(f.label for f in findings_mod.slow_cards(results)))
         marks = _Marks(threads)
         markers = (_markers(con, run, slow, src_off, t0, marks)
                    if slow and _relation_exists(con, "collective_waits") else [])

@@ -111,7 +111,7 @@ def register(app: typer.Typer) -> None:
             _fail(str(exc), 2)
         except OSError as exc:
             _fail(f"{out}: cannot write the trace ({exc.strerror or exc})", 2)
-        slow = ", ".join(f"rank {r}" for r in stats.slow_ranks) or "none"
+        slow = "; ".join(stats.slow_cards) or "none"
         typer.echo(f"wrote {out}: {stats.events:,} events of {stats.processes} process(es), "
                    f"slow card(s): {slow}, {stats.markers} arrival marker(s), {stats.flows} flow(s), "
                    f"{stats.verdicts} verdict(s)"

@@ -6,14 +6,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from . import findings as findings_mod
 from . import queries as queries_mod
+from .verdict import Status
 
 # Columns that identify a row across runs (the first ones a query has are its key).
 KEY_COLUMNS = ("rank", "dp_rank", "layer", "expert", "host", "pg", "coll_kind")
-# Report queries whose numbers are compared row by row.
-METRIC_QUERIES = ("moe-breakdown", "moe-layer-durations", "rank-waits", "dp-report", "clock-offsets")
-VERDICT_QUERIES = ("ep-slow-rank", "ep-hot-chain", "dp-imbalance", "expert-hotspots", "eplb-effect",
-                   "rank-waits")
 
 
 @dataclass
@@ -22,24 +20,17 @@ class Comparison:
     run_b: str
     verdicts: list = field(default_factory=list)      # one dict per verdict query
     metrics: dict = field(default_factory=dict)       # query -> {"key": [...], "rows": [...]}
+    slow_cards_a: list = field(default_factory=list)  # the run's slow cards (findings.slow_cards)
+    slow_cards_b: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return {"run_a": self.run_a, "run_b": self.run_b, "verdicts": self.verdicts, "metrics": self.metrics}
+        return {"run_a": self.run_a, "run_b": self.run_b, "slow_cards_a": self.slow_cards_a,
+                "slow_cards_b": self.slow_cards_b, "verdicts": self.verdicts, "metrics": self.metrics}
 
 
 def _flagged(res) -> list[str]:
     """The findings of a verdict result as short strings ("rank 1 token-skew")."""
-    if res.status not in ("FAIL", "WARN"):
-        return []
-    out = []
-    for r in res.rows:
-        if res.query == "rank-waits" and not r.get("straggler"):
-            continue
-        subject = next((f"{k.replace('_', ' ')} {r[k]}" for k in ("rank", "dp_rank", "expert") if r.get(k) is not None),
-                       r.get("subject") or "")
-        what = r.get("cause") or r.get("finding") or ("straggler" if res.query == "rank-waits" else "")
-        out.append(f"{subject} {what}".strip())
-    return out
+    return list(dict.fromkeys(f.short() for f in findings_mod.findings(res)))
 
 
 def _number(v):
@@ -77,13 +68,15 @@ def side_by_side(res_a, res_b) -> dict:
 def compare(con, run_a: str, run_b: str, catalog: dict | None = None) -> Comparison:
     catalog = catalog or queries_mod.load_catalog()
     cmp = Comparison(run_a=run_a, run_b=run_b)
-    for name in dict.fromkeys(VERDICT_QUERIES + METRIC_QUERIES):
-        if name not in catalog:
-            continue
-        q = catalog[name]
-        ra = queries_mod.run_query(con, q, run_a)
-        rb = queries_mod.run_query(con, q, run_b)
-        if name in VERDICT_QUERIES and (q.rule is not None):
+    # every verdict (the ones that name slow cards first), then the reports shown in compare
+    verdicts = sorted((q for q in catalog.values() if q.is_verdict),
+                      key=lambda q: (q.priority is None, q.priority or 0, q.name))
+    metrics = sorted((q for q in catalog.values() if "compare" in q.shows), key=lambda q: (q.order, q.name))
+    results_a, results_b = {}, {}
+    for q in verdicts + metrics:
+        ra = results_a[q.name] = queries_mod.run_query(con, q, run_a)
+        rb = results_b[q.name] = queries_mod.run_query(con, q, run_b)
+        if q.is_verdict:
             fa, fb = _flagged(ra), _flagged(rb)
             gone = [f for f in fa if f not in fb]
             new = [f for f in fb if f not in fa]
@@ -97,6 +90,8 @@ def compare(con, run_a: str, run_b: str, catalog: dict | None = None) -> Compari
                 "flagged_a": fa, "flagged_b": fb, "changed": ra.status != rb.status or fa != fb,
                 "note": "; ".join(note) or ("unchanged" if ra.status == rb.status else "status changed"),
             })
-        if name in METRIC_QUERIES and "SKIP" not in (ra.status, rb.status) and "ERROR" not in (ra.status, rb.status):
+        elif not {ra.status, rb.status} & {Status.SKIP, Status.ERROR}:
             cmp.metrics[f"{q.name}@v{q.version}"] = side_by_side(ra, rb)
+    cmp.slow_cards_a = [f.short() for f in findings_mod.slow_cards(results_a)]
+    cmp.slow_cards_b = [f.short() for f in findings_mod.slow_cards(results_b)]
     return cmp

@@ -5,6 +5,12 @@ Header rules (docs/contract.md): ``name`` equals the file stem (kebab-case); ``v
 integer; ``description`` one line; ``requires`` the tables/views read; ``param: NAME TYPE =
 DEFAULT -- help`` for each ``$NAME`` (``$run`` is always bound); ``verdict`` a rule or ``none``;
 optional ``summary`` (per-row template) and ``pass`` (text when no rows). Does not decide statuses.
+
+What the rest of slowcard needs to know about a query is in its header too, so that a new
+analysis is one new SQL file: ``role`` (report or verdict), ``subject`` (the columns naming what a
+finding is about, e.g. ``rank`` or ``suspect_rank as rank``), ``priority`` (which verdict names the
+slow card first in a diagnosis), ``order`` (when it runs in a diagnosis) and ``shows`` (the report
+section or trace annotation that shows it). No module names a query in code.
 """
 
 from __future__ import annotations
@@ -21,7 +27,27 @@ import duckdb
 from . import verdict as verdict_mod
 from .errors import QueryDefinitionError, UsageError
 
-KEYS = ("name", "version", "description", "requires", "param", "verdict", "summary", "pass")
+KEYS = ("name", "version", "description", "requires", "param", "verdict", "summary", "pass",
+        "role", "subject", "priority", "order", "shows")
+ROLES = ("report", "verdict")
+# What a finding can be about: subject kind -> the label printed before its value ("DP domain 1").
+SUBJECT_KINDS = {"rank": "rank", "ep_rank": "EP rank", "dp_rank": "DP domain", "expert": "expert",
+                 "layer": "layer", "step": "step", "host": "host", "pg": "process group"}
+# Subject kinds that name a rank (the ones `annotate` can mark in the merged trace).
+RANK_KINDS = ("rank", "ep_rank")
+# Where a query's result is shown (the report's sections, the merged trace, `slowcard compare`).
+SHOWS = {
+    "report.moe": "report: MoE time per rank (report query: the stacked bars; verdict: its rank findings are marked)",
+    "report.waits": "report: rank x (step, layer) wait heat maps",
+    "report.collectives": "report: per-collective skews (table, and the heat map when report.waits is absent)",
+    "report.experts": "report: expert hotness heat map (verdict: its verdict line under the figure)",
+    "report.dp": "report: DP domains table (verdict: its dp_rank findings are highlighted, verdict line)",
+    "report.dp-windows": "report: per-window DP figures",
+    "annotate": "merged trace: the collectives where this verdict's slow rank arrives last are marked",
+    "compare": "slowcard compare: the report's rows side by side (verdicts are always compared)",
+}
+DEFAULT_PRIORITY = 100       # a verdict without `priority:` speaks after the built-in ones
+DEFAULT_ORDER = 1000         # a query without `order:` runs after the built-in ones (by name)
 TYPES = {"INTEGER": int, "BIGINT": int, "DOUBLE": float, "VARCHAR": str, "BOOLEAN": bool}
 _NAME = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
 _PARAM = re.compile(
@@ -53,6 +79,18 @@ class Query:
     pass_text: str | None
     body: str
     path: Path
+    role: str = "report"
+    subject: tuple[tuple[str, str], ...] = ()      # (column, kind) pairs, the card first
+    priority: int | None = None                    # verdicts: lower names the slow card first; None never
+    order: int = DEFAULT_ORDER
+    shows: tuple[str, ...] = ()
+
+    @property
+    def is_verdict(self) -> bool:
+        return self.role == "verdict"
+
+    def ref(self) -> str:
+        return f"{self.name}@v{self.version}"
 
     def fingerprint(self) -> str:
         """What must not change without a version bump: body, params and rule (not comments)."""
@@ -154,10 +192,70 @@ def parse_query(path: Path, text: str | None = None) -> Query:
         raise QueryDefinitionError(f"{path}: the query must filter on the run (use $run)")
     _, summary = one("summary", required=False)
     _, pass_text = one("pass", required=False)
+    meta = _parse_meta(path, rule, {k: fields[k][0] for k in ("role", "subject", "priority", "order", "shows")
+                                    if k in fields})
     return Query(name=name, version=int(version), description=description,
                  requires=[r.strip() for r in requires.split(",") if r.strip()], params=params,
                  rule=rule, rule_text=rule_text, summary=summary, pass_text=pass_text, body=body,
-                 path=path)
+                 path=path, **meta)
+
+
+_SUBJECT = re.compile(r"^(?P<col>[a-z_][a-z0-9_]*)(?:\s+as\s+(?P<kind>[a-z_][a-z0-9_]*))?$")
+
+
+def _parse_meta(path: Path, rule, given: dict[str, tuple[int, str]]) -> dict:
+    """role / subject / priority / order / shows of one query, checked against each other."""
+    role = "report" if rule is None else "verdict"
+    if "role" in given:
+        line, value = given["role"]
+        if value not in ROLES:
+            raise QueryDefinitionError(f"{path}:{line}: role must be one of {', '.join(ROLES)}, got {value!r}")
+        if value != role:
+            raise QueryDefinitionError(
+                f"{path}:{line}: role {value} does not match 'verdict: {'none' if rule is None else '…'}' "
+                "(a report has 'verdict: none', a verdict has a rule)")
+    subject: list[tuple[str, str]] = []
+    if "subject" in given:
+        line, value = given["subject"]
+        for part in value.split(","):
+            m = _SUBJECT.match(part.strip())
+            kind = (m["kind"] or m["col"]) if m else None
+            if kind not in SUBJECT_KINDS:
+                raise QueryDefinitionError(
+                    f"{path}:{line}: bad subject {part.strip()!r}; expected 'COLUMN' or 'COLUMN as KIND' "
+                    f"with KIND one of {', '.join(SUBJECT_KINDS)}")
+            subject.append((m["col"], kind))
+    priority = DEFAULT_PRIORITY if role == "verdict" else None
+    if "priority" in given:
+        line, value = given["priority"]
+        if role != "verdict":
+            raise QueryDefinitionError(f"{path}:{line}: priority is for verdict queries (this one is a report)")
+        if value == "none":
+            priority = None
+        elif value.isdigit():
+            priority = int(value)
+        else:
+            raise QueryDefinitionError(f"{path}:{line}: priority must be an integer >= 0 or 'none', got {value!r}")
+    order = DEFAULT_ORDER
+    if "order" in given:
+        line, value = given["order"]
+        if not value.isdigit():
+            raise QueryDefinitionError(f"{path}:{line}: order must be an integer >= 0, got {value!r}")
+        order = int(value)
+    shows: list[str] = []
+    if "shows" in given:
+        line, value = given["shows"]
+        for part in (v.strip() for v in value.split(",")):
+            if part not in SHOWS:
+                raise QueryDefinitionError(f"{path}:{line}: shows {part!r} is not one of {', '.join(SHOWS)}")
+            if part == "annotate" and (role != "verdict" or not subject or subject[0][1] not in RANK_KINDS):
+                raise QueryDefinitionError(f"{path}:{line}: 'shows: annotate' needs a verdict whose subject "
+                                           f"is a rank ({' or '.join(RANK_KINDS)})")
+            if part == "compare" and role != "report":
+                raise QueryDefinitionError(f"{path}:{line}: 'shows: compare' is for report queries "
+                                           "(every verdict is compared)")
+            shows.append(part)
+    return {"role": role, "subject": tuple(subject), "priority": priority, "order": order, "shows": tuple(shows)}
 
 
 def builtin_sql_dir() -> Path:
@@ -209,6 +307,7 @@ class Result:
     params: dict = field(default_factory=dict)
     elapsed_s: float = 0.0
     rule: str = ""
+    spec: Query | None = field(default=None, repr=False, compare=False)   # the query it came from
 
     def to_arrow(self):
         """The rows as a pyarrow Table (columns in result order)."""
@@ -218,9 +317,17 @@ class Result:
             {c: pa.array([], pa.null()) for c in self.columns})
 
     def to_dict(self) -> dict:
-        return {"query": self.query, "version": self.version, "run": self.run, "status": self.status,
+        return {"query": self.query, "version": self.version, "run": self.run, "status": str(self.status),
                 "summary": self.summary, "columns": self.columns, "rows": self.rows,
                 "params": self.params, "rule": self.rule}
+
+
+def with_specs(results: dict, catalog: dict) -> dict:
+    """``results`` where each Result made without its query (``spec`` None) gets it from ``catalog``."""
+    import dataclasses
+
+    return {name: dataclasses.replace(r, spec=catalog[r.query]) if r.spec is None and r.query in catalog else r
+            for name, r in results.items()}
 
 
 def bind_params(query: Query, given: dict | None) -> dict:
@@ -256,8 +363,8 @@ def runs(con) -> list[str]:
 def run_query(con, query: Query, run: str, params: dict | None = None) -> Result:
     """Run one query for one run. Never raises for SQL errors: they become status ERROR."""
     values = bind_params(query, params)
-    res = Result(query=query.name, version=query.version, run=run, status="SKIP", summary="",
-                 params=values, rule=query.rule_text)
+    res = Result(query=query.name, version=query.version, run=run, status=verdict_mod.Status.SKIP,
+                 summary="", params=values, rule=query.rule_text, spec=query)
     t0 = time.perf_counter()
     try:
         for rel in query.requires:
@@ -273,7 +380,7 @@ def run_query(con, query: Query, run: str, params: dict | None = None) -> Result
         res.columns = [d[0] for d in cur.description]
         res.rows = [dict(zip(res.columns, _plain(r))) for r in cur.fetchall()]
     except duckdb.Error as exc:
-        res.status = "ERROR"
+        res.status = verdict_mod.Status.ERROR
         res.summary = f"{query.path.name}: {str(exc).splitlines()[0]}"
         return res
     finally:

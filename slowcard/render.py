@@ -138,7 +138,9 @@ def fmt_num(v) -> str:
 
 def comparison_text(cmp, limit: int = 20) -> str:
     """Verdict changes first, then one side-by-side table per metric query."""
-    lines = [f"== {cmp.run_a} (A) vs {cmp.run_b} (B) =="]
+    lines = [f"== {cmp.run_a} (A) vs {cmp.run_b} (B) ==",
+             f"slow card(s) in A: {'; '.join(cmp.slow_cards_a) or 'none'}; "
+             f"in B: {'; '.join(cmp.slow_cards_b) or 'none'}"]
     rows = [[v["query"], v["status_a"], v["status_b"], "; ".join(v["flagged_a"]) or "-",
              "; ".join(v["flagged_b"]) or "-", v["note"]] for v in cmp.verdicts]
     lines.append(tabulate(rows, headers=["verdict", "A", "B", "flagged in A", "flagged in B", "change"],

@@ -28,20 +28,20 @@ import math
 from decimal import Decimal
 
 from . import __version__
+from . import findings as findings_mod
 from . import queries as queries_mod
 from .errors import UsageError
-from .verdict import fmt_value
+from .verdict import Status, fmt_value, severity
 
-# Queries the report reads, in the order of its sections.
-REPORT_QUERIES = ("moe-breakdown", "ep-slow-rank", "rank-waits", "wait-heatmap", "sync-gaps",
-                  "expert-heatmap", "expert-hotspots", "dp-report", "dp-batch", "dp-imbalance")
+# The report's places (a query's `shows:` header puts it in one): section data and verdict lines.
+SECTIONS = ("report.moe", "report.waits", "report.collectives", "report.experts", "report.dp",
+            "report.dp-windows")
 
 # Heat maps wider than this many (step, layer) columns are folded to one column per layer.
 MAX_HEATMAP_COLUMNS = 400
 # Evidence rows shown per verdict.
 EVIDENCE_ROWS = 20
 
-_STATUS_ORDER = {"FAIL": 0, "ERROR": 1, "WARN": 2, "PASS": 3, "INFO": 4, "SKIP": 5}
 _PARTS = (("gmm_ms", "GroupedMatmul", "#1f77b4"), ("dispatch_ms", "dispatch", "#ff7f0e"),
           ("combine_ms", "combine", "#2ca02c"), ("gating_ms", "gating", "#9467bd"),
           ("other_ms", "other", "#8c8c8c"))
@@ -87,16 +87,36 @@ def _f(v) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def ensure_results(con, run: str, results: dict | None, names, catalog=None) -> dict:
-    """``results`` completed with the named queries it lacks (run with default parameters)."""
-    out = dict(results or {})
-    missing = [n for n in names if n not in out]
-    if missing:
-        catalog = catalog or queries_mod.load_catalog()
-        for n in missing:
-            if n in catalog:
-                out[n] = queries_mod.run_query(con, catalog[n], run)
+def report_queries(catalog: dict) -> list[str]:
+    """The queries the report reads: every query shown in a report section, and every verdict
+    that may name the slow card (the conclusion and the marks on the figures come from them)."""
+    return [q.name for q in sorted(catalog.values(), key=lambda q: (q.order, q.name))
+            if any(s.startswith("report.") for s in q.shows) or (q.is_verdict and q.priority is not None)]
+
+
+def ensure_results(con, run: str, results: dict | None, names=None, catalog=None) -> dict:
+    """``results`` completed with the named queries it lacks (run with default parameters);
+    ``names`` None means ``report_queries(catalog)``."""
+    catalog = catalog or queries_mod.load_catalog()
+    out = queries_mod.with_specs(dict(results or {}), catalog)
+    for n in (report_queries(catalog) if names is None else names):
+        if n not in out and n in catalog:
+            out[n] = queries_mod.run_query(con, catalog[n], run)
     return out
+
+
+def shown(results: dict, place: str, role: str | None = None) -> list:
+    """The results whose query shows in ``place`` (optionally only reports or only verdicts),
+    in diagnosis order."""
+    out = [r for r in results.values() if r.spec is not None and place in r.spec.shows
+           and (role is None or r.spec.role == role)]
+    return sorted(out, key=lambda r: (r.spec.order, r.query))
+
+
+def _data(results: dict, place: str):
+    """The report query that feeds ``place`` (the first in diagnosis order), or None."""
+    found = shown(results, place, "report")
+    return found[0] if found else None
 
 
 def _ref(res) -> str:
@@ -104,7 +124,7 @@ def _ref(res) -> str:
 
 
 def _usable(res) -> bool:
-    return res is not None and res.status not in ("SKIP", "ERROR") and bool(res.rows)
+    return res is not None and res.status not in (Status.SKIP, Status.ERROR) and bool(res.rows)
 
 
 def _skip_note(what: str, *results) -> str:
@@ -133,20 +153,8 @@ class _Figures:
 
 
 def _slow_ranks(results: dict) -> dict[int, str]:
-    """rank -> cause, from ep-slow-rank (else rank-waits stragglers)."""
-    out: dict[int, str] = {}
-    ep = results.get("ep-slow-rank")
-    if ep is not None and ep.status in ("FAIL", "WARN"):
-        for r in ep.rows:
-            if r.get("rank") is not None:
-                out[int(r["rank"])] = str(r.get("cause") or "slow")
-    if not out:
-        rw = results.get("rank-waits")
-        if rw is not None and rw.status in ("FAIL", "WARN"):
-            for r in rw.rows:
-                if r.get("straggler") and r.get("rank") is not None:
-                    out[int(r["rank"])] = "arrives last (straggler)"
-    return out
+    """rank -> cause: the slow cards that are ranks, from the verdicts shown on the MoE figure."""
+    return {rank: f.cause or "slow" for rank, f in findings_mod.slow_ranks(results, "report.moe").items()}
 
 
 def _rank_label(rank) -> str:
@@ -156,7 +164,7 @@ def _rank_label(rank) -> str:
 # ---------------------------------------------------------------- sections
 
 def _moe_section(F: _Figures, results: dict, slow: dict) -> str:
-    res = results.get("moe-breakdown")
+    res = _data(results, "report.moe")
     head = "<h2>MoE time per rank</h2>"
     if not _usable(res):
         return head + _skip_note("No MoE layers found in this run", res)
@@ -200,7 +208,7 @@ def _heat_columns(rows):
 
 def _wait_section(F: _Figures, results: dict, make_subplots) -> str:
     body = _wait_figure(F, results, make_subplots)
-    sg = results.get("sync-gaps")
+    sg = _data(results, "report.collectives")
     if _usable(sg):
         cols = [c for c in ("pg", "coll_kind", "instance", "name", "last_rank", "arrival_skew_us", "min_dur_us",
                             "max_dur_us", "wait_us_by_rank") if c in sg.columns]
@@ -211,7 +219,7 @@ def _wait_section(F: _Figures, results: dict, make_subplots) -> str:
 
 def _wait_figure(F: _Figures, results: dict, make_subplots) -> str:
     head = "<h2>Waiting at collectives, per rank</h2>"
-    res = results.get("wait-heatmap")
+    res = _data(results, "report.waits")
     go = F.go
     if _usable(res):
         cols, labels, folded = _heat_columns(res.rows)
@@ -238,7 +246,7 @@ def _wait_figure(F: _Figures, results: dict, make_subplots) -> str:
         note = ("<p>The slow card is the row that is pale on top (it hardly waits) and dark below "
                 "(it is the one the others wait for).</p>")
         return head + note + F.block(fig, _ref(res), 160 + 2 * max(160, 28 * len(ranks)))
-    sg = results.get("sync-gaps")
+    sg = _data(results, "report.collectives")
     if _usable(sg):
         rows = sorted(sg.rows, key=lambda r: (r.get("first_ts_ns") or 0))[: MAX_HEATMAP_COLUMNS]
         ranks = sorted({int(k) for r in rows for k in (r.get("wait_us_by_rank") or {})})
@@ -256,7 +264,7 @@ def _wait_figure(F: _Figures, results: dict, make_subplots) -> str:
 
 def _expert_section(F: _Figures, results: dict) -> str:
     head = "<h2>Expert hotness</h2>"
-    res = results.get("expert-heatmap")
+    res = _data(results, "report.experts")
     if not _usable(res):
         return head + _skip_note("No expert load data in this run", res)
     go = F.go
@@ -291,30 +299,29 @@ def _expert_section(F: _Figures, results: dict) -> str:
     epoch = rows[0].get("epoch")
     note = (f"<p>Latest EPLB epoch: {esc(epoch) if epoch is not None else 'unknown (no expert map)'}, "
             f"{esc(max(r['windows'] for r in rows))} load window(s).</p>")
-    hs = results.get("expert-hotspots")
-    if hs is not None:
+    for hs in shown(results, "report.experts", "verdict"):
         note += f'<p class="verdict-line">{_status_span(hs.status)} {_ref(hs)}: {esc(hs.summary)}</p>'
     return head + note + F.block(fig, _ref(res), 140 + max(220, 22 * len(layers)))
 
 
 def _dp_section(F: _Figures, results: dict, make_subplots) -> str:
     head = "<h2>DP domains</h2>"
-    rep = results.get("dp-report")
+    rep = _data(results, "report.dp")
     if not _usable(rep):
         return head + _skip_note("No DP service data in this run", rep)
-    hot = set()
-    imb = results.get("dp-imbalance")
-    if imb is not None and imb.status in ("FAIL", "WARN"):
-        hot = {r.get("dp_rank") for r in imb.rows}
+    verdicts = shown(results, "report.dp", "verdict")
+    # the DP domains the verdicts shown here flag, highlighted in the table and the figures
+    hot = {value for v in verdicts for f in findings_mod.findings(v) for kind, value in f.subject
+           if kind == "dp_rank"}
     cols = [c for c in ("dp_rank", "requests", "requests_pct", "input_tokens", "output_tokens", "tokens_pct",
                         "batches", "total_scheduled_tokens", "exec_p50_ms", "exec_p99_ms", "kv_usage_mean",
                         "queue_wait_p99_ms", "ttft_p99_ms", "requests_vs_median", "tokens_vs_median",
                         "exec_vs_median") if c in rep.columns]
     out = head + _table(cols, rep.rows, highlight=lambda r: r.get("dp_rank") in hot)
     out += f'<p class="src">from {_ref(rep)}</p>'
-    if imb is not None:
+    for imb in verdicts:
         out += f'<p class="verdict-line">{_status_span(imb.status)} {_ref(imb)}: {esc(imb.summary)}</p>'
-    ts = results.get("dp-batch")
+    ts = _data(results, "report.dp-windows")
     wrows = [r for r in (ts.rows if _usable(ts) else []) if r.get("scope") == "window"]
     if not wrows:
         return out + _skip_note("No per-window DP data", ts)
@@ -357,7 +364,7 @@ def _table(cols, rows, limit: int | None = None, highlight=None) -> str:
 
 
 def _verdicts_section(results: dict) -> str:
-    items = sorted(results.values(), key=lambda r: (_STATUS_ORDER.get(r.status, 9), r.query))
+    items = sorted(results.values(), key=lambda r: (severity(r.status), r.query))
     out = ["<h2>Verdicts</h2>", '<table class="verdicts"><thead><tr><th>query</th><th>status</th>'
            "<th>summary</th></tr></thead><tbody>"]
     for r in items:
@@ -365,7 +372,7 @@ def _verdicts_section(results: dict) -> str:
                    f"<td>{esc(r.summary)}</td></tr>")
     out.append("</tbody></table>")
     for r in items:
-        if r.status in ("FAIL", "WARN") and r.rows:
+        if Status(r.status).flags and r.rows:
             out.append(f"<details open><summary>evidence of <code>{_ref(r)}</code> {_status_span(r.status)} "
                        f"({len(r.rows)} row{'s' if len(r.rows) != 1 else ''})</summary>"
                        + _table(r.columns, r.rows, EVIDENCE_ROWS) + "</details>")
@@ -374,8 +381,8 @@ def _verdicts_section(results: dict) -> str:
 
 def _conclusion_section(conclusion: dict | None, results: dict) -> str:
     if not conclusion:          # no diagnosis given: the flagged verdict lines, worst first
-        flagged = sorted((r for r in results.values() if r.status in ("FAIL", "ERROR", "WARN")),
-                         key=lambda r: (_STATUS_ORDER.get(r.status, 9), r.query))
+        flagged = sorted((r for r in results.values() if r.status in (Status.FAIL, Status.ERROR, Status.WARN)),
+                         key=lambda r: (severity(r.status), r.query))
         if not flagged:
             return '<div class="conclusion ok"><p class="headline">No verdict query flags anything.</p></div>'
         return ('<div class="conclusion"><ul>' + "".join(
@@ -427,7 +434,7 @@ def build_report(con, run: str, results: dict, *, conclusion: dict | None = None
     conclusion dict), when given, is shown at the top. Raises UsageError when plotly is missing.
     """
     go, make_subplots, offline = _plotly()
-    results = ensure_results(con, run, results, REPORT_QUERIES, catalog)
+    results = ensure_results(con, run, results, None, catalog)
     slow = _slow_ranks(results)
     F = _Figures(go)
     sections = [

@@ -7,12 +7,55 @@ Pure functions, no I/O. The rule comes from the query header, e.g.
 
 from __future__ import annotations
 
+import enum
 import math
 import operator
 import re
 from dataclasses import dataclass
 
-STATUSES = ("PASS", "WARN", "FAIL", "INFO", "SKIP", "ERROR")
+
+class Status(enum.StrEnum):
+    """The outcome of one query on one run, with ONE severity order used everywhere.
+
+    A plain string as well (``Status.FAIL == "FAIL"``, JSON writes ``"FAIL"``). Worst first:
+    FAIL (a finding that fails the run), ERROR (the query raised), WARN (a finding worth a
+    look), PASS (a verdict found nothing), INFO (a report: no verdict), SKIP (its data is absent).
+    """
+
+    FAIL = "FAIL"
+    ERROR = "ERROR"
+    WARN = "WARN"
+    PASS = "PASS"
+    INFO = "INFO"
+    SKIP = "SKIP"
+
+    @property
+    def severity(self) -> int:
+        """0 for the worst (FAIL) up to 5 (SKIP): sort by it to put the worst first."""
+        return _SEVERITY[self]
+
+    @property
+    def flags(self) -> bool:
+        """True for the statuses a verdict gives when it has findings (FAIL, WARN)."""
+        return self in (Status.FAIL, Status.WARN)
+
+    @classmethod
+    def worst(cls, statuses) -> "Status":
+        """The most severe of ``statuses`` (SKIP when there are none)."""
+        return min((cls(s) for s in statuses), key=lambda s: s.severity, default=cls.SKIP)
+
+
+_SEVERITY = {s: i for i, s in enumerate(Status)}
+# Every status, worst first (the one severity order; the CLI totals line keeps its own layout).
+STATUSES = tuple(Status)
+
+
+def severity(status) -> int:
+    """Sort key of a status given as a Status or its string (unknown strings sort last)."""
+    try:
+        return Status(status).severity
+    except ValueError:
+        return len(_SEVERITY)
 _OPS = {">": operator.gt, ">=": operator.ge, "=": operator.eq, "<": operator.lt, "<=": operator.le}
 _CLAUSE = re.compile(
     r"^\s*(?P<level>fail|warn)\s+if\s+rows(?:\s+where\s+(?P<col>[A-Za-z_][A-Za-z0-9_]*))?"
@@ -62,14 +105,41 @@ def _truthy(v) -> bool:
     return bool(v)
 
 
-def evaluate(rows: list[dict], rule: list[Clause] | None) -> str:
+def evaluate(rows: list[dict], rule: list[Clause] | None) -> Status:
     """Status of a result: INFO for reports, else FAIL / WARN / PASS by the first clause that holds."""
     if rule is None:
-        return "INFO"
+        return Status.INFO
     for clause in rule:
         if clause.holds(rows):
-            return clause.level.upper()
-    return "PASS"
+            return Status(clause.level.upper())
+    return Status.PASS
+
+
+def row_levels(rows: list[dict], rule: list[Clause] | None) -> list[Status | None]:
+    """The level of each row of a verdict result: the first clause (fail before warn) that holds
+    for the result and counts the row; None when no holding clause counts it (not a finding).
+
+    A ``level`` column (FAIL / WARN, e.g. from a calibrated verdict) decides for its row by itself.
+    """
+    if rule is None:
+        return [None] * len(rows)
+    holding = [c for c in rule if c.holds(rows)]
+    out: list[Status | None] = []
+    for row in rows:
+        if "level" in row:
+            lv = str(row["level"] or "").upper()
+            out.append(Status(lv) if lv in ("FAIL", "WARN") else None)
+            continue
+        out.append(next((Status(c.level.upper()) for c in holding
+                         if c.column is None or _truthy(row.get(c.column))), None))
+    return out
+    if "level" in row:
+        lv = str(row["level"] or "").upper()
+        return Status(lv) if lv in ("FAIL", "WARN") else None
+    for clause in rule:
+        if clause.holds(rows) and (clause.column is None or _truthy(row.get(clause.column))):
+            return Status(clause.level.upper())
+    return None
 
 
 def fmt_value(v) -> str:

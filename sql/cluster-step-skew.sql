@@ -4,6 +4,11 @@
 -- requires: step_trace
 -- param: min_gap_share DOUBLE = 0.05   -- (max - min) / mean step time above which a dimension is flagged (Advisor's RATIO_THRESHOLD)
 -- verdict: fail if rows > 0
+-- role: verdict
+-- subject: suspect_rank as rank
+-- priority: 40
+-- order: 140
+-- shows: report.moe, annotate
 -- summary: step {step}: {dimension} gap {gap_pct}% of the mean step ({max_us} us on rank {max_rank} vs {min_us} us on rank {min_rank}); likely slow: rank {suspect_rank} ({cause}); next: {next_step}
 -- pass: No step has a Computing, Communication(Not Overlapped) or Free gap across ranks above {min_gap_share} of the mean step time.
 

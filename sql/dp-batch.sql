@@ -4,6 +4,9 @@
 -- requires: _dp_batches
 -- param: window_s DOUBLE = 5.0   -- window length in seconds for the scope=window rows
 -- verdict: none
+-- role: report
+-- order: 40
+-- shows: report.dp-windows
 -- summary: DP {dp_rank} ({scope}): {requests} requests, {batches} batches, {total_scheduled_tokens} scheduled tokens, execution p50/p99 {exec_p50_ms}/{exec_p99_ms} ms, KV mean {kv_usage_mean}, queue wait p99 {queue_wait_p99_ms} ms
 
 -- Every metric is grouped twice: by domain (the whole run, win NULL) and by (window, domain).

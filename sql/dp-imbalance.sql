@@ -10,6 +10,11 @@
 -- param: min_wait_ms DOUBLE = 20.0    -- a queue-wait or latency excess below this many ms does not hurt
 -- param: kv_high DOUBLE = 0.9         -- mean KV-cache usage (0-1) at or above which a domain is under KV pressure
 -- verdict: fail if rows where impact > 0; warn if rows > 0
+-- role: verdict
+-- subject: dp_rank
+-- priority: 30
+-- order: 130
+-- shows: report.dp
 -- summary: DP {dp_rank}: {cause} over {hot_windows} windows ({requests_ratio}x requests, {tokens_ratio}x tokens, {exec_ratio}x execution time vs the other domains' median); impact: {impact_signals}; next: {next_step}
 -- pass: No DP domain stays hot over {min_windows} consecutive windows of {window_s} s.
 

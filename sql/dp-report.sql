@@ -3,6 +3,9 @@
 -- description: The DP domains side by side (one row each): requests, input/output tokens, scheduled batch tokens, execution time, KV-cache level, queue wait and first-token latency, with each domain's share and its ratio to the median domain.
 -- requires: _dp_batches
 -- verdict: none
+-- role: report
+-- order: 30
+-- shows: report.dp, compare
 -- summary: DP {dp_rank}: {requests} requests ({requests_vs_median}x median), {input_tokens}+{output_tokens} tokens ({tokens_vs_median}x), {total_scheduled_tokens} scheduled, execution p99 {exec_p99_ms} ms ({exec_vs_median}x), KV mean {kv_usage_mean}, queue wait p99 {queue_wait_p99_ms} ms
 
 -- The side-by-side report the DP guide asks the profiler for; dp-imbalance decides whether a

@@ -7,6 +7,11 @@
 -- param: min_op_ratio DOUBLE = 1.3     -- a rank's operator time is slow at this x the median rank (GroupedMatmul or dispatch+combine)
 -- param: min_share DOUBLE = 0.5        -- share of windows (load side) / layer instances (trace side) a condition must hold in
 -- verdict: fail if rows where coincide > 0; warn if rows > 0
+-- role: verdict
+-- subject: rank as ep_rank
+-- priority: 10
+-- order: 120
+-- shows: report.moe, annotate
 -- summary: {subject}: {finding} (hot experts {hot_experts}; rank load {rank_load_ratio}x mean rank; GroupedMatmul {gmm_ratio}x, dispatch+combine {comm_ratio}x median rank); next: {next_step}
 -- pass: No hot expert, hot rank or slow MoE operator persists (hotness >= {min_hotness}, rank load >= {min_rank_ratio}x, operator >= {min_op_ratio}x in >= {min_share} of the time).
 

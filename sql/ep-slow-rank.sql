@@ -9,6 +9,11 @@
 -- param: min_wait_share DOUBLE = 0.05     -- the others wait for the rank when the median rank's wait for the last arrival is >= this share of the layer time and the rank itself waits under half of that
 -- param: min_persist_share DOUBLE = 0.5   -- share of matched layer instances in which the pattern must hold (a spike is not a slow card)
 -- verdict: fail if rows > 0
+-- role: verdict
+-- subject: rank
+-- priority: 20
+-- order: 110
+-- shows: report.moe, annotate
 -- summary: rank {rank} {cause} in {persist_pct}% of {layer_instances} layer instances (tokens {token_ratio}x median, GroupedMatmul {gmm_ratio}x, transfer {transfer_ratio}x, arrived last at {last_arrival_pct}% of collectives{left_out}); next: {next_step}
 -- pass: No rank stands out persistently (token ratio >= {min_token_ratio}, GroupedMatmul >= {min_compute_ratio}x or transfer >= {min_comm_ratio}x in >= {min_persist_share} of layer instances).
 

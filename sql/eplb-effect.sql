@@ -6,6 +6,9 @@
 -- param: hot_ratio DOUBLE = 2.0          -- hot expert: tokens >= hot_ratio x the layer's mean expert tokens (over the epoch)
 -- param: rank_hot_ratio DOUBLE = 1.2     -- hot rank: tokens >= this x the layer's mean rank tokens (over the epoch)
 -- verdict: fail if rows where not_reduced > 0; warn if rows where layer_worse > 0
+-- role: verdict
+-- priority: 60
+-- order: 90
 -- summary: {update} {scope}{layer_txt}: peak/avg {par_before} -> {par_after} ({cause}); still hot experts: {still_hot_experts}; still hot ranks: {still_hot_ranks}; {update_cost_txt}; {next_step}
 -- pass: No EPLB update in the run: the load windows span a single expert-map epoch (give per-epoch maps with ts_ns, or an epoch per window).
 --

@@ -4,6 +4,9 @@
 -- requires: expert_load
 -- param: min_saving DOUBLE = 0.10        -- warn when re-placing the experts would save at least this share of MoE time
 -- verdict: warn if rows where worth_rebalancing > 0
+-- role: verdict
+-- priority: none
+-- order: 100
 -- summary: {scope}{layer_txt}: peak/avg {current_par} now -> {greedy_par} after a greedy re-placement, {saved_pct}% of MoE time saved ({windows} windows of epoch {epoch_txt}); {next_step}
 -- pass: No expert-load windows for this run.
 --

@@ -3,6 +3,9 @@
 -- description: Per MoE layer and expert slot (rank, local slot) under the latest EPLB epoch: the expert it holds and its mean and peak hotness over the load windows.
 -- requires: expert_load
 -- verdict: none
+-- role: report
+-- order: 150
+-- shows: report.experts
 -- summary: layer {layer} rank {ep_rank} slot {local_slot} (expert {expert}): hotness mean {mean_hotness}, peak {peak_hotness} over {windows} windows
 
 -- The grid behind the report's expert heat map: layer x expert, grouped by the rank that holds

@@ -8,6 +8,11 @@
 -- param: rank_hot_ratio DOUBLE = 1.2     -- a rank is hot in a layer when its tokens >= this x the layer's mean rank tokens
 -- param: top_n INTEGER = 20              -- keep the N worst hot experts
 -- verdict: fail if rows where concentrated_hot_spot > 0; warn if rows where persistent > 0
+-- role: verdict
+-- subject: expert, layer
+-- priority: 50
+-- order: 80
+-- shows: report.experts
 -- summary: layer {layer} expert {expert} on rank {ep_rank}: {cause} ({peak_hotness}x layer mean, hot in {hot_windows}/{n_windows} windows; {layer_hot_ranks} rank(s) hold the layer's hot experts; rank {ep_rank} hot in {rank_hot_layers}/{n_layers} layers); {next_step}
 -- pass: No expert is hot (>= {hot_ratio}x its layer's mean) in any window.
 --

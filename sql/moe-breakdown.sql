@@ -4,6 +4,9 @@
 -- requires: moe_layer_facts
 -- param: by_layer BOOLEAN = false   -- one row per (rank, layer) instead of per rank
 -- verdict: none
+-- role: report
+-- order: 20
+-- shows: report.moe, compare
 -- summary: rank {rank}: GroupedMatmul {gmm_pct}%, dispatch {dispatch_pct}%, combine {combine_pct}%, waiting {wait_pct}% of {moe_ms} ms
 
 -- dispatch/combine include the collectives inside them, and so the time spent waiting for the

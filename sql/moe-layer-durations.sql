@@ -3,6 +3,9 @@
 -- description: Per rank and MoE layer: how many instances and their mean, p50, p99 and max duration.
 -- requires: moe_layers
 -- verdict: none
+-- role: report
+-- order: 10
+-- shows: compare
 -- summary: rank {rank} layer {layer}: p50 {p50_us} us, p99 {p99_us} us over {instances} instances
 
 SELECT rank, layer, count(*) AS instances,

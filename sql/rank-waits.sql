@@ -1,12 +1,15 @@
 -- name: rank-waits
--- version: 1
--- description: Per rank over all matched collectives: total wait, mean arrival lag, and how often it arrived last (the straggler waits least).
+-- version: 2
+-- description: Per rank over all matched collectives: total wait, mean arrival lag, and how often it arrived last (the straggler waits least; straggler-rank is the verdict).
 -- requires: collective_waits
 -- param: min_last_share DOUBLE = 0.5    -- a rank arriving last at this share of collectives is a straggler
 -- param: min_collectives INTEGER = 3    -- need at least this many matched collectives to judge
--- verdict: warn if rows where straggler > 0
+-- verdict: none
+-- role: report
+-- subject: rank
+-- order: 60
+-- shows: compare
 -- summary: rank {rank} arrived last at {last_pct}% of {collectives} collectives, waited {total_wait_ms} ms
--- pass: No rank arrives last at >= {min_last_share} of the matched collectives.
 
 WITH c AS (
     SELECT *, arrived_last AND arrival_skew_ns > 0.05 * median_dur_ns AS last_clear

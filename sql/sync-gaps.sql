@@ -4,6 +4,9 @@
 -- requires: collective_waits
 -- param: min_skew_us DOUBLE = 0.0   -- hide collectives whose arrival skew is below this
 -- verdict: none
+-- role: report
+-- order: 70
+-- shows: report.collectives
 -- summary: {coll_kind} #{instance} ({pg}): rank {last_rank} arrived last, skew {arrival_skew_us} us
 
 SELECT pg, coll_kind, instance, any_value(name) AS name, count(*) AS ranks,

@@ -3,6 +3,9 @@
 -- description: Per rank and MoE layer instance (step, layer): how long the rank waited for the last arrival at its collectives, its wait inside them, and how often it was the last to arrive.
 -- requires: _layer_collectives
 -- verdict: none
+-- role: report
+-- order: 160
+-- shows: report.waits
 -- summary: rank {rank} step {step} layer {layer}: waited {arrival_lag_ms} ms for the last arrival, arrived last at {n_arrived_last} of {n_collectives} collectives
 
 -- The grid behind the report's rank x step heat map. The slow card shows as the rank that

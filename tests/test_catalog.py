@@ -12,7 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from slowcard import queries, store
+if __name__ == "__main__":     # run as a script: this checkout's slowcard, not an installed one
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from slowcard import queries, store  # noqa: E402
 from slowcard.errors import QueryDefinitionError, UsageError
 
 FINGERPRINTS = Path(__file__).resolve().parents[1] / "testdata" / "golden" / "query_fingerprints.txt"

@@ -59,9 +59,9 @@ def test_all_runs_gives_one_result_per_run_and_pass_exits_zero(dbs):
 
 
 def test_strict_turns_warn_into_exit_1(dbs):
-    res = invoke("query", "rank-waits", "--db", dbs, "--run", "token_skew", "-f", "json")
+    res = invoke("query", "straggler-rank", "--db", dbs, "--run", "token_skew", "-f", "json")
     assert json.loads(res.stdout)[0]["status"] == "WARN" and res.exit_code == 0
-    strict = invoke("query", "rank-waits", "--db", dbs, "--run", "token_skew", "--strict")
+    strict = invoke("query", "straggler-rank", "--db", dbs, "--run", "token_skew", "--strict")
     assert strict.exit_code == 1
 
 

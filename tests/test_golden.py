@@ -26,6 +26,7 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))     # run as a script: this checkout's slowcard, not an installed one
 import synth_experts  # noqa: E402
 import synth_kineto  # noqa: E402
 

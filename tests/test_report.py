@@ -34,7 +34,7 @@ EXTERNAL = re.compile(r"<(script|link|img|iframe|embed|object)\b[^>]*\b(src|href
 
 def _report_results(con, run):
     """The queries the report reads (what diagnose would hand it, minus the ones it does not show)."""
-    return report.ensure_results(con, run, None, report.REPORT_QUERIES, CATALOG)
+    return report.ensure_results(con, run, None, None, CATALOG)
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +98,7 @@ def test_real_report_is_self_contained_and_names_the_slow_rank(real):
     assert row and "FAIL" in row.group(1) and "rank 1 token-skew" in row.group(2)
     # without a diagnosis conclusion the page opens with the flagged verdicts, worst first
     top = page[page.index('<div class="conclusion">'):page.index("<h2>MoE time per rank</h2>")]
-    assert re.findall(r"<code>([a-z-]+@v\d+)</code>", top) == ["ep-slow-rank@v3", "rank-waits@v1"]
+    assert re.findall(r"<code>([a-z-]+@v\d+)</code>", top) == ["ep-slow-rank@v3", "straggler-rank@v1"]
     # every figure names its query@version under it
     for f in report.figure_data(page):
         assert re.fullmatch(r"[a-z0-9-]+@v\d+", f["query"])
