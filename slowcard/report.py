@@ -1,15 +1,19 @@
 """The visual report: ONE self-contained HTML file (plotly.js inlined, no CDN, no network).
 
-What it shows, each part from a named query (its ``name@vN`` is printed under the figure) and
-each part replaced by a short note when its data is absent (the query SKIPs):
+What it shows, each part from the query whose header puts it there (``shows: report.moe`` …;
+its ``name@vN`` is printed under the figure) and each part replaced by a short note when its
+data is absent (the query SKIPs). Today's built-in queries per place:
 
-- MoE time per rank: stacked GroupedMatmul / dispatch / combine / gating / other, and beside it
-  the time the rank waited for the last arrival (part of dispatch + combine) -- ``moe-breakdown``;
-- waiting at collectives: rank x (step, layer) heat maps of the time waited for the last arrival
-  and of how often the rank arrived last -- ``wait-heatmap`` (else per collective, ``sync-gaps``);
-- expert hotness: layer x expert slot, grouped by the rank that holds it -- ``expert-heatmap``;
-- DP domains: the side-by-side table (``dp-report``) and per-window tokens, queue wait and KV
-  usage (``dp-batch``);
+- ``report.moe``: MoE time per rank, stacked GroupedMatmul / dispatch / combine / gating / other,
+  and beside it the time the rank waited for the last arrival (part of dispatch + combine) --
+  ``moe-breakdown``; the slow cards that are ranks (verdicts shown there) are marked on it;
+- ``report.waits``: rank x (step, layer) heat maps of the time waited for the last arrival and of
+  how often the rank arrived last -- ``wait-heatmap`` (else per collective, ``report.collectives``:
+  ``sync-gaps``);
+- ``report.experts``: layer x expert slot, grouped by the rank that holds it --
+  ``expert-heatmap``, with the verdict line of ``expert-hotspots``;
+- ``report.dp`` / ``report.dp-windows``: the side-by-side table (``dp-report``), the domains
+  ``dp-imbalance`` flags highlighted, and per-window tokens, queue wait and KV usage (``dp-batch``);
 - every verdict with its summary and evidence rows.
 
 Every string that can come from a trace (names, summaries, row values) is passed through
