@@ -25,6 +25,7 @@ __all__ = [
     "__version__",
     "open_db",
     "ingest_files",
+    "ingest_runs",
     "list_queries",
     "query",
     "diagnose",
@@ -47,14 +48,30 @@ def open_db(path: str | Path, read_only: bool = True):
     return queries.open_readonly(path) if read_only else store.open_db(path)
 
 
-def ingest_files(db: str | Path, paths, run: str | None = None, **options) -> IngestReport:
+def ingest_files(db: str | Path, paths, run: str | None = None, *, taxonomy: str | Path | None = None,
+                 executor: str = "local", scheduler: str | None = None, **options) -> IngestReport:
     """Ingest files / folders / globs into ``db`` under ``run``; see `slowcard ingest --help`.
 
-    (Not called ``ingest``: that name is the ``slowcard.ingest`` package.)
+    ``taxonomy`` (a CSV of user op-name patterns), ``executor`` (``local`` or ``dask``) and
+    ``scheduler`` are the CLI's choices; ``options`` go to ``slowcard.ingest.ingest_paths``
+    (``jobs``, ``rank_pattern``, ``rank_map``, ``progress``, …). One run per sub-folder:
+    ``ingest_runs``. (Not called ``ingest``: that name is the ``slowcard.ingest`` package.)
     """
-    from .ingest import ingest_paths
+    paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
+    if taxonomy is None and executor == "local" and scheduler is None:
+        from .ingest import ingest_paths
 
-    return ingest_paths(db, [paths] if isinstance(paths, (str, Path)) else list(paths), run=run, **options)
+        return ingest_paths(db, paths, run=run, **options)
+    return ingest_runs(db, paths, run, taxonomy=taxonomy, executor=executor, scheduler=scheduler, **options)[0]
+
+
+def ingest_runs(db: str | Path, paths, run: str | None = None, **options) -> list[IngestReport]:
+    """Like `slowcard ingest` with all its choices: ``run_per_folder`` (each sub-folder of each
+    path is its own run), ``taxonomy``, ``executor``, ``scheduler``, ``jobs``, ``rank_pattern``,
+    ``rank_map``, ``progress``. One IngestReport per run."""
+    from .ingest.runs import ingest_runs as _ingest_runs
+
+    return _ingest_runs(db, [paths] if isinstance(paths, (str, Path)) else list(paths), run, **options)
 
 
 def list_queries(sql_dirs=None) -> dict[str, Query]:

@@ -1,47 +1,28 @@
 """The `report` and `annotate` commands (added to the typer app by ``register(app)``).
 
 Like the rest of the CLI they print only through typer.echo and exit with typer.Exit:
-0 written, 2 usage or input error (unknown run, missing database, plotly not installed).
+0 written, 2 usage or input error (unknown run, missing database, plotly not installed; library
+errors reach the group's error boundary, ``cli_common.Commands``).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
 from . import queries as queries_mod
-from .errors import SlowcardError, UsageError
-
-DEFAULT_DB = "slowcard.duckdb"
+from .cli_common import DEFAULT_DB, DbOption, RunOption, SqlDirOption, fail, pick_run
 
 
-def _fail(msg: str, code: int = 2):
-    typer.echo(f"Error: {msg}", err=True)
-    raise typer.Exit(code)
-
-
-def _pick_run(con, run: Optional[str]) -> str:
-    known = queries_mod.runs(con)
-    if not known:
-        raise UsageError("the database holds no run yet; run `slowcard ingest PATH --db FILE` first")
-    if run:
-        if run not in known:
-            raise UsageError(f"no run named {run!r}; runs in the database: {', '.join(known)}")
-        return run
-    if len(known) > 1:
-        typer.echo(f"note: {len(known)} runs in the database; using the latest, {known[-1]!r} (--run NAME to choose)",
-                   err=True)
-    return known[-1]
-
-
-def _results(con, run: str, sql_dir) -> tuple[dict, dict]:
-    """Every query's result for the run (in the diagnosis order) and the diagnosis conclusion."""
+def _results(con, run: str, sql_dir) -> tuple[dict, dict, dict]:
+    """Every query's result for the run (in the diagnosis order), the diagnosis conclusion and
+    the catalog (built-in queries and those of ``--sql-dir``)."""
     from .diagnosis import diagnose
 
-    diag = diagnose(con, run, queries_mod.load_catalog(sql_dir))
-    return dict(diag.results), diag.conclusion
+    catalog = queries_mod.load_catalog(sql_dir)
+    diag = diagnose(con, run, catalog)
+    return dict(diag.results), diag.conclusion, catalog
 
 
 def register(app: typer.Typer) -> None:
@@ -50,9 +31,9 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def report(
         out: Path = typer.Option(..., "--out", "-o", help="HTML file to write (one self-contained page)."),
-        db: Path = typer.Option(DEFAULT_DB, "--db", help="DuckDB database file."),
-        run: Optional[str] = typer.Option(None, "--run", help="Run name (default: the latest run)."),
-        sql_dir: Optional[List[Path]] = typer.Option(None, "--sql-dir", help="Extra folder of query files."),
+        db: DbOption = Path(DEFAULT_DB),
+        run: RunOption = None,
+        sql_dir: SqlDirOption = None,
     ):
         """Write one self-contained HTML report (opens offline): MoE time per rank, wait heat
         maps, expert hotness, DP domains and every verdict, each figure naming its query.
@@ -62,20 +43,18 @@ def register(app: typer.Typer) -> None:
         """
         from .report import build_report
 
+        con = queries_mod.open_readonly(db)
         try:
-            con = queries_mod.open_readonly(db)
-            try:
-                chosen = _pick_run(con, run)
-                results, conclusion = _results(con, chosen, sql_dir)
-                page = build_report(con, chosen, results, conclusion=conclusion)
-            finally:
-                con.close()
+            chosen = pick_run(con, run)
+            results, conclusion, catalog = _results(con, chosen, sql_dir)
+            page = build_report(con, chosen, results, conclusion=conclusion, catalog=catalog)
+        finally:
+            con.close()
+        try:
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(page, encoding="utf-8")
-        except (SlowcardError, FileNotFoundError) as exc:
-            _fail(str(exc), 2)
         except OSError as exc:
-            _fail(f"{out}: cannot write the report ({exc.strerror or exc})", 2)
+            fail(f"{out}: cannot write the report ({exc.strerror or exc})", 2)
         bad = sorted(r.query for r in results.values() if r.status == "ERROR")
         typer.echo(f"wrote {out} (run {chosen!r}, {len(page) / 1e6:.1f} MB)")
         if bad:
@@ -86,9 +65,9 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def annotate(
         out: Path = typer.Option(..., "--out", "-o", help="Chrome-trace JSON file to write."),
-        db: Path = typer.Option(DEFAULT_DB, "--db", help="DuckDB database file."),
-        run: Optional[str] = typer.Option(None, "--run", help="Run name (default: the latest run)."),
-        sql_dir: Optional[List[Path]] = typer.Option(None, "--sql-dir", help="Extra folder of query files."),
+        db: DbOption = Path(DEFAULT_DB),
+        run: RunOption = None,
+        sql_dir: SqlDirOption = None,
     ):
         """Merge every rank of a run into one Chrome trace (clock offsets applied, one process
         per rank) with the findings marked: where the slow rank arrives last, arrows to the ranks
@@ -99,18 +78,18 @@ def register(app: typer.Typer) -> None:
         """
         from .annotate import write_annotated
 
+        con = queries_mod.open_readonly(db)
         try:
-            con = queries_mod.open_readonly(db)
+            chosen = pick_run(con, run)
+            results, _, catalog = _results(con, chosen, sql_dir)
             try:
-                chosen = _pick_run(con, run)
-                results, _ = _results(con, chosen, sql_dir)
-                stats = write_annotated(con, chosen, out, results)
-            finally:
-                con.close()
-        except (SlowcardError, FileNotFoundError) as exc:
-            _fail(str(exc), 2)
-        except OSError as exc:
-            _fail(f"{out}: cannot write the trace ({exc.strerror or exc})", 2)
+                stats = write_annotated(con, chosen, out, results, catalog=catalog)
+            except FileNotFoundError:
+                raise
+            except OSError as exc:
+                fail(f"{out}: cannot write the trace ({exc.strerror or exc})", 2)
+        finally:
+            con.close()
         slow = "; ".join(stats.slow_cards) or "none"
         typer.echo(f"wrote {out}: {stats.events:,} events of {stats.processes} process(es), "
                    f"slow card(s): {slow}, {stats.markers} arrival marker(s), {stats.flows} flow(s), "

@@ -283,6 +283,19 @@ def load_catalog(sql_dirs: list[str | Path] | None = None, include_builtin: bool
     return catalog
 
 
+def catalog_rows(catalog: dict[str, Query]) -> list[dict]:
+    """One row per query with its header metadata, in diagnosis order (what `slowcard list` prints)."""
+    rows = []
+    for q in sorted(catalog.values(), key=lambda q: (q.order, q.name)):
+        rows.append({
+            "query": q.name, "version": f"v{q.version}", "role": q.role, "verdict": q.rule_text,
+            "subject": ", ".join(col if col == kind else f"{col} as {kind}" for col, kind in q.subject) or "-",
+            "priority": "-" if q.priority is None else q.priority, "order": q.order,
+            "shows": ", ".join(q.shows) or "-", "description": q.description,
+        })
+    return rows
+
+
 def find(catalog: dict[str, Query], name: str) -> Query:
     if name in catalog:
         return catalog[name]

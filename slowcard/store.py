@@ -317,3 +317,21 @@ def commit_source(con, sid: int, run: str, path: str, size: int, fingerprint: st
     except BaseException:
         con.execute("ROLLBACK")
         raise
+
+
+def load_user_taxonomy(con, path: str | Path) -> int:
+    """Add (or replace, by pattern) user op-name patterns from a CSV file (``taxonomy.csv``'s
+    columns) and rebuild what is derived from the taxonomy, in one transaction. Returns how many.
+
+    Here and not in ``taxonomy`` so that imports flow downward (store uses taxonomy, never back).
+    """
+    rows = taxonomy.read_user_taxonomy(con, path)
+    con.execute("BEGIN")
+    try:
+        taxonomy.replace_user_rows(con, rows)
+        rebuild_derived(con)
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    return len(rows)

@@ -2,7 +2,8 @@
 collective + kind, moe_layer, step, …).
 
 The built-in patterns live in ``taxonomy.csv`` beside this module; users extend or override them
-without editing the package, with ``slowcard ingest --taxonomy FILE`` (same CSV columns) or plain
+without editing the package, with ``slowcard ingest --taxonomy FILE`` (same CSV columns;
+``store.load_user_taxonomy`` from Python) or plain
 INSERTs into ``op_taxonomy`` with origin 'user'. User rows always win over built-in rows; within
 an origin the lower priority wins. Classification itself happens in SQL (``views/10_classes.sql``,
 view ``_name_class``), so it shows which pattern classified what.
@@ -72,8 +73,8 @@ def _insert(con, rows: list[tuple], origin: str) -> None:
                     [v for row in rows for v in (*row, origin)])
 
 
-def load_user_taxonomy(con, path: str | Path) -> int:
-    """Add (or replace, by pattern) user rows from a CSV file. Returns how many."""
+def read_user_taxonomy(con, path: str | Path) -> list[tuple]:
+    """The checked rows of a user taxonomy CSV (patterns compiled by DuckDB). Raises UsageError."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
@@ -81,17 +82,13 @@ def load_user_taxonomy(con, path: str | Path) -> int:
         raise UsageError(f"{p}: cannot read the taxonomy file ({exc})") from None
     rows = parse(text, str(p))
     _check_patterns(con, rows, str(p))
-    con.execute("BEGIN")
-    try:
-        con.execute("DELETE FROM op_taxonomy WHERE origin = 'user' AND list_contains(?, pattern)",
-                    [[row[0] for row in rows]])
-        # a pattern given twice in one file: the last row wins, as it did row by row
-        _insert(con, list({row[0]: row for row in rows}.values()), "user")
-        from .store import rebuild_derived
+    return rows
 
-        rebuild_derived(con)
-        con.execute("COMMIT")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
-    return len(rows)
+
+def replace_user_rows(con, rows: list[tuple]) -> None:
+    """Add user rows, replacing the user rows of the same patterns (inside the caller's
+    transaction; the caller rebuilds what is derived from the taxonomy: ``store.load_user_taxonomy``)."""
+    con.execute("DELETE FROM op_taxonomy WHERE origin = 'user' AND list_contains(?, pattern)",
+                [[row[0] for row in rows]])
+    # a pattern given twice in one file: the last row wins, as it did row by row
+    _insert(con, list({row[0]: row for row in rows}.values()), "user")

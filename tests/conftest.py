@@ -54,8 +54,9 @@ def app():
     import typer
 
     from slowcard import cli_views
+    from slowcard.cli_common import Commands
 
-    a = typer.Typer()
+    a = typer.Typer(cls=Commands)     # the CLI's error boundary: library errors -> exit 2
 
     @a.callback()
     def _main():

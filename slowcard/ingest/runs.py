@@ -1,0 +1,76 @@
+"""Ingest several runs at once, with the choices `slowcard ingest` offers: one run per sub-folder,
+a user taxonomy, and the executor (local threads or Dask workers).
+
+The CLI is a thin shell over ``ingest_runs``; notebooks call it (or ``slowcard.ingest_runs``)
+with the same options. Raises UsageError for bad choices; prints nothing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .. import store
+from ..errors import UsageError
+
+EXECUTORS = ("local", "dask")
+
+
+def run_batches(paths, run: str | None, per_folder: bool) -> list[tuple[str | None, list]]:
+    """(run name, paths) to ingest: one batch, or one per sub-folder of each path with ``per_folder``."""
+    if per_folder and run:
+        raise UsageError("--run and --run-per-folder exclude each other: with --run-per-folder each "
+                         "sub-folder names its run")
+    if not per_folder:
+        return [(run, list(paths))]
+    batches = []
+    for raw in paths:
+        root = Path(raw)
+        if not root.is_dir():
+            raise UsageError(f"{raw}: --run-per-folder needs folders whose sub-folders are runs")
+        subs = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+        if not subs:
+            raise UsageError(f"{raw}: has no sub-folders to take as runs")
+        batches += [(sub.name, [sub]) for sub in subs]
+    return batches
+
+
+def ingest_runs(db, paths, run: str | None = None, *, run_per_folder: bool = False,
+                taxonomy: str | Path | None = None, executor: str = "local", scheduler: str | None = None,
+                jobs: int = 1, rank_pattern: str | None = None, rank_map: str | Path | None = None,
+                progress=None) -> list:
+    """Ingest ``paths`` into ``db``; one IngestReport per run.
+
+    Args:
+        run: the run name (default: taken from the path); not with ``run_per_folder``.
+        run_per_folder: each sub-folder of each path is its own run, named after it.
+        taxonomy: a CSV of user op-name patterns (``pattern,op_class,coll_kind,priority``),
+            loaded before the files (user rows win over the built-in ones).
+        executor: ``local`` (``jobs`` threads) or ``dask`` (Dask workers; ``scheduler`` is
+            ``tcp://HOST:PORT``, default a LocalCluster on loopback).
+    """
+    from . import ingest_paths
+
+    if executor not in EXECUTORS:
+        raise UsageError(f"--executor {executor!r}: expected one of {', '.join(EXECUTORS)}")
+    batches = run_batches(paths, run, run_per_folder)
+    if taxonomy:
+        con = store.open_db(db)
+        try:
+            store.load_user_taxonomy(con, taxonomy)
+        finally:
+            con.close()
+    reports = []
+    for batch_run, batch_paths in batches:
+        if executor == "dask":
+            from ..distributed import ingest_paths_dask
+
+            reports.append(ingest_paths_dask(db, batch_paths, run=batch_run, scheduler=scheduler,
+                                             rank_pattern=rank_pattern, rank_map=rank_map, progress=progress))
+            continue
+        con = store.open_db(db)
+        try:
+            reports.append(ingest_paths(db, batch_paths, run=batch_run, jobs=jobs, rank_pattern=rank_pattern,
+                                        rank_map=rank_map, progress=progress, con=con))
+        finally:
+            con.close()
+    return reports
