@@ -253,6 +253,20 @@ def runs(con) -> list[str]:
     return [r[0] for r in con.execute("SELECT run FROM runs ORDER BY created_at, run").fetchall()]
 
 
+def _rank_conflict_note(con, run: str) -> str:
+    """Why the cross-rank views are empty for a run whose ranks are not unique (05_runs.sql)."""
+    try:
+        rows = con.execute("SELECT rank, format, n_files FROM rank_conflicts WHERE run = ? "
+                           "ORDER BY rank, format LIMIT 4", [run]).fetchall()
+    except duckdb.Error:
+        return ""
+    if not rows:
+        return ""
+    shown = ", ".join(f"rank {r} in {n} {f} files" for r, f, n in rows[:3]) + (", …" if len(rows) > 3 else "")
+    return (f" (run {run!r} has duplicate ranks: {shown}; ranks cannot be compared in it. Ingest each "
+            "job as its own run: --run NAME per job, or --run-per-folder; see the rank_conflicts view)")
+
+
 def run_query(con, query: Query, run: str, params: dict | None = None) -> Result:
     """Run one query for one run. Never raises for SQL errors: they become status ERROR."""
     values = bind_params(query, params)
@@ -264,7 +278,7 @@ def run_query(con, query: Query, run: str, params: dict | None = None) -> Result
             n = _relation_rows(con, rel, run)
             if not n:
                 res.summary = (f"requires {rel}: " + ("no such table or view in this database" if n is None
-                                                      else f"no rows for run {run!r}"))
+                                                      else f"no rows for run {run!r}")) + _rank_conflict_note(con, run)
                 return res
         # Bind exactly the parameters the body uses (DuckDB rejects unused named parameters).
         used = set(_DOLLAR.findall(_strip_comments_and_strings(query.body)))

@@ -743,7 +743,7 @@ def _events_of(doc):
 
 @pytest.fixture(scope="session")
 def real_db(realdata, tmp_path_factory, _template_db):
-    """All of ../shared/realdata, one run per top-level folder (ascend, kineto, kineto_cpu_ep4_hot1)."""
+    """All of ../shared/realdata, one run per top-level folder (whatever folders it holds)."""
     db = tmp_path_factory.mktemp("real") / "real.duckdb"
     shutil.copyfile(_template_db, db)
     reports = {d.name: ingest_paths(db, [d]) for d in sorted(realdata.iterdir()) if d.is_dir()}
@@ -758,17 +758,27 @@ def _real_traces(realdata: Path) -> list[Path]:
 def test_real_files_all_ingest_and_reconcile(real_db, realdata):
     db, reports = real_db
     files = [f for r in reports.values() for f in r.files]
+    assert files
     assert not [f for f in files if f.status == "failed"], [(f.path, f.message) for f in files if f.status == "failed"]
-    assert {r.exit_code for r in reports.values()} == {0}
+    # The exit code contract (README): 1 exactly when some file was salvaged, truncated or failed.
+    for r in reports.values():
+        partial = [f for f in r.files if f.status in ("salvaged", "truncated", "failed")]
+        assert r.exit_code == (1 if partial else 0), (r.run, [(f.path, f.status) for f in partial])
+        # a partial file always says what was kept and what was lost
+        assert all(f.message for f in partial), [(f.path, f.status) for f in partial if not f.message]
     with ro(db) as con:
         sids = [r[0] for r in con.execute("SELECT source_id FROM sources").fetchall()]
         for sid in sids:
             assert_reconciled(con, sid)
-        fmts = dict(con.execute("SELECT regexp_extract(path, '[^/]+$'), format FROM sources").fetchall())
-    assert fmts["trace_view.json"] == "ascend_trace"
-    if "kernel_details.csv" in fmts or any(f.path.endswith(".csv") and f.format for f in files):
-        # another module's format: here only "not failed" (checked above) and recognised
-        assert fmts.get("kernel_details.csv") == "kernel_details"
+        fmts = con.execute("SELECT regexp_extract(path, '[^/]+$'), format FROM sources").fetchall()
+    # the tools' fixed file names are recognised as their formats, wherever they sit
+    for name, fmt in fmts:
+        if name == "trace_view.json":
+            assert fmt == "ascend_trace", name
+        if name == "kernel_details.csv":
+            assert fmt == "kernel_details", name
+        if name.endswith(".pt.trace.json.gz") or name.endswith(".pt.trace.json"):
+            assert fmt == "kineto", name
 
 
 _TS_TOKEN = re.compile(rb'"ts"\s*:\s*"?\s*(-?[0-9][0-9.]*)')
@@ -788,7 +798,7 @@ def test_real_traces_counts_and_timestamps_exact(real_db, realdata):
     base + ts * 1000 computed exactly from the ts text in the file."""
     db, _ = real_db
     traces = _real_traces(realdata)
-    assert len(traces) == 12
+    assert traces
     with ro(db) as con:
         for p in traces:
             raw = gzip.decompress(p.read_bytes()) if p.suffix == ".gz" else p.read_bytes()
