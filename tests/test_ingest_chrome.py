@@ -11,6 +11,7 @@ import random
 import re
 import shutil
 import subprocess
+import threading
 import time
 import zlib
 from decimal import Decimal
@@ -19,7 +20,7 @@ from pathlib import Path
 import duckdb
 import orjson
 import pytest
-from conftest import trace_text, write_trace
+from conftest import duckdb_cli, trace_text, write_trace
 
 from slowcard import store
 from slowcard.ingest import chrome, ingest_paths, read_head
@@ -534,17 +535,26 @@ def test_gz_file_goes_through_pipes_in_one_statement(tmp_db, tmp_path, monkeypat
     if case == "stall":
         # DuckDB does not read the first part in time (as if it opened the pipes out of order):
         # the dispatcher must give up rather than wait forever, and the file go in waves
+        # the dispatcher must give up rather than wait forever, and the file go in waves.
+        # No timed sleep: the first part is held back until the dispatcher has given up (it
+        # then fails the statement by feeding "[!" into the pipes it has not fed).
         monkeypatch.setattr(chrome, "PIPE_STALL_S", 0.2)
-        feed_part = chrome._feed_part_file
-        first_feed = []
+        feed_part, feed_pipe = chrome._feed_part_file, chrome._feed_pipe
+        gave_up, first = threading.Event(), threading.Lock()
+        held = []
 
-        def slow_first(part, pipe):
-            if not first_feed:
-                first_feed.append(part)
-                time.sleep(1.0)
+        def watching(fd, offset, length, pipe, head=b"[", end=b"]", done=None):
+            if head == b"[!":
+                gave_up.set()
+            return feed_pipe(fd, offset, length, pipe, head, end, done)
+
+        def held_first(part, pipe):
+            if first.acquire(blocking=False):             # the first part only, once
+                held.append(gave_up.wait(60))
             return feed_part(part, pipe)
 
-        monkeypatch.setattr(chrome, "_feed_part_file", slow_first)
+        monkeypatch.setattr(chrome, "_feed_pipe", watching)
+        monkeypatch.setattr(chrome, "_feed_part_file", held_first)
     path = write_trace(tmp_path / "piped.json.gz", text=text)
     statements = []
     orig = chrome._Ingest._insert_files
@@ -560,6 +570,8 @@ def test_gz_file_goes_through_pipes_in_one_statement(tmp_db, tmp_path, monkeypat
         assert statements[1:] in ([], [1])                  # (the last events, after the tail scan)
     elif case != "short_estimate":
         assert len(statements) > 3                         # rejected: again, in waves
+    if case == "stall":
+        assert held == [True]                               # the first part waited for the give-up
     if bad_at is None:
         assert (f.status, f.rows_kept, f.rows_dropped) == ("ok", 3000, 0), f.message
     else:
@@ -858,9 +870,9 @@ def test_real_ep4_run_has_ranks_0_to_3(real_db, realdata):
 
 
 def test_duckdb_cli_reads_the_database(real_db):
-    exe = shutil.which("duckdb")
+    exe = duckdb_cli()
     if exe is None:
-        pytest.skip("the duckdb CLI (PyPI duckdb-cli) is not on PATH")
+        pytest.skip("the duckdb CLI (PyPI duckdb-cli, in the dev extra) is not installed")
     db, _ = real_db
     sql = ("SELECT rank, count(*) AS n FROM events WHERE run = 'kineto_cpu_ep4_hot1' "
            "GROUP BY rank ORDER BY rank")
