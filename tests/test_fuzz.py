@@ -153,11 +153,27 @@ def _dumps(obj) -> str:
 @example([{"ph": "X", "ts": "12.3456789", "args": []}, 7, None], False)
 @SETTINGS
 def test_wrong_types_in_every_field(con, work, events, array_form):
+    _wrong_types(con, work, events, array_form)
+
+
+def _wrong_types(con, work, events, array_form):
     body = "[" + ",".join(_dumps(e) for e in events) + "]"
     text = body if array_form else '{"traceEvents": ' + body + "}"
     res = check(con, work / "types.json", text.encode(), "chrome field types")
     if res.status != "failed":
         assert res.rows_kept + res.rows_dropped == len(events)
+
+
+@pytest.mark.slow
+@given(st.lists(st.one_of(EVENT, SCALARS), max_size=40), st.booleans(), st.binary(max_size=64))
+@seed(SEED)
+@settings(max_examples=BUDGET * 25, deadline=None, derandomize=False, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+def test_wrong_types_and_junk_large_budget(con, work, events, array_form, junk):
+    """The long run (-m slow): more and longer event lists, with junk bytes after them."""
+    _wrong_types(con, work, events, array_form)
+    body = ("[" + ",".join(_dumps(e) for e in events)).encode() + junk
+    check(con, work / "junk.json", body, "chrome junk tail")
 
 
 def test_deep_args_huge_names_invalid_utf8(con, work):
