@@ -155,18 +155,24 @@ def list_queries(sql_dir: SqlDirOption = None):
 @app.command()
 def show(
     name: str = typer.Argument(..., help="Query name."),
+    run: Optional[str] = typer.Option(None, "--run", help="Run to bind (default: the database's first run)."),
+    param: Optional[List[str]] = typer.Option(None, "--param", "-p", help="key=value, repeatable (default: the query's defaults)."),
+    raw: bool = typer.Option(False, "--raw", help="The query file as it is ($parameters unbound)."),
     sql_dir: Optional[List[Path]] = typer.Option(None, "--sql-dir", help="Extra folder of query files."),
 ):
-    """Print a query's file (header and SQL), ready to paste into the duckdb shell.
+    """Print a query as a script for the duckdb shell: parameters become SET VARIABLE lines
+    (defaults, or --run / -p), so it runs as printed.
 
     Example:
-        slowcard show ep-slow-rank
+        slowcard show ep-slow-rank | duckdb slowcard.duckdb
     """
     try:
         q = queries_mod.find(queries_mod.load_catalog(sql_dir), name)
+        text = (q.path.read_text(encoding="utf-8").rstrip() if raw
+                else queries_mod.shell_sql(q, run, _parse_params(param)))
     except SlowcardError as exc:
         _fail(str(exc), 2)
-    typer.echo(q.path.read_text(encoding="utf-8").rstrip())
+    typer.echo(text)
 
 
 @app.command()

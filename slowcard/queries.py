@@ -373,6 +373,20 @@ def runs(con) -> list[str]:
     return [r[0] for r in con.execute("SELECT run FROM runs ORDER BY created_at, run").fetchall()]
 
 
+def _rank_conflict_note(con, run: str) -> str:
+    """Why the cross-rank views are empty for a run whose ranks are not unique (05_runs.sql)."""
+    try:
+        rows = con.execute("SELECT rank, format, n_files FROM rank_conflicts WHERE run = ? "
+                           "ORDER BY rank, format LIMIT 4", [run]).fetchall()
+    except duckdb.Error:
+        return ""
+    if not rows:
+        return ""
+    shown = ", ".join(f"rank {r} in {n} {f} files" for r, f, n in rows[:3]) + (", …" if len(rows) > 3 else "")
+    return (f" (run {run!r} has duplicate ranks: {shown}; ranks cannot be compared in it. Ingest each "
+            "job as its own run: --run NAME per job, or --run-per-folder; see the rank_conflicts view)")
+
+
 def run_query(con, query: Query, run: str, params: dict | None = None) -> Result:
     """Run one query for one run. Never raises for SQL errors: they become status ERROR."""
     values = bind_params(query, params)
@@ -384,7 +398,7 @@ def run_query(con, query: Query, run: str, params: dict | None = None) -> Result
             n = _relation_rows(con, rel, run)
             if not n:
                 res.summary = (f"requires {rel}: " + ("no such table or view in this database" if n is None
-                                                      else f"no rows for run {run!r}"))
+                                                      else f"no rows for run {run!r}")) + _rank_conflict_note(con, run)
                 return res
         # Bind exactly the parameters the body uses (DuckDB rejects unused named parameters).
         used = set(_DOLLAR.findall(_strip_comments_and_strings(query.body)))
@@ -424,3 +438,41 @@ def open_readonly(db_path: str | Path):
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
     return con
+
+
+def _sql_literal(value, typ: str) -> str:
+    if typ == "VARCHAR":
+        return "'" + str(value).replace("'", "''") + "'"
+    if typ == "BOOLEAN":
+        return "true" if value else "false"
+    return f"CAST({value!r} AS {typ})"
+
+
+def shell_sql(query: Query, run: str | None = None, params: dict | None = None) -> str:
+    """The query as a script for the `duckdb` shell: its header as comments, one ``SET VARIABLE``
+    per parameter (defaults overlaid with ``params``; ``run`` the given run, else the database's
+    first run), and the body with each ``$name`` read by ``getvariable('name')``. Piped into
+    ``duckdb DB`` it prints the query's rows; edit a SET line to try another value."""
+    values = bind_params(query, params)
+    head = query.path.read_text(encoding="utf-8").splitlines()
+    header = head[: next((i for i, line in enumerate(head) if not line.startswith("--")), len(head))]
+    lines = [*header, "",
+             f"-- For the duckdb shell: slowcard show {query.name} | duckdb slowcard.duckdb",
+             "-- (parameters are variables: change a value below to try another)"]
+    if run is None:
+        lines.append("-- run: the database's first run (or write 'NAME')")
+    run_value = (_sql_literal(run, "VARCHAR") if run is not None
+                 else "(SELECT run FROM runs ORDER BY created_at, run LIMIT 1)")
+    lines.append(f"SET VARIABLE run = {run_value};")
+    types = {p.name: p.type for p in query.params}
+    for name, value in values.items():
+        lines.append(f"SET VARIABLE {name} = {_sql_literal(value, types[name])};")
+    # $name -> getvariable('name'), in code only (never inside a string literal or a comment)
+    out, pos = [], 0
+    for m in _LEXEMES.finditer(query.body):
+        out.append(_DOLLAR.sub(lambda d: f"getvariable('{d.group(1)}')", query.body[pos:m.start()]))
+        out.append(m.group(0))
+        pos = m.end()
+    out.append(_DOLLAR.sub(lambda d: f"getvariable('{d.group(1)}')", query.body[pos:]))
+    lines += ["", "".join(out).rstrip() + ";"]
+    return "\n".join(lines)

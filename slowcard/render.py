@@ -149,7 +149,7 @@ def comparison_text(cmp, limit: int = 20) -> str:
         if not block["rows"]:
             continue
         lines.append("")
-        lines.append(f"{name} (B - A, B / A)")
+        lines.append(f"{name} (A -> B, and B / A where both are numbers)")
         shown = block["rows"][:limit] if limit else block["rows"]
         key = block["key"]
         metrics = list(dict.fromkeys(c[:-2] for r in shown for c in r if c.endswith("_a")))

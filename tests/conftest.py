@@ -25,6 +25,18 @@ def realdata() -> Path:
     return REALDATA
 
 
+def duckdb_cli() -> str | None:
+    """The `duckdb` shell of the PyPI duckdb-cli package: beside this interpreter's scripts (a venv
+    that is not activated is not on PATH), else on PATH."""
+    import sysconfig
+
+    for scripts in (sysconfig.get_path("scripts"), str(Path(sys.executable).parent)):
+        exe = Path(scripts) / "duckdb"
+        if exe.is_file():
+            return str(exe)
+    return shutil.which("duckdb")
+
+
 def ingest_ok(db, paths, run) -> None:
     """Ingest paths into db under run and assert every file went in cleanly."""
     from slowcard.ingest import ingest_paths
@@ -114,7 +126,9 @@ def make_trace():
 
 def pytest_terminal_summary(terminalreporter):
     """Print how many fuzz cases each reader was given (tests/test_fuzz.py counts them)."""
-    counts = getattr(sys.modules.get("test_fuzz"), "FUZZ_COUNTS", None)
+    fuzz = sys.modules.get("test_fuzz")
+    counts = getattr(fuzz, "FUZZ_COUNTS", None)
     if counts:
         terminalreporter.write_line("fuzz cases tried per reader: "
-                                    + ", ".join(f"{k}: {v}" for k, v in sorted(counts.items())))
+                                    + ", ".join(f"{k}: {v}" for k, v in sorted(counts.items()))
+                                    + f"; seed {fuzz.SEED} (replay: SLOWCARD_FUZZ_SEED={fuzz.SEED})")

@@ -120,3 +120,50 @@ def test_no_progress_bar_can_reach_stdout(tmp_path):
             assert con.execute("SELECT current_setting('enable_progress_bar')").fetchone()[0] is False
         finally:
             con.close()
+
+
+def _query_rows(db, name, run, *extra):
+    res = invoke("query", name, "--db", db, "--run", run, "--format", "json", *extra)
+    assert res.exit_code in (0, 1), res.output
+    return json.loads(res.stdout)[0]
+
+
+def test_show_prints_a_script_the_duckdb_shell_runs_as_printed(dbs):
+    """`slowcard show NAME | duckdb DB`: parameters become SET VARIABLE lines, so every built-in
+    query runs as printed and gives the rows `slowcard query` gives (first run by default;
+    --run / -p bind others)."""
+    import duckdb
+
+    from slowcard import queries
+
+    for name in queries.load_catalog():
+        shown = invoke("show", name)
+        assert shown.exit_code == 0, shown.output
+        assert "$" not in "\n".join(line for line in shown.stdout.splitlines() if not line.startswith("--"))
+        with duckdb.connect(str(dbs), read_only=True) as con:
+            rows = con.execute(shown.stdout).fetchall()      # the script's last statement: the query
+        want = _query_rows(dbs, name, "token_skew")
+        if want["status"] != "SKIP":         # (a SKIP never ran the body: its tables are empty)
+            assert len(rows) == len(want["rows"]), name
+    bound = invoke("show", "ep-slow-rank", "--run", "balanced", "-p", "min_token_ratio=2.5")
+    assert "SET VARIABLE run = 'balanced';" in bound.stdout
+    assert "SET VARIABLE min_token_ratio = CAST(2.5 AS DOUBLE);" in bound.stdout
+    assert invoke("show", "ep-slow-rank", "-p", "nope=1").exit_code == 2
+    assert invoke("show", "ep-slow-rank", "--raw").stdout.count("$run") >= 1
+
+
+def test_show_piped_into_the_duckdb_cli_prints_the_rows(dbs):
+    import subprocess
+
+    from conftest import duckdb_cli
+
+    exe = duckdb_cli()
+    if exe is None:
+        pytest.skip("the duckdb CLI (PyPI duckdb-cli, in the dev extra) is not installed")
+    script = invoke("show", "ep-slow-rank").stdout
+    out = subprocess.run([exe, "-readonly", "-csv", str(dbs)], input=script, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0 and not out.stderr, out.stderr
+    got = list(csv.DictReader(io.StringIO(out.stdout)))
+    want = _query_rows(dbs, "ep-slow-rank", "token_skew")["rows"]
+    assert [(int(r["rank"]), r["cause"]) for r in got] == [(r["rank"], r["cause"]) for r in want] == [(1, "token-skew")]

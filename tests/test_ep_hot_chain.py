@@ -85,3 +85,25 @@ def test_diagnose_names_rank_and_experts(db):
     assert diag.conclusion["slow_cards"] == ["EP rank 1"]
     assert diag.conclusion["cause"] == "ep-imbalance"
     assert "/E4 " in diag.conclusion["evidence"]
+
+
+def test_trace_side_uses_the_ep_rank_of_a_vllm_folder_not_the_global_rank(tmp_path):
+    """vLLM writes each worker's trace into dp{d}_pp{p}_tp{t}_dcp{c}_ep{e}_rank{g}_…; expert load
+    is indexed by EP rank e, which need not equal the global rank g. Here EP rank = (g + 1) % 4:
+    the hot experts live on EP rank 1, held by global rank 0, whose trace shows the token skew.
+    Joined by global rank instead, EP rank 1's load would meet global rank 1's balanced trace."""
+    synth_experts.write_scenario("concentrated", tmp_path / "run" / "experts")
+    flat = tmp_path / "flat"
+    paths = synth_kineto.write_ep_run(flat, scenario="token_skew", slow_rank=0, steps=3, layers=3)
+    for g, p in enumerate(sorted(paths)):
+        d = tmp_path / "run" / f"dp0_pp0_tp0_dcp0_ep{(g + 1) % 4}_rank{g}_worker"
+        d.mkdir(parents=True)
+        p.rename(d / p.name)
+    db = tmp_path / "chain.duckdb"
+    rep = ingest_paths(db, [tmp_path / "run"], run="v")
+    assert all(f.status == "ok" for f in rep.files), [(f.path, f.message) for f in rep.files]
+    res = chain(db, "v")
+    assert res.status == "FAIL", res.summary
+    # the finding's rank is the EP rank (the index of the expert map and load)
+    assert [(r["rank"], r["finding"], r["coincide"]) for r in res.rows] == [(1, "ep-imbalance", True)]
+    assert "/E4 " in res.rows[0]["hot_experts"] and res.rows[0]["gmm_ratio"] > 2

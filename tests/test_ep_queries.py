@@ -67,7 +67,11 @@ def test_ep_slow_rank_scenarios(run_db, scenario, style):
         assert res.status == "FAIL"
         assert [(r["rank"], r["cause"]) for r in res.rows] == [(1, cause)]
         assert "rank 1" in res.summary and cause in res.summary
-        assert res.rows[0]["next_step"]
+        # the advice belongs to the cause (a slow device is never told to rebalance experts)
+        want = {"token-skew": "expert placement", "slow-compute": "device or process anomaly",
+                "slow-comm": "links and NIC"}[cause]
+        others = {"expert placement", "device or process anomaly", "links and NIC"} - {want}
+        assert want in res.rows[0]["next_step"] and not any(o in res.rows[0]["next_step"] for o in others)
 
 
 @pytest.mark.parametrize("scenario", ["token_skew", "slow_compute", "slow_link", "balanced"])
@@ -148,5 +152,40 @@ def test_every_query_runs_on_every_real_file(tmp_path):
         for q in CATALOG.values():
             res = queries.run_query(con, q, "real")
             assert res.status != "ERROR", (q.name, res.summary)
+    finally:
+        con.close()
+
+
+def test_a_run_with_duplicate_ranks_skips_cross_rank_queries_with_the_reason(tmp_path):
+    """Two jobs ingested as one run (every rank twice): matching across ranks would pair calls
+    of different jobs. Every query gives a status, never ERROR; the cross-rank ones SKIP and
+    say why and what to do."""
+    import shutil
+
+    src = Path(__file__).resolve().parents[1] / "testdata" / "ep4_token_skew"
+    for job in ("job_a", "job_b"):
+        shutil.copytree(src, tmp_path / job)
+    db = tmp_path / "dup.duckdb"
+    ingest_paths(db, [tmp_path / "job_a", tmp_path / "job_b"], run="mixed")
+    con = queries.open_readonly(db)
+    try:
+        conflicts = con.execute("SELECT rank, format, n_files FROM rank_conflicts WHERE run = 'mixed' "
+                                "ORDER BY rank").fetchall()
+        results = {q.name: queries.run_query(con, q, "mixed") for q in CATALOG.values()}
+    finally:
+        con.close()
+    assert conflicts == [(r, "kineto", 2) for r in range(4)]
+    assert not [(n, r.summary) for n, r in results.items() if r.status == "ERROR"]
+    for name in ("sync-gaps", "rank-waits", "ep-slow-rank", "moe-breakdown"):
+        assert results[name].status == "SKIP", (name, results[name].summary)
+        assert "duplicate ranks" in results[name].summary and "--run-per-folder" in results[name].summary
+    # ingested as one run per job, as the message advises, the same files give their verdict
+    for job in ("job_a", "job_b"):
+        ingest_paths(db, [tmp_path / job], run=job)
+    con = queries.open_readonly(db)
+    try:
+        for job in ("job_a", "job_b"):
+            res = queries.run_query(con, CATALOG["ep-slow-rank"], job)
+            assert [(r["rank"], r["cause"]) for r in res.rows] == [(1, "token-skew")], res.summary
     finally:
         con.close()

@@ -466,13 +466,28 @@ REALDATA = Path(__file__).resolve().parents[1].parent / "shared" / "realdata"
 
 
 @pytest.mark.realdata
-def test_sniff_claims_no_real_profiler_file():
-    """No public expert-load dump exists; the real traces and CSVs must not be taken for one."""
+def test_sniff_claims_no_real_trace_or_operator_table(tmp_path):
+    """The expert readers claim only expert data: no real Chrome trace or operator / service CSV
+    is ever taken for expert load or an expert map, and every real file they do claim ingests
+    into the expert tables with rows (whatever real files realdata holds)."""
     if not REALDATA.is_dir():
         pytest.skip(f"{REALDATA} is absent")
+    from slowcard.ingest import chrome, op_csv, service_csv
     from slowcard.ingest.base import read_head
 
-    files = [p for p in REALDATA.rglob("*") if p.is_file() and p.name != "README.md"]
+    files = [p for p in REALDATA.rglob("*") if p.is_file() and p.suffix != ".md"]
     assert files
+    claimed = []
     for p in files:
-        assert READER.sniff(p, read_head(p)) is None, p
+        head = read_head(p)
+        fmt = READER.sniff(p, head)
+        if fmt is None:
+            continue
+        others = [r for r in (chrome.READER, op_csv.READER, service_csv.READER) if r.sniff(p, head)]
+        assert not others, (p, fmt, others)
+        claimed.append(p)
+    db = tmp_path / "x.duckdb"
+    for p in claimed:
+        res = ingest_one(db, p)
+        assert res.status in ("ok", "salvaged"), (p, res.status, res.message)
+        assert res.rows_kept > 0, (p, res.message)

@@ -11,6 +11,7 @@ import random
 import re
 import shutil
 import subprocess
+import threading
 import time
 import zlib
 from decimal import Decimal
@@ -19,7 +20,7 @@ from pathlib import Path
 import duckdb
 import orjson
 import pytest
-from conftest import trace_text, write_trace
+from conftest import duckdb_cli, trace_text, write_trace
 
 from slowcard import store
 from slowcard.ingest import chrome, ingest_paths, read_head
@@ -534,17 +535,26 @@ def test_gz_file_goes_through_pipes_in_one_statement(tmp_db, tmp_path, monkeypat
     if case == "stall":
         # DuckDB does not read the first part in time (as if it opened the pipes out of order):
         # the dispatcher must give up rather than wait forever, and the file go in waves
+        # the dispatcher must give up rather than wait forever, and the file go in waves.
+        # No timed sleep: the first part is held back until the dispatcher has given up (it
+        # then fails the statement by feeding "[!" into the pipes it has not fed).
         monkeypatch.setattr(chrome, "PIPE_STALL_S", 0.2)
-        feed_part = chrome._feed_part_file
-        first_feed = []
+        feed_part, feed_pipe = chrome._feed_part_file, chrome._feed_pipe
+        gave_up, first = threading.Event(), threading.Lock()
+        held = []
 
-        def slow_first(part, pipe):
-            if not first_feed:
-                first_feed.append(part)
-                time.sleep(1.0)
+        def watching(fd, offset, length, pipe, head=b"[", end=b"]", done=None):
+            if head == b"[!":
+                gave_up.set()
+            return feed_pipe(fd, offset, length, pipe, head, end, done)
+
+        def held_first(part, pipe):
+            if first.acquire(blocking=False):             # the first part only, once
+                held.append(gave_up.wait(60))
             return feed_part(part, pipe)
 
-        monkeypatch.setattr(chrome, "_feed_part_file", slow_first)
+        monkeypatch.setattr(chrome, "_feed_pipe", watching)
+        monkeypatch.setattr(chrome, "_feed_part_file", held_first)
     path = write_trace(tmp_path / "piped.json.gz", text=text)
     statements = []
     orig = chrome._Ingest._insert_files
@@ -560,6 +570,8 @@ def test_gz_file_goes_through_pipes_in_one_statement(tmp_db, tmp_path, monkeypat
         assert statements[1:] in ([], [1])                  # (the last events, after the tail scan)
     elif case != "short_estimate":
         assert len(statements) > 3                         # rejected: again, in waves
+    if case == "stall":
+        assert held == [True]                               # the first part waited for the give-up
     if bad_at is None:
         assert (f.status, f.rows_kept, f.rows_dropped) == ("ok", 3000, 0), f.message
     else:
@@ -743,7 +755,7 @@ def _events_of(doc):
 
 @pytest.fixture(scope="session")
 def real_db(realdata, tmp_path_factory, _template_db):
-    """All of ../shared/realdata, one run per top-level folder (ascend, kineto, kineto_cpu_ep4_hot1)."""
+    """All of ../shared/realdata, one run per top-level folder (whatever folders it holds)."""
     db = tmp_path_factory.mktemp("real") / "real.duckdb"
     shutil.copyfile(_template_db, db)
     reports = {d.name: ingest_paths(db, [d]) for d in sorted(realdata.iterdir()) if d.is_dir()}
@@ -758,17 +770,27 @@ def _real_traces(realdata: Path) -> list[Path]:
 def test_real_files_all_ingest_and_reconcile(real_db, realdata):
     db, reports = real_db
     files = [f for r in reports.values() for f in r.files]
+    assert files
     assert not [f for f in files if f.status == "failed"], [(f.path, f.message) for f in files if f.status == "failed"]
-    assert {r.exit_code for r in reports.values()} == {0}
+    # The exit code contract (README): 1 exactly when some file was salvaged, truncated or failed.
+    for r in reports.values():
+        partial = [f for f in r.files if f.status in ("salvaged", "truncated", "failed")]
+        assert r.exit_code == (1 if partial else 0), (r.run, [(f.path, f.status) for f in partial])
+        # a partial file always says what was kept and what was lost
+        assert all(f.message for f in partial), [(f.path, f.status) for f in partial if not f.message]
     with ro(db) as con:
         sids = [r[0] for r in con.execute("SELECT source_id FROM sources").fetchall()]
         for sid in sids:
             assert_reconciled(con, sid)
-        fmts = dict(con.execute("SELECT regexp_extract(path, '[^/]+$'), format FROM sources").fetchall())
-    assert fmts["trace_view.json"] == "ascend_trace"
-    if "kernel_details.csv" in fmts or any(f.path.endswith(".csv") and f.format for f in files):
-        # another module's format: here only "not failed" (checked above) and recognised
-        assert fmts.get("kernel_details.csv") == "kernel_details"
+        fmts = con.execute("SELECT regexp_extract(path, '[^/]+$'), format FROM sources").fetchall()
+    # the tools' fixed file names are recognised as their formats, wherever they sit
+    for name, fmt in fmts:
+        if name == "trace_view.json":
+            assert fmt == "ascend_trace", name
+        if name == "kernel_details.csv":
+            assert fmt == "kernel_details", name
+        if name.endswith(".pt.trace.json.gz") or name.endswith(".pt.trace.json"):
+            assert fmt == "kineto", name
 
 
 _TS_TOKEN = re.compile(rb'"ts"\s*:\s*"?\s*(-?[0-9][0-9.]*)')
@@ -788,7 +810,7 @@ def test_real_traces_counts_and_timestamps_exact(real_db, realdata):
     base + ts * 1000 computed exactly from the ts text in the file."""
     db, _ = real_db
     traces = _real_traces(realdata)
-    assert len(traces) == 12
+    assert traces
     with ro(db) as con:
         for p in traces:
             raw = gzip.decompress(p.read_bytes()) if p.suffix == ".gz" else p.read_bytes()
@@ -848,9 +870,9 @@ def test_real_ep4_run_has_ranks_0_to_3(real_db, realdata):
 
 
 def test_duckdb_cli_reads_the_database(real_db):
-    exe = shutil.which("duckdb")
+    exe = duckdb_cli()
     if exe is None:
-        pytest.skip("the duckdb CLI (PyPI duckdb-cli) is not on PATH")
+        pytest.skip("the duckdb CLI (PyPI duckdb-cli, in the dev extra) is not installed")
     db, _ = real_db
     sql = ("SELECT rank, count(*) AS n FROM events WHERE run = 'kineto_cpu_ep4_hot1' "
            "GROUP BY rank ORDER BY rank")

@@ -212,6 +212,26 @@ def test_dp_rank_na_float_and_missing_column(tmp_path):
     assert res.status == "ok" and "no dp_rank" in res.message
 
 
+def test_batch_end_from_during_time_when_the_file_has_no_end_columns(tmp_path):
+    """Without end_time(ms) / end_datetime a batch ends during_time(ms) after its start: 1.556 ms
+    is 1,556,000 ns (the unit of a duration column is ms whatever unit start_time has)."""
+    header = BATCH_HEADER.replace("end_datetime,", "").replace(",end_time(ms)", "")
+    good = "[{'rid': 'a'}]"
+    rows = []
+    for k, start_us in enumerate((1773992798123456, 1773992798223456)):
+        line = batch_line(good, start_us=start_us).replace(",2026-03-20 15:46:38:125012", "")
+        rows.append(line.rsplit(",", 1)[0] + "\n")
+    p = tmp_path / "batch.csv"
+    p.write_text(header + "".join(rows))
+    res = ingest_one(tmp_path / "t.duckdb", p)
+    assert res.status == "ok", res.message
+    con = con_of(tmp_path / "t.duckdb")
+    got = con.execute("SELECT start_ns, end_ns, during_ms FROM batches ORDER BY line_no").fetchall()
+    con.close()
+    assert [(e - s, d) for s, e, d in got] == [(1_556_000, 1.556)] * 2
+    assert got[0][0] == 1773992798123456 * 1000
+
+
 def test_microseconds_and_milliseconds_are_told_apart_by_magnitude(tmp_path):
     dirs = {}
     for unit in ("us", "ms"):

@@ -12,7 +12,11 @@ WITH per AS (
            bool_or(op_class = 'collective' AND on_device) AS device_collectives
     FROM op_classes GROUP BY ALL
 ),
-pick AS (SELECT run, rank, arg_max(source_id, n_moe) AS source_id FROM per WHERE n_moe > 0 GROUP BY run, rank)
+pick AS (  -- a run with duplicate ranks (rank_conflicts) is left out: see 05_runs.sql
+    SELECT run, rank, arg_max(source_id, n_moe) AS source_id FROM per
+    WHERE n_moe > 0 AND run NOT IN (SELECT run FROM rank_conflicts)
+    GROUP BY run, rank
+)
 SELECT per.* FROM per JOIN pick USING (run, rank, source_id);
 
 -- Steps: ProfilerStep#N / decode_step_N annotations (host side); number from the name.

@@ -14,7 +14,7 @@
 -- among themselves. Calls numbered by Seq name themselves and are kept (a lost one only unmatches
 -- its instance). A truncated source that fell back to its host lane while other ranks of the run
 -- have a device lane has lost that lane to the cut: its host calls are left out too (host op
--- times are not kernel times).
+-- times are not kernel times). A run with duplicate ranks (rank_conflicts) is left out whole.
 CREATE OR REPLACE VIEW _collectives AS
 WITH lanes AS (
     SELECT source_id, bool_or(on_device) AS device
@@ -27,6 +27,7 @@ calls AS (
            o.seq IS NULL AS by_order, l.device
     FROM op_classes o JOIN lanes l USING (source_id)
     WHERE o.op_class = 'collective' AND o.on_device = l.device AND o.rank IS NOT NULL
+      AND o.run NOT IN (SELECT run FROM rank_conflicts)
 ),
 per_source AS (
     SELECT c.run, c.source_id, c.pg, c.coll_kind, s.status = 'truncated' AS truncated,
