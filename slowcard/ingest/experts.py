@@ -49,6 +49,7 @@ import math
 import re
 import struct
 import sys
+from collections import Counter
 from pathlib import Path
 
 import orjson
@@ -583,9 +584,16 @@ class ExpertsReader:
         kept = len(out)
         seen = kept + sum(n for _, _, n in drops)
         declared = doc.get("moe_layer_count")
+        # (layer, device, expert) placed in more than one slot of that device: kept as replicas
+        placed = Counter((r[3], r[4], r[6]) for r in out)
+        same_dev = sum(c - 1 for c in placed.values())
+        dup_layers = len({k[0] for k, c in placed.items() if c > 1})
         meta = {"epoch": epoch, "ts_ns": ts_ns, "moe_layer_count": declared, "logical_experts": n_experts,
-                "layers": len(layer_ids)}
+                "layers": len(layer_ids), "same_device_replicas": same_dev}
         msg = self._drop_message(drops)
+        if same_dev:
+            msg = (msg + "; " if msg else "") + (f"{same_dev} extra slot(s) in {dup_layers} layer(s) repeat an expert "
+                                                 "already on the same device (kept as replicas)")
         if isinstance(declared, int) and declared != len(layers):
             msg = (msg + "; " if msg else "") + f"moe_layer_count says {declared} but layer_list has {len(layers)} layers"
         return Outcome(rows_seen=seen, rows_kept=kept, rows_dropped=seen - kept,
@@ -617,9 +625,8 @@ class ExpertsReader:
             seen_dev.add(dev)
             if any(isinstance(e, bool) or not isinstance(e, int) or e < 0 for e in exps):
                 return None, f"layer {lid} device {dev}: device_expert holds a non-integer or negative id", n
-            if len(set(exps)) != len(exps):
-                dup = sorted({e for e in exps if exps.count(e) > 1})
-                return None, f"layer {lid} device {dev}: logical experts {dup} duplicated on one device", n
+            # The same logical expert twice on one device is kept: each slot is a replica that
+            # takes its own share of the tokens (MindIE's real deployment maps do this).
             rows.extend((lid, dev, slot, e) for slot, e in enumerate(exps))
         if not rows:
             return None, f"layer {lid}: no expert placed", n
