@@ -28,7 +28,8 @@ from ..errors import InputError, UsageError
 from .base import GZIP_MAGIC, Context, IngestOptions, Outcome
 
 # Formats whose files belong to one rank; a file of these without a rank is reported.
-RANKED_FORMATS = {"kineto", "ascend_trace", "chrome_array", "kernel_details", "op_summary"}
+RANKED_FORMATS = {"kineto", "ascend_trace", "chrome_array", "kernel_details", "op_summary",
+                  "step_trace", "communication", "comm_matrix"}
 # Companion files that carry metadata for other files and are not ingested themselves.
 COMPANION = ("profiler_info", "profiler_metadata")
 
