@@ -121,17 +121,11 @@ def ingest(
 
 def _run_batches(paths: List[str], run: Optional[str], per_folder: bool) -> list[tuple[Optional[str], list]]:
     """(run name, paths) to ingest: one batch, or one per sub-folder with --run-per-folder."""
-    if not per_folder:
-        return [(run, list(paths))]
-    batches = []
-    for raw in paths:
-        root = Path(raw)
-        if not root.is_dir():
-            raise UsageError(f"{raw}: --run-per-folder needs folders whose sub-folders are runs")
-        subs = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
-        if not subs:
-            raise UsageError(f"{raw}: has no sub-folders to take as runs")
-        batches += [(sub.name, [sub]) for sub in subs]
+    from .ingest import run_batches
+
+    batches, notes = run_batches(paths, run, per_folder)
+    for note in notes:
+        typer.echo(f"note: {note}", err=True)
     return batches
 
 
