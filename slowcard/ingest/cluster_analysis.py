@@ -1,23 +1,30 @@
-"""msprof-analyze cluster-analysis outputs: ``cluster_step_trace_time.csv`` and ``cluster_communication.json``.
+"""msprof-analyze cluster-analysis outputs and their per-rank sources: step trace and communication summary.
 
-Both are recognised by content, never by file name:
+All recognised by content, never by file name:
 
 - ``cluster_step`` (``cluster_step_trace_time.csv``): a CSV whose header has ``Type``, ``Index``,
   ``Computing`` and at least one other step-trace column (``Communication(Not Overlapped)``,
   ``Free``, ``Overlapped``, ``Stage``, ``Bubble``). Columns are mapped by header name (``Preparing``
   and the ``DP/PP/TP Index`` columns come and go between versions); a missing required column
   fails the file, a row with a non-number in a time column is dropped with its line and reason.
+- ``step_trace`` (one rank's ``ASCEND_PROFILER_OUTPUT/step_trace_time.csv``): the same columns
+  without ``Type`` / ``Index`` (``Device_id`` and ``Preparing`` in newer versions); every row is
+  a rank row of the file's rank (``sources.rank``, from ``profiler_info_N.json``).
 - ``cluster_communication`` (``cluster_communication.json``): a JSON object whose first key is a
-  rank set like ``"(0, 1)"`` and whose head holds ``"Communication Time Info"`` (this keeps
-  ``cluster_communication_matrix.json``, keyed the same way, out). Shape:
-  ``{rank set: {step: {"<op>@<group>" | "Total Op Info": {rank: {"Communication Time Info": {…},
-  "Communication Bandwidth Info": {link: {…}}}}}}}``. A level that is not an object fails the file
-  (the message names the key path); a leaf with a non-number or a rank key that is not an integer
-  is dropped with its key path.
+  rank set like ``"(0, 1)"`` or msprof-analyze's ``"p2p"`` group, and whose head holds
+  ``"Communication Time Info"`` (this keeps ``cluster_communication_matrix.json``, keyed the same
+  way, out). Shape: ``{rank set: {step: {"<op>@<group>" | "Total Op Info": {rank:
+  {"Communication Time Info": {…}, "Communication Bandwidth Info": {link: {…}}}}}}}``.
+- ``communication`` (one rank's ``communication.json``): ``{step: {"collective" | "p2p": {op:
+  leaf}}}``, the leaves as above, the rank the file's.
+
+A level that is not an object fails the file (the message names the key path); a leaf with a
+non-number or a rank key that is not an integer is dropped with its key path.
 
 The files are small (one row per rank and step, or per rank and communication op), so Python
-parses them and hands the rows to DuckDB as one Arrow table. They are cluster-wide: the rank of a
-row is a column, never ``sources.rank``. Owns the tables in ``cluster_analysis.sql``.
+parses them and hands the rows to DuckDB as one Arrow table. The cluster files are cluster-wide:
+the rank of a row is a column, never ``sources.rank``; in a per-rank file the column is NULL and
+the views take ``sources.rank``. Owns the tables in ``cluster_analysis.sql``.
 """
 
 from __future__ import annotations
