@@ -354,3 +354,24 @@ def test_run_batches_root_files(tmp_path):
     batch = [b for b in run_batches([tmp_path], None, True)[0] if b[0].endswith("(root files)")][0]
     rep = ingest_paths(db, batch[1], run=batch[0])
     assert {Path(f.path).name: f.status for f in rep.files}["notes.bin"] == "skipped"
+
+
+# -- beyond the numbered items: a hand-edited op_summary header ------------------------------------------
+
+@pytest.mark.realdata
+def test_real_mixed_op_summary_header_is_read_and_flagged(tmp_db):
+    p = real(MSI / "test_kernel_parse" / "op_summary_1.csv")
+    f = ingest_paths(tmp_db, [p], run="k").files[0]
+    assert f.format == "op_summary" and f.status in ("ok", "salvaged"), f.message
+    assert "format guessed" in f.message
+    with open(p, newline="") as fh:
+        assert f.rows_kept + f.rows_dropped == sum(1 for _ in csv.reader(fh)) - 1
+
+
+def test_mixed_header_needs_a_task_column(tmp_path):
+    from slowcard.ingest import op_csv
+
+    plain = write(tmp_path / "a.csv", "Op Name,Start Time(us),Task Duration(us)\nx,1,2\n")
+    assert op_csv.READER.sniff(plain, read_head(plain)) is None
+    mixed = write(tmp_path / "b.csv", "Op Name,Task Type,Start Time(us),Task Duration(us)\nx,AI_CORE,1,2\n")
+    assert op_csv.READER.sniff(mixed, read_head(mixed)) == "op_summary"
