@@ -375,3 +375,23 @@ def test_mixed_header_needs_a_task_column(tmp_path):
     assert op_csv.READER.sniff(plain, read_head(plain)) is None
     mixed = write(tmp_path / "b.csv", "Op Name,Task Type,Start Time(us),Task Duration(us)\nx,AI_CORE,1,2\n")
     assert op_csv.READER.sniff(mixed, read_head(mixed)) == "op_summary"
+
+
+def test_known_tool_outputs_are_named_not_unknown(tmp_db, tmp_path):
+    files = {
+        "memory_record.csv": "Component,Timestamp(us),Total Allocated(MB),Total Reserved(MB),Total Active(MB),Stream Ptr,Device Type\nAPP,1,,2,,,NPU:1\n",
+        "tx_data_df.csv": "pid,tid,event_type,start_time,end_time,mark_id,message,domain,rid,name\n1,2,start/end,1,2,3,x,http,0,httpReq\n",
+        "cpu_frequency.txt": "cpu_frequency: 100000000.0\n",
+        "model_gen_config.json": '{"num_moe_layers": 3, "num_of_experts": 8}',
+        "other.csv": "a,b\n1,2\n",
+    }
+    for name, text in files.items():
+        write(tmp_path / "out" / name, text)
+    rep = by_name(ingest_paths(tmp_db, [tmp_path / "out"], run="k"))
+    assert {n: f.status for n, f in rep.items()} == dict.fromkeys(files, "skipped")
+    assert "memory_record.csv" in rep["memory_record.csv"].message
+    assert "tx_data_df.csv" in rep["tx_data_df.csv"].message
+    assert "key: value" in rep["cpu_frequency.txt"].message
+    assert "num_moe_layers" in rep["model_gen_config.json"].message
+    assert "unknown format" in rep["other.csv"].message
+    assert rows(tmp_db, "SELECT count(*) FROM sources") == [(0,)]

@@ -12,7 +12,6 @@ import glob as globlib
 import importlib
 import os
 import pkgutil
-import re
 import threading
 import time
 import zlib
@@ -26,13 +25,14 @@ import duckdb
 from .. import ranks as ranks_mod
 from .. import store
 from ..errors import InputError, UsageError
+from . import _known
 from .base import GZIP_MAGIC, Context, IngestOptions, Outcome
 
 # Formats whose files belong to one rank; a file of these without a rank is reported.
 RANKED_FORMATS = {"kineto", "ascend_trace", "chrome_array", "kernel_details", "op_summary",
                   "step_trace", "communication", "comm_matrix"}
 # Companion files that carry metadata for other files and are not ingested themselves.
-COMPANION = ("profiler_info", "profiler_metadata")
+COMPANION = _known.COMPANION
 
 
 def readers() -> list:
@@ -100,22 +100,10 @@ def _detect(path: Path) -> tuple[object | None, str | None, bytes]:
     return None, None, head
 
 
-_KEY_VALUE_NOTE = re.compile(rb"\A\s*[A-Za-z_][A-Za-z0-9_.]*\s*:\s*[-+0-9.eE]+\s*\Z")
-
-
 def companion(path: Path, head: bytes) -> str | None:
-    """Why a file that no reader claims is still known (a companion of other files, not data
-    to ingest), or None. Recognised by content where the content says it."""
-    if path.name.startswith(COMPANION) and path.suffix == ".json":
-        return "metadata companion file (read for rank identity)"
-    body = head.lstrip(b"\xef\xbb\xbf")
-    if len(body) < 256 and _KEY_VALUE_NOTE.match(body):
-        return ("a one-line `key: value` note (msServiceProfiler's cpu_frequency.txt / *_start_cnt.txt: "
-                "clock constants of the raw data); not profiler data, nothing to ingest")
-    if body.lstrip().startswith(b"{") and b'"num_moe_layers"' in body and b'"num_of_experts"' in body:
-        return ("MindIE model_gen_config.json: read with the expert hot-spot dumps beside it "
-                "(num_moe_layers); nothing to ingest on its own")
-    return None
+    """Why a file that no reader claims is still known (a companion of other files, or a tool
+    output slowcard does not need), or None; see ``_known``."""
+    return _known.known(path, head)
 
 
 @dataclass
