@@ -336,7 +336,8 @@ def ingest_file(con, path: Path, run: str, explicit: bool, size: int, opts: Inge
     if reader is None:
         msg = (f"{path}: unknown format; expected a Chrome trace JSON (.json/.json.gz), an Ascend "
                "kernel_details/op_summary CSV, an msServiceProfiler CSV, an msprof-analyze cluster "
-               "output or expert-load data (README, Input formats)")
+               "output, an Ascend step_trace_time.csv / communication(_matrix).json or expert-load data "
+               "(README, Input formats)")
         result.status = "failed" if explicit else "skipped"
         result.message = msg
         return result
