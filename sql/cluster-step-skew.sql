@@ -16,7 +16,8 @@
 -- differ by the pipeline's shape, not by a slow card. Ranks are compared within their stage only,
 -- and communication excludes receives (`Communication(Not Overlapped and Exclude Receive)`) when
 -- the file has it. The stage of a rank, first that answers: the `PP Index` column; the stage row
--- whose rank group holds it; the pp coordinate of its folder (vLLM dp.._pp.._tp..); else, when some
+-- whose rank group holds it; the pp coordinate of its folder (vLLM dp.._pp.._tp..); the p2p group
+-- of communication_group.json that holds it (msprof-analyze builds its stage rows from these); else, when some
 -- ranks of the step receive (Bubble > 0) and others do not, those two sets (they cannot be one
 -- stage); else all ranks together. Members of one stage in different DP / TP groups do the same
 -- work, so they are compared together.
@@ -38,22 +39,33 @@ stage_members AS (
           WHERE run = $run AND type = 'stage')
     GROUP BY ALL
 ),
+p2p AS (      -- a rank in exactly one p2p group of the run's latest communication_group.json
+    SELECT rank, any_value(ranks) AS ranks
+    FROM (SELECT ranks, CAST(unnest(ranks) AS INTEGER) AS rank
+          FROM comm_groups
+          WHERE run = $run AND group_type = 'p2p'
+          QUALIFY source_id = max(source_id) OVER ())
+    GROUP BY rank
+    HAVING count(*) = 1
+),
 staged AS (
     SELECT r.*,
            CASE WHEN r.pp_index IS NOT NULL THEN 'pp ' || r.pp_index
                 WHEN m.stage_row IS NOT NULL THEN 'stage ' || m.stage_row
                 WHEN r.pp_rank IS NOT NULL THEN 'pp ' || r.pp_rank
+                WHEN g.ranks IS NOT NULL THEN 'p2p group ' || CAST(g.ranks AS VARCHAR)
                 WHEN max(coalesce(r.bubble_us, 0)) OVER w > 0 AND min(coalesce(r.bubble_us, 0)) OVER w = 0
                     THEN CASE WHEN coalesce(r.bubble_us, 0) > 0 THEN 'receiving ranks' ELSE 'non-receiving ranks' END
                 ELSE 'all ranks' END AS stage,
            CASE WHEN r.pp_index IS NOT NULL THEN 'PP Index'
                 WHEN m.stage_row IS NOT NULL THEN 'stage row'
                 WHEN r.pp_rank IS NOT NULL THEN 'folder name'
+                WHEN g.ranks IS NOT NULL THEN 'p2p group'
                 WHEN max(coalesce(r.bubble_us, 0)) OVER w > 0 AND min(coalesce(r.bubble_us, 0)) OVER w = 0
                     THEN 'Bubble'
                 ELSE 'none' END AS stage_source,
            computing_us + communication_not_overlapped_us + free_us AS step_us
-    FROM r LEFT JOIN stage_members m USING (summary_id, step, rank)
+    FROM r LEFT JOIN stage_members m USING (summary_id, step, rank) LEFT JOIN p2p g USING (rank)
     WINDOW w AS (PARTITION BY r.summary_id, r.step)
 ),
 -- Advisor divides the gap by the mean over ranks of Computing + Communication(Not Overlapped) +

@@ -148,6 +148,19 @@ def test_stage_from_pp_index_and_from_vllm_folders(tmp_db, tmp_path):
     assert [(r["stage"], r["max_rank"], r["min_rank"], r["stage_source"]) for r in res.rows] == [("pp 1", 3, 2, "folder name")]
 
 
+def test_stage_from_communication_group_p2p_groups(tmp_db, tmp_path):
+    # msprof-analyze builds its stage rows from the p2p groups; per-rank files with the groups file
+    # beside them are split the same way (no Bubble here to tell the stages apart).
+    for rank, c in ((0, 1000.0), (1, 1010.0), (2, 2000.0), (3, 2500.0)):
+        _per_rank_step(tmp_path / "prof", rank, c, 100.0, 10.0, 0.0)
+    write(tmp_path / "cluster_analysis_output" / "communication_group.json",
+          json.dumps({"collective": [[0, 1, 2, 3]], "p2p": [[0, 1], [2, 3]]}))
+    ingest_paths(tmp_db, [tmp_path], run="r")
+    res = slowcard.query(tmp_db, "cluster-step-skew", run="r")
+    assert [(r["stage"], r["max_rank"], r["min_rank"], r["stage_source"]) for r in res.rows] == [
+        ("p2p group [2, 3]", 3, 2, "p2p group")]
+
+
 # -- 3. expert deployment map: see test_experts_ingest.test_real_deployment_map_keeps_every_layer ----
 
 # -- 4. per-rank Ascend outputs beside profiler_info_N.json --------------------------------------------
