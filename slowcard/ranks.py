@@ -3,8 +3,9 @@
 Precedence (first that answers wins), as the README documents:
 1. ``--rank-map FILE`` entry for the file (an explicit statement by the user overrides the rest);
 2. ``distributedInfo.rank`` from the trace header (Kineto);
-3. ``profiler_info_{rank}.json`` in the enclosing ``*_ascend_pt`` folder (its ``rank_id`` key, else the
-   number in its name);
+3. ``profiler_info_{rank}.json`` in the enclosing ``*_ascend_pt`` folder, or in the folder that holds
+   ``ASCEND_PROFILER_OUTPUT/`` when the root was renamed (its ``rank_id`` key, else the number in
+   its name);
 4. a vLLM worker folder name ``dp{d}_pp{p}_tp{t}_dcp{c}_ep{e}_rank{g}_…`` anywhere in the path;
 5. ``--rank-pattern REGEX`` searched in the path (named group ``rank`` or the first group).
 Nothing else: a file none of these names gets rank NULL and is reported, never called rank 0.
@@ -91,14 +92,22 @@ def _from_map(path: Path, rank_map: list[tuple[str, int]]) -> int | None:
 
 
 def _ascend_pt_root(path: Path) -> Path | None:
+    """The profiler's output root of a file: the enclosing ``*_ascend_pt`` folder, else the folder
+    holding ``ASCEND_PROFILER_OUTPUT`` (renamed roots, e.g. ``test_rank_0/``), else None."""
     for parent in path.parents:
         if parent.name.endswith("_ascend_pt"):
             return parent
+    for parent in path.parents:
+        if parent.name == "ASCEND_PROFILER_OUTPUT":
+            return parent.parent
     return None
 
 
 def _from_profiler_info(root: Path) -> int | None:
-    for info in sorted(root.glob("profiler_info*.json")):
+    infos = sorted(root.glob("profiler_info*.json"))
+    if len({i.name for i in infos if PROFILER_INFO.match(i.name)}) > 1:
+        return None         # several ranks' files in one folder: none of them names this file
+    for info in infos:
         try:
             data = json.loads(info.read_text(encoding="utf-8"))
             if isinstance(data, dict) and isinstance(data.get("rank_id"), int) and data["rank_id"] >= 0:

@@ -397,7 +397,7 @@ def test_query_on_real_step_trace_cli(tmp_db):
     res = CliRunner().invoke(app, ["query", "cluster-step-skew", "--db", str(tmp_db), "--format", "json"])
     assert res.exit_code == 1, res.output
     doc = json.loads(res.stdout)
-    assert [(d["query"], d["version"], d["run"], d["status"]) for d in doc] == [("cluster-step-skew", 1, "ascend", "FAIL")]
+    assert [(d["query"], d["version"], d["run"], d["status"]) for d in doc] == [("cluster-step-skew", 2, "ascend", "FAIL")]
     got = {r["dimension"]: r for r in doc[0]["rows"]}
     # Computing differs by ~1.6 ms of a ~1.7 s step: not flagged. Communication(Not Overlapped)
     # and Free swap between ranks 1 and 5: rank 5 waits most, rank 1 idles most and waits least.

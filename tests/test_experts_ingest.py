@@ -330,19 +330,53 @@ def test_map_epoch_from_name_field_and_ts(tmp_path, db):
 def test_map_layer_not_covering_experts_is_dropped(tmp_path, db):
     place = se.default_placement()
     place[1][2][3] = 0            # layer 1: expert 11 missing, expert 0 twice (on ranks 0 and 2)
-    place[2][0][1] = 0            # layer 2: expert 0 twice on device 0
     doc = se.map_doc(place)
     doc["layer_list"][3]["device_count"] = 7
     p = se.write_json(tmp_path / "expert_map_epoch1.json", doc)
     res = ingest_one(db, p)
     assert res.status == "salvaged"
-    assert res.rows_kept == se.EXPERTS and res.rows_dropped == 3 * se.EXPERTS
-    assert rows(db, "SELECT DISTINCT layer FROM expert_map") == [(0,)]
+    assert res.rows_kept == 2 * se.EXPERTS and res.rows_dropped == 2 * se.EXPERTS
+    assert rows(db, "SELECT DISTINCT layer FROM expert_map ORDER BY 1") == [(0,), (2,)]
     d = {pos: reason for reason, pos, _ in drops(db, p)}
     assert "logical experts [11] are not placed" in d["layer_list[1]"]
-    assert "duplicated on one device" in d["layer_list[2]"]
     assert "device_count 7" in d["layer_list[3]"]
     assert "layer_list[1]" in res.message
+
+
+def test_map_same_expert_twice_on_one_device_is_two_replicas(tmp_path, db):
+    # MindIE deployment maps place one logical expert in two slots of one device: both slots are
+    # replicas, the layer is kept whole.
+    place = se.default_placement()
+    place[2][0].append(place[2][0][1])        # layer 2, device 0: its slot-1 expert again in a new slot
+    p = se.write_json(tmp_path / "expert_map_epoch1.json", se.map_doc(place))
+    res = ingest_one(db, p)
+    assert res.status == "ok" and res.rows_dropped == 0
+    assert res.rows_kept == se.LAYERS * se.EXPERTS + 1
+    assert "1 extra slot(s) in 1 layer(s)" in res.message
+    e = place[2][0][1]
+    assert rows(db, f"SELECT local_slot FROM expert_map WHERE layer = 2 AND ep_rank = 0 AND expert = {e} "
+                    "ORDER BY 1") == [(1,), (len(place[2][0]) - 1,)]
+    assert rows(db, "SELECT count(DISTINCT layer) FROM expert_map") == [(se.LAYERS,)]
+
+
+@pytest.mark.realdata
+def test_real_deployment_map_keeps_every_layer(realdata, tmp_path):
+    """MindStudio Insight's prefill_global_deployment.json (58 layers x 64 devices, some experts
+    twice on one device): every layer and every slot is kept."""
+    import json
+
+    p = realdata / "thirdparty/msinsight/test_data/expert_deployment/prefill_global_deployment.json"
+    if not p.exists():
+        pytest.skip(f"{p} is absent")
+    doc = json.loads(p.read_text())
+    slots = sum(len(d["device_expert"]) for layer in doc["layer_list"] for d in layer["device_list"])
+    db = tmp_path / "x.duckdb"
+    res = ingest_one(db, p)
+    assert (res.format, res.status, res.rows_dropped, res.rows_kept) == ("expert_map", "ok", 0, slots)
+    assert rows(db, "SELECT count(DISTINCT layer) FROM expert_map") == [(len(doc["layer_list"]),)]
+    # a replica on the same device is two rows of one (layer, device, expert)
+    assert rows(db, "SELECT count(*) > 0 FROM (SELECT 1 FROM expert_map GROUP BY layer, ep_rank, expert "
+                    "HAVING count(*) > 1)") == [(True,)]
 
 
 def test_map_with_redundant_experts_sums_replicas(tmp_path, db):

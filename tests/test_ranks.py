@@ -62,10 +62,27 @@ def test_profiler_info_in_ascend_pt_folder(tmp_path, content, name, want):
     assert (info.rank, info.source) == (want, "profiler_info")
 
 
-def test_profiler_info_outside_ascend_pt_folder_is_ignored(tmp_path):
-    root = tmp_path / "plain_folder"
+def test_profiler_info_beside_a_renamed_profiler_output(tmp_path):
+    # A copied / renamed profiler root (MindStudio Insight's test_rank_0/): the folder that holds
+    # ASCEND_PROFILER_OUTPUT/ is the root, so its profiler_info_N.json names the files inside.
+    root = tmp_path / "test_rank_3"
     trace = _ascend_trace(root)
     (root / "profiler_info_3.json").write_text('{"rank_id": 3}')
+    assert (ranks.resolve(trace, {}).rank, ranks.resolve(trace, {}).source) == (3, "profiler_info")
+
+
+def test_profiler_info_elsewhere_or_ambiguous_is_ignored(tmp_path):
+    # not under ASCEND_PROFILER_OUTPUT nor *_ascend_pt: a stray profiler_info says nothing
+    plain = tmp_path / "plain_folder" / "trace_view.json"
+    plain.parent.mkdir(parents=True)
+    plain.write_text("[]")
+    (plain.parent / "profiler_info_3.json").write_text('{"rank_id": 3}')
+    assert ranks.resolve(plain, {}).rank is None
+    # two ranks' files in one root: neither names the file
+    root = tmp_path / "mixed"
+    trace = _ascend_trace(root)
+    (root / "profiler_info_1.json").write_text('{"rank_id": 1}')
+    (root / "profiler_info_2.json").write_text('{"rank_id": 2}')
     assert ranks.resolve(trace, {}).rank is None
 
 

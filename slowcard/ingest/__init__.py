@@ -25,12 +25,14 @@ import duckdb
 from .. import ranks as ranks_mod
 from .. import store
 from ..errors import InputError, UsageError
+from . import _known
 from .base import GZIP_MAGIC, Context, IngestOptions, Outcome
 
 # Formats whose files belong to one rank; a file of these without a rank is reported.
-RANKED_FORMATS = {"kineto", "ascend_trace", "chrome_array", "kernel_details", "op_summary"}
+RANKED_FORMATS = {"kineto", "ascend_trace", "chrome_array", "kernel_details", "op_summary",
+                  "step_trace", "communication", "comm_matrix"}
 # Companion files that carry metadata for other files and are not ingested themselves.
-COMPANION = ("profiler_info", "profiler_metadata")
+COMPANION = _known.COMPANION
 
 
 def readers() -> list:
@@ -77,6 +79,12 @@ def detect(path: Path) -> tuple[object | None, str | None]:
 
     Raises InputError when the file cannot be read at all (empty, corrupt gzip, unreadable).
     """
+    reader, fmt, _head = _detect(path)
+    return reader, fmt
+
+
+def _detect(path: Path) -> tuple[object | None, str | None, bytes]:
+    """detect() and the head it looked at."""
     try:
         head = read_head(path)
     except (OSError, EOFError, zlib.error) as exc:
@@ -88,8 +96,14 @@ def detect(path: Path) -> tuple[object | None, str | None]:
     for reader in readers():
         fmt = reader.sniff(path, head)
         if fmt:
-            return reader, fmt
-    return None, None
+            return reader, fmt, head
+    return None, None, head
+
+
+def companion(path: Path, head: bytes) -> str | None:
+    """Why a file that no reader claims is still known (a companion of other files, or a tool
+    output slowcard does not need), or None; see ``_known``."""
+    return _known.known(path, head)
 
 
 @dataclass
@@ -125,6 +139,40 @@ class IngestReport:
         return 1 if any(f.status in ("failed", "salvaged", "truncated") for f in self.files) else 0
 
 
+class Walked(str):
+    """A file path that was found by walking a folder the user named (not named itself): an
+    unknown format there is skipped, not failed. ``run_batches`` hands root files on this way."""
+
+
+def run_batches(paths: list[str | Path], run: str | None,
+                per_folder: bool) -> tuple[list[tuple[str | None, list]], list[str]]:
+    """((run name, paths) batches, notes) for ``ingest``: one batch, or with ``per_folder`` one
+    per sub-folder of each root, named after it. Files at a root itself (beside the run folders)
+    are not dropped: they make a run of their own, named after the root (a note says so)."""
+    if not per_folder:
+        return [(run, list(paths))], []
+    batches: list[tuple[str | None, list]] = []
+    notes: list[str] = []
+    for raw in paths:
+        root = Path(raw)
+        if not root.is_dir():
+            raise UsageError(f"{raw}: --run-per-folder needs folders whose sub-folders are runs")
+        entries = sorted(p for p in root.iterdir() if not p.name.startswith("."))
+        subs = [p for p in entries if p.is_dir()]
+        files = [p for p in entries if p.is_file()]
+        if not subs and not files:
+            raise UsageError(f"{raw}: has no sub-folders to take as runs")
+        batches += [(sub.name, [sub]) for sub in subs]
+        if files:
+            name = root.resolve().name or "root"
+            if name in {s.name for s in subs}:
+                name = f"{name} (root files)"
+            batches.append((name, [Walked(f) for f in files]))
+            notes.append(f"{raw}: {len(files)} file(s) at the top level, beside the run folders, "
+                         f"are ingested as run {name!r}")
+    return batches, notes
+
+
 def expand_paths(paths: list[str | Path]) -> list[tuple[Path, bool]]:
     """Files to ingest, each with whether the user named it explicitly (True) or it was found by
     walking a folder or a glob (False: unknown formats there are skipped, not failed)."""
@@ -140,7 +188,7 @@ def expand_paths(paths: list[str | Path]) -> list[tuple[Path, bool]]:
     for raw in paths:
         p = Path(raw)
         if p.is_file():
-            add(p, True)
+            add(p, not isinstance(raw, Walked))
         elif p.is_dir():
             for root, dirs, files in os.walk(p):
                 dirs[:] = sorted(d for d in dirs if not d.startswith("."))
@@ -274,25 +322,34 @@ def ingest_file(con, path: Path, run: str, explicit: bool, size: int, opts: Inge
     t0 = time.perf_counter()
     result = FileResult(path=str(path), format=None, status="failed", size_bytes=size)
     if path.name.startswith(COMPANION) and path.suffix == ".json":
-        result.status, result.message = "skipped", "metadata companion file (read for rank identity)"
+        result.status, result.message = "skipped", companion(path, b"")
         return result
     try:
-        reader, fmt = detect(path)
+        reader, fmt, head = _detect(path)
     except InputError as exc:
         result.message = str(exc)
+        return result
+    note = companion(path, head) if reader is None else None
+    if note:
+        result.status, result.message = "skipped", note
         return result
     if reader is None:
         msg = (f"{path}: unknown format; expected a Chrome trace JSON (.json/.json.gz), an Ascend "
                "kernel_details/op_summary CSV, an msServiceProfiler CSV, an msprof-analyze cluster "
-               "output or expert-load data (README, Input formats)")
+               "output, an Ascend step_trace_time.csv / communication(_matrix).json or expert-load data "
+               "(README, Input formats)")
         result.status = "failed" if explicit else "skipped"
         result.message = msg
         return result
     result.format = fmt
+    guess = getattr(reader, "guess_note", None)
+    guess = guess(path, head, fmt) if guess else None
     sid = store.new_source_id(con)
     try:
         with store.discard_on_error(con, sid):
             outcome: Outcome = reader.ingest(Context(path, fmt, sid, run, con, opts, on_bytes))
+            if guess:
+                outcome.message = f"{outcome.message}; {guess}" if outcome.message else guess
             info = ranks_mod.resolve(path, outcome.rank_hints, rank_pattern, rank_map)
             rec = store.SourceRecord(
                 format=fmt, rows_seen=outcome.rows_seen, rows_kept=outcome.rows_kept,

@@ -136,6 +136,29 @@ def _ts_mode(sample: bytes) -> str:
     return "VARCHAR" if strings else "DOUBLE"
 
 
+_KINETO_KEYS = (b'"schemaVersion"', b'"deviceProperties"', b'"distributedInfo"')
+# msServiceProfiler: its thread names (current "Schedule(123)" / "KVCache"; the 2024 output's
+# "BatchSchedule", "ReqState", "modelExec", "httpReq", "deviceKvCache"), its batch events, and
+# process labels "<host>,dp<N>".
+_SERVICE_MARKERS = re.compile(
+    rb'"tid"\s*:\s*"(?:Schedule|Request|Execute|KVCache|BatchSchedule|ReqState|ReqEnQueue|ReqDeQueue|modelExec'
+    rb'|httpReq|httpRes|deviceKvCache|hostKvCache)'
+    rb'|KVCache|batchFrameworkProcessing|"labels"\s*:\s*"[^"]*,\s*dp[0-9]+"')
+# Ascend PyTorch Profiler / msprof trace_view.json: string ts, its process names, "NPU" labels.
+_ASCEND_MARKERS = re.compile(
+    rb'"ts"\s*:\s*"|"name"\s*:\s*"(?:Ascend Hardware|CANN|AscendCL|Overlap Analysis|AI Core Freq|HBM|LLC'
+    rb'|Stars Soc Info|Acc PMU|NPU MEM)"|"labels"\s*:\s*"NPU(?:\s+[0-9]+)?"')
+
+
+def _dialect(head: bytes) -> str | None:
+    """ascend_trace / service_trace from the markers in the head of an event list; None if neither."""
+    if _ASCEND_MARKERS.search(head):
+        return "ascend_trace"
+    if _SERVICE_MARKERS.search(head):
+        return "service_trace"
+    return None
+
+
 class ChromeReader:
     """Reader for the three Chrome-trace dialects."""
 
@@ -144,9 +167,12 @@ class ChromeReader:
     def sniff(self, path: Path, head: bytes) -> str | None:
         h = strip_bom(head).lstrip(_WS)
         if h.startswith(b"{"):
-            if any(k in head for k in (b'"traceEvents"', b'"schemaVersion"', b'"displayTimeUnit"',
-                                       b'"deviceProperties"', b'"distributedInfo"')):
+            if any(k in head for k in _KINETO_KEYS):
                 return "kineto"
+            if b'"traceEvents"' in head or b'"displayTimeUnit"' in head:
+                # {"traceEvents": [...]} without Kineto's header keys: msServiceProfiler's early
+                # chrome_tracing.json and Ascend exports write this form too.
+                return _dialect(head) or "kineto"
             return None
         if h.startswith(b"["):
             body = h[1:].lstrip(_WS)
@@ -154,12 +180,19 @@ class ChromeReader:
                 return None
             if b'"ph"' not in head and body and not body.startswith(b"]"):
                 return None
-            if re.search(rb'"ts"\s*:\s*"', head):
-                return "ascend_trace"
-            if (b'"process_labels"' in head or b"KVCache" in head or b"batchFrameworkProcessing" in head
-                    or re.search(rb'"tid"\s*:\s*"(Schedule|Request|Execute|KVCache)', head)):
-                return "service_trace"
-            return "chrome_array"
+            return _dialect(head) or "chrome_array"
+        return None
+
+    def guess_note(self, path: Path, head: bytes, fmt: str) -> str | None:
+        """The per-file table says when the dialect is a default, not recognised from markers."""
+        h = strip_bom(head).lstrip(_WS)
+        if fmt == "kineto" and not any(k in head for k in _KINETO_KEYS):
+            return ("format guessed: a {\"traceEvents\": [...]} trace without Kineto's header keys "
+                    "(schemaVersion, deviceProperties, distributedInfo) nor Ascend / msServiceProfiler "
+                    "markers in its first 64 KiB; read as a generic Kineto trace")
+        if fmt == "chrome_array" and h[1:].lstrip(_WS)[:1] == b"{":
+            return ("format guessed: a JSON array of trace events without Ascend / msServiceProfiler markers "
+                    "in its first 64 KiB; read as a generic Chrome trace")
         return None
 
     def ingest(self, ctx: Context) -> Outcome:

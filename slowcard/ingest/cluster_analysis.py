@@ -1,23 +1,30 @@
-"""msprof-analyze cluster-analysis outputs: ``cluster_step_trace_time.csv`` and ``cluster_communication.json``.
+"""msprof-analyze cluster-analysis outputs and their per-rank sources: step trace and communication summary.
 
-Both are recognised by content, never by file name:
+All recognised by content, never by file name:
 
 - ``cluster_step`` (``cluster_step_trace_time.csv``): a CSV whose header has ``Type``, ``Index``,
   ``Computing`` and at least one other step-trace column (``Communication(Not Overlapped)``,
   ``Free``, ``Overlapped``, ``Stage``, ``Bubble``). Columns are mapped by header name (``Preparing``
   and the ``DP/PP/TP Index`` columns come and go between versions); a missing required column
   fails the file, a row with a non-number in a time column is dropped with its line and reason.
+- ``step_trace`` (one rank's ``ASCEND_PROFILER_OUTPUT/step_trace_time.csv``): the same columns
+  without ``Type`` / ``Index`` (``Device_id`` and ``Preparing`` in newer versions); every row is
+  a rank row of the file's rank (``sources.rank``, from ``profiler_info_N.json``).
 - ``cluster_communication`` (``cluster_communication.json``): a JSON object whose first key is a
-  rank set like ``"(0, 1)"`` and whose head holds ``"Communication Time Info"`` (this keeps
-  ``cluster_communication_matrix.json``, keyed the same way, out). Shape:
-  ``{rank set: {step: {"<op>@<group>" | "Total Op Info": {rank: {"Communication Time Info": {…},
-  "Communication Bandwidth Info": {link: {…}}}}}}}``. A level that is not an object fails the file
-  (the message names the key path); a leaf with a non-number or a rank key that is not an integer
-  is dropped with its key path.
+  rank set like ``"(0, 1)"`` or msprof-analyze's ``"p2p"`` group, and whose head holds
+  ``"Communication Time Info"`` (this keeps ``cluster_communication_matrix.json``, keyed the same
+  way, out). Shape: ``{rank set: {step: {"<op>@<group>" | "Total Op Info": {rank:
+  {"Communication Time Info": {…}, "Communication Bandwidth Info": {link: {…}}}}}}}``.
+- ``communication`` (one rank's ``communication.json``): ``{step: {"collective" | "p2p": {op:
+  leaf}}}``, the leaves as above, the rank the file's.
+
+A level that is not an object fails the file (the message names the key path); a leaf with a
+non-number or a rank key that is not an integer is dropped with its key path.
 
 The files are small (one row per rank and step, or per rank and communication op), so Python
-parses them and hands the rows to DuckDB as one Arrow table. They are cluster-wide: the rank of a
-row is a column, never ``sources.rank``. Owns the tables in ``cluster_analysis.sql``.
+parses them and hands the rows to DuckDB as one Arrow table. The cluster files are cluster-wide:
+the rank of a row is a column, never ``sources.rank``; in a per-rank file the column is NULL and
+the views take ``sources.rank``. Owns the tables in ``cluster_analysis.sql``.
 """
 
 from __future__ import annotations
@@ -63,12 +70,17 @@ _STEP_FIELDS: dict[str, tuple[str, str]] = {
     "dp_index": ("DP Index", "int"),
     "pp_index": ("PP Index", "int"),
     "tp_index": ("TP Index", "int"),
+    "device_id": ("Device_id", "int"),
 }
 # Without these a row cannot be placed (type, index) or compared across ranks (the three
 # dimensions of msprof-analyze Advisor's slow-rank rule).
 _STEP_REQUIRED = ("type", "index", "computing_us", "communication_not_overlapped_us", "free_us")
 _STEP_SIGNATURE = {_norm(n) for n in ("Type", "Index", "Computing")}
 _STEP_ONE_OF = {_norm(n) for n in ("Communication(Not Overlapped)", "Free", "Overlapped", "Stage", "Bubble")}
+# The per-rank step_trace_time.csv of the Ascend PyTorch Profiler: one rank's rows, no Type/Index.
+_RANK_STEP_REQUIRED = ("computing_us", "communication_not_overlapped_us", "free_us")
+_RANK_STEP_SIGNATURE = {_norm(_STEP_FIELDS[c][0]) for c in _RANK_STEP_REQUIRED}
+_RANK_STEP_ONE_OF = {_norm(n) for n in ("Overlapped", "Stage", "Bubble", "Communication")}
 
 _NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 _INTEGER = re.compile(r"[+-]?[0-9]+")
@@ -100,6 +112,12 @@ def _parse_header(line: str) -> list[str] | None:
 def _is_step_header(names: list[str]) -> bool:
     keys = {_norm(n) for n in names}
     return _STEP_SIGNATURE <= keys and bool(keys & _STEP_ONE_OF)
+
+
+def _is_rank_step_header(names: list[str]) -> bool:
+    keys = {_norm(n) for n in names}
+    return (_RANK_STEP_SIGNATURE <= keys and bool(keys & _RANK_STEP_ONE_OF)
+            and not keys & {_norm("Type"), _norm("Index")})
 
 
 def _cell(text: str) -> str | None:
@@ -167,7 +185,12 @@ def _insert(ctx: Context, table_name: str, table: pa.Table) -> None:
 
 
 def _ingest_step_trace(ctx: Context) -> Outcome:
+    """cluster_step_trace_time.csv (format cluster_step), or one rank's step_trace_time.csv
+    (format step_trace: every row is a rank row whose rank is the file's, sources.rank)."""
     path = ctx.path
+    per_rank = ctx.format == "step_trace"
+    required = _RANK_STEP_REQUIRED if per_rank else _STEP_REQUIRED
+    what = "step_trace_time.csv" if per_rank else "cluster_step_trace_time.csv"
     with open_bytes(path) as f:
         raw = f.read()
     text = raw.decode("utf-8-sig", errors="replace")
@@ -177,21 +200,23 @@ def _ingest_step_trace(ctx: Context) -> Outcome:
     except csv.Error as exc:
         raise InputError(path, f"a CSV header line, found one that does not parse ({exc})", position="line 1") from None
     if not header or not any(h.strip() for h in header):
-        raise InputError(path, "a cluster_step_trace_time.csv header line, found an empty first line",
-                         position="line 1", hint="re-run msprof-analyze cluster to write the file again")
+        raise InputError(path, f"a {what} header line, found an empty first line",
+                         position="line 1", hint="re-run the profiler's analysis to write the file again")
     names = [n.strip() for n in header]
     index: dict[str, int] = {}
     for i, n in enumerate(names):
         index.setdefault(_norm(n), i)
     mapped = {col: index[_norm(h)] for col, (h, _kind) in _STEP_FIELDS.items() if _norm(h) in index}
-    missing = [_STEP_FIELDS[c][0] for c in _STEP_REQUIRED if c not in mapped]
+    missing = [_STEP_FIELDS[c][0] for c in required if c not in mapped]
     if missing:
         raise InputError(
             path, f"missing required column(s) {', '.join(f'`{m}`' for m in missing)}; the header found is: "
                   f"{','.join(names)}",
             position="line 1",
-            hint="expected an msprof-analyze cluster_step_trace_time.csv (Step,Type,Index,Computing,"
-                 "Communication(Not Overlapped),Overlapped,Communication,Free,Stage,Bubble,...)")
+            hint=("expected an Ascend step_trace_time.csv (Step,Computing,Communication(Not Overlapped),Overlapped,"
+                  "Communication,Free,Stage,Bubble,...)" if per_rank else
+                  "expected an msprof-analyze cluster_step_trace_time.csv (Step,Type,Index,Computing,"
+                  "Communication(Not Overlapped),Overlapped,Communication,Free,Stage,Bubble,...)"))
 
     cols: dict[str, list] = {f.name: [] for f in _STEP_SCHEMA}
     drops: list[tuple[str, int]] = []
@@ -218,12 +243,12 @@ def _ingest_step_trace(ctx: Context) -> Outcome:
             for col, i in mapped.items():
                 kind = _STEP_FIELDS[col][1]
                 cell = _cell(row[i])
-                if col in _STEP_REQUIRED and cell is None:
+                if col in required and cell is None:
                     raise _BadValue(f"missing {names[i]} value")
                 vals[col] = cell if kind == "text" else (_us(cell, names[i]) if kind == "us" else _int(cell, names[i]))
-            rtype = vals["type"].lower()
+            rtype = "rank" if per_rank else vals["type"].lower()
             rank = None
-            if rtype == "rank":
+            if rtype == "rank" and not per_rank:
                 rank = _int(vals["index"], "Index (rank id)")
         except _BadValue as exc:
             drops.append((str(exc), line))
@@ -265,10 +290,14 @@ def _ingest_step_trace(ctx: Context) -> Outcome:
 # ---------------------------------------------------------------------------------------------
 # cluster_communication.json
 
-# A top-level key like "(0, 1)" (also "()" and "(3,)"), then, in the head, a leaf's time block.
+# A top-level key like "(0, 1)" (also "()" and "(3,)"), or msprof-analyze's "p2p" / "collective"
+# group of all point-to-point / collective ops, then, in the head, a leaf's time block.
 _RANK_SET = r"\(\s*(?:[0-9]+\s*(?:,\s*[0-9]+\s*)*,?\s*)?\)"
-_RANK_SET_KEY = re.compile(rb'\{\s*"' + _RANK_SET.encode() + rb'"\s*:')
+_COMM_TYPES = ("p2p", "collective")
+_RANK_SET_KEY = re.compile(rb'\{\s*"(?:' + _RANK_SET.encode() + rb'|p2p|collective)"\s*:')
 _RANK_SET_RE = re.compile(_RANK_SET)
+# The per-rank communication.json of the Ascend PyTorch Profiler: {step: {"collective"|"p2p": {op: leaf}}}
+_PER_RANK_KEY = re.compile(rb'\{\s*"[^"]{0,200}"\s*:\s*\{\s*"(?:p2p|collective)"\s*:')
 _TIME_INFO = "Communication Time Info"
 _BANDWIDTH_INFO = "Communication Bandwidth Info"
 _TOTAL_OP = "Total Op Info"
@@ -299,7 +328,7 @@ _COMM_SCHEMA = pa.schema(
      ("op_name", pa.string()), ("group_name", pa.string()), ("rank", pa.int32())]
     + [(c, pa.float64()) for c in _TIME_FIELDS]
     + [(f"{link.lower()}_{suffix}", pa.float64()) for link in _LINKS for suffix in _LINK_FIELDS]
-    + [("size_distribution", pa.string()), ("other_links", pa.string())]
+    + [("size_distribution", pa.string()), ("other_links", pa.string()), ("comm_type", pa.string())]
 )
 
 
@@ -338,9 +367,9 @@ def _load_json(path: Path) -> tuple[object, bool]:
     try:
         return json.loads(data.decode("utf-8-sig"), parse_constant=lambda _c: None), True
     except (ValueError, UnicodeDecodeError, RecursionError):
-        raise InputError(path, f"cluster_communication.json is not valid JSON ({first})",
+        raise InputError(path, f"not valid JSON ({first})",
                          position=f"byte {getattr(first, 'pos', '?')}",
-                         hint="the file is cut or corrupt: re-run msprof-analyze cluster to write it again") from None
+                         hint="the file is cut or corrupt: re-run the profiler analysis (or msprof-analyze cluster) to write it again") from None
 
 
 def _kind(value) -> str:
@@ -385,9 +414,16 @@ def _comm_row(info: dict, out: dict) -> None:
             continue
         if not isinstance(block, dict):
             raise _BadValue(f"{link} bandwidth block is not an object")
+        found_bw = False
         for suffix, aliases in _LINK_FIELDS.items():
-            _found, v = _lookup(block, aliases)
+            found, v = _lookup(block, aliases)
+            found_bw |= found and suffix == "bandwidth_gbps"
             out[f"{name.lower()}_{suffix}"] = _number(v, f"{link} {aliases[0]}")
+        # The profiler's "Total Op Info" link blocks carry size and time but no bandwidth: it is
+        # size / time (MB / ms = GB/s, the profiler's own definition).
+        size, ms = out[f"{name.lower()}_transit_mb"], out[f"{name.lower()}_transit_ms"]
+        if not found_bw and size is not None and ms:
+            out[f"{name.lower()}_bandwidth_gbps"] = round(size / ms, 4)
         dist = block.get(_SIZE_DISTRIBUTION)
         if dist:
             sizes[link] = dist
@@ -395,53 +431,79 @@ def _comm_row(info: dict, out: dict) -> None:
     out["other_links"] = orjson.dumps(others).decode() if others else None
 
 
-def _ingest_communication(ctx: Context) -> Outcome:
-    path = ctx.path
-    doc, lenient = _load_json(path)
-    if not isinstance(doc, dict):
-        raise _shape_error(path, "document", doc, "a JSON object keyed by rank sets like \"(0, 1)\"")
-    cols: dict[str, list] = {f.name: [] for f in _COMM_SCHEMA}
-    value_cols = [f.name for f in _COMM_SCHEMA][7:]
-    drops: list[tuple[str, str]] = []
-    kept = 0
-    for rank_set, steps in doc.items():
-        if not _RANK_SET_RE.fullmatch(rank_set.strip()):
-            raise InputError(path, f"top-level key {rank_set[:60]!r} is not a rank set like \"(0, 1)\"",
+def _comm_leaves(path: Path, doc: dict, per_rank: bool):
+    """(rank_set, comm_type, step, op key, rank key, leaf, where) for every leaf of either layout:
+    cluster ``{rank set | "p2p": {step: {op: {rank: leaf}}}}`` or per-rank
+    ``{step: {"collective" | "p2p": {op: leaf}}}`` (rank set and rank key None: the file's rank)."""
+    for top, level1 in doc.items():
+        if per_rank:
+            step = top
+            if not isinstance(level1, dict):
+                raise _shape_error(path, step, level1, "an object keyed by \"collective\" / \"p2p\"")
+            for ctype, ops in level1.items():
+                if not isinstance(ops, dict):
+                    raise _shape_error(path, f"{step} / {ctype}", ops, "an object keyed by communication op")
+                for op, leaf in ops.items():
+                    yield None, ctype, step, op, None, leaf, f"{step} / {ctype} / {op}"
+            continue
+        rank_set = top
+        if not (_RANK_SET_RE.fullmatch(rank_set.strip()) or rank_set.strip() in _COMM_TYPES):
+            raise InputError(path, f"top-level key {rank_set[:60]!r} is not a rank set like \"(0, 1)\" or \"p2p\"",
                              position="document",
                              hint="this is not an msprof-analyze cluster_communication.json")
-        if not isinstance(steps, dict):
-            raise _shape_error(path, rank_set, steps, "an object keyed by step")
-        for step, ops in steps.items():
+        # "p2p" (and "collective") hold every rank's ops of that kind; a rank-set key is a
+        # collective communication domain.
+        ctype = rank_set.strip() if rank_set.strip() in _COMM_TYPES else "collective"
+        if not isinstance(level1, dict):
+            raise _shape_error(path, rank_set, level1, "an object keyed by step")
+        for step, ops in level1.items():
             if not isinstance(ops, dict):
                 raise _shape_error(path, f"{rank_set} / {step}", ops, "an object keyed by communication op")
             for op, ranks in ops.items():
                 where = f"{rank_set} / {step} / {op}"
                 if not isinstance(ranks, dict):
                     raise _shape_error(path, where, ranks, "an object keyed by rank")
-                op_name, sep, group = op.rpartition("@")
-                if not sep:
-                    op_name, group = op, None
-                for rank_key, info in ranks.items():
-                    if not isinstance(info, dict):
-                        raise _shape_error(path, f"{where} / {rank_key}", info,
-                                           f"an object with \"{_TIME_INFO}\" and \"{_BANDWIDTH_INFO}\"")
-                    row: dict = {}
-                    try:
-                        rank = _int(rank_key.strip(), "rank key")
-                        _comm_row(info, row)
-                    except _BadValue as exc:
-                        drops.append((str(exc), f"{where} / {rank_key}"))
-                        continue
-                    kept += 1
-                    cols["source_id"].append(ctx.source_id)
-                    cols["rank_set"].append(rank_set)
-                    cols["step"].append(step)
-                    cols["step_id"].append(_step_id(step))
-                    cols["op_name"].append(op_name)
-                    cols["group_name"].append(group)
-                    cols["rank"].append(rank)
-                    for c in value_cols:
-                        cols[c].append(row.get(c))
+                for rank_key, leaf in ranks.items():
+                    yield rank_set, ctype, step, op, rank_key, leaf, f"{where} / {rank_key}"
+
+
+def _ingest_communication(ctx: Context) -> Outcome:
+    """cluster_communication.json (format cluster_communication) or one rank's communication.json
+    (format communication: rank NULL in the rows, the view takes the file's rank)."""
+    path = ctx.path
+    per_rank = ctx.format == "communication"
+    doc, lenient = _load_json(path)
+    if not isinstance(doc, dict):
+        raise _shape_error(path, "document", doc, "a JSON object keyed by step" if per_rank
+                           else "a JSON object keyed by rank sets like \"(0, 1)\"")
+    cols: dict[str, list] = {f.name: [] for f in _COMM_SCHEMA}
+    value_cols = [f.name for f in _COMM_SCHEMA][7:-1]
+    drops: list[tuple[str, str]] = []
+    kept = 0
+    for rank_set, ctype, step, op, rank_key, info, where in _comm_leaves(path, doc, per_rank):
+        if not isinstance(info, dict):
+            raise _shape_error(path, where, info, f"an object with \"{_TIME_INFO}\" and \"{_BANDWIDTH_INFO}\"")
+        op_name, sep, group = op.rpartition("@")
+        if not sep:
+            op_name, group = op, None
+        row: dict = {}
+        try:
+            rank = None if rank_key is None else _int(rank_key.strip(), "rank key")
+            _comm_row(info, row)
+        except _BadValue as exc:
+            drops.append((str(exc), where))
+            continue
+        kept += 1
+        cols["source_id"].append(ctx.source_id)
+        cols["rank_set"].append(rank_set)
+        cols["step"].append(step)
+        cols["step_id"].append(_step_id(step))
+        cols["op_name"].append(op_name)
+        cols["group_name"].append(group)
+        cols["rank"].append(rank)
+        cols["comm_type"].append(ctype)
+        for c in value_cols:
+            cols[c].append(row.get(c))
     n_dropped = len(drops)
     if n_dropped and not kept:
         raise InputError(path, f"no usable communication entry: {drops[0][0]}", position=f"key {drops[0][1]}",
@@ -454,10 +516,10 @@ def _ingest_communication(ctx: Context) -> Outcome:
     if lenient:
         message = (message + "; " if message else "") + "NaN / Infinity values read as NULL"
     metadata = {
-        "rank_sets": len(doc),
+        "rank_sets": len({r for r in cols["rank_set"] if r is not None}),
         "steps": len(set(cols["step"])),
         "ops": len({(o, g) for o, g in zip(cols["op_name"], cols["group_name"]) if o != _TOTAL_OP}),
-        "ranks": len(set(cols["rank"])),
+        "ranks": len({r for r in cols["rank"] if r is not None}),
         "has_total_op_info": _TOTAL_OP in cols["op_name"],
         "nan_as_null": lenient,
     }
@@ -474,16 +536,24 @@ class ClusterAnalysisReader:
     def sniff(self, path: Path, head: bytes) -> str | None:
         body = strip_bom(head).lstrip()
         if body.startswith(b"{"):
-            if _RANK_SET_KEY.match(body) and b'"' + _TIME_INFO.encode() + b'"' in body:
+            if b'"' + _TIME_INFO.encode() + b'"' not in body:
+                return None
+            if _RANK_SET_KEY.match(body):
                 return "cluster_communication"
+            if _PER_RANK_KEY.match(body):
+                return "communication"
             return None
         names = _parse_header(_first_line(head))
-        return "cluster_step" if names and _is_step_header(names) else None
+        if not names:
+            return None
+        if _is_step_header(names):
+            return "cluster_step"
+        return "step_trace" if _is_rank_step_header(names) else None
 
     def ingest(self, ctx: Context) -> Outcome:
-        if ctx.format == "cluster_step":
+        if ctx.format in ("cluster_step", "step_trace"):
             return _ingest_step_trace(ctx)
-        if ctx.format == "cluster_communication":
+        if ctx.format in ("cluster_communication", "communication"):
             return _ingest_communication(ctx)
         raise InputError(ctx.path, f"unknown cluster-analysis format {ctx.format!r}")
 

@@ -1,8 +1,11 @@
 -- msprof-analyze cluster-analysis outputs (../shared/docs/formats.md section 3.6), written by
--- slowcard/ingest/cluster_analysis.py: cluster_step_trace_time.csv and cluster_communication.json.
--- Both are cluster-wide summaries (one file for all ranks), so `sources.rank` is NULL for them and
--- the rank of a row is a column here. Times are the profiler's own units, as written: the step
--- trace in microseconds, the communication summary in milliseconds (start in epoch microseconds).
+-- slowcard/ingest/cluster_analysis.py: cluster_step_trace_time.csv and cluster_communication.json,
+-- and their per-rank sources, the Ascend PyTorch Profiler's step_trace_time.csv and
+-- communication.json (formats.md 2.5, 2.6). The cluster files are cluster-wide summaries (one file
+-- for all ranks), so `sources.rank` is NULL for them and the rank of a row is a column here; in a
+-- per-rank file the row's rank column is NULL and the views take the file's rank from `sources`.
+-- Times are the profiler's own units, as written: the step trace in microseconds, the
+-- communication summary in milliseconds (start in epoch microseconds).
 
 -- cluster_step_trace_time.csv: one row per CSV row. `type` = 'rank' rows are one rank's step
 -- breakdown; `type` = 'stage' rows summarise a pipeline stage (index is its rank group, e.g.
@@ -27,8 +30,11 @@ CREATE TABLE IF NOT EXISTS step_trace_rows (
     preparing_us                       DOUBLE,    -- `Preparing` (newer versions)
     dp_index                           INTEGER,   -- `DP Index` (newer versions)
     pp_index                           INTEGER,   -- `PP Index`
-    tp_index                           INTEGER    -- `TP Index`
+    tp_index                           INTEGER,   -- `TP Index`
+    device_id                          INTEGER    -- `Device_id` (per-rank files of newer versions)
 );
+-- databases written before device_id existed
+ALTER TABLE step_trace_rows ADD COLUMN IF NOT EXISTS device_id INTEGER;
 
 -- cluster_communication.json: one row per (rank set, step, communication op, rank), i.e. per
 -- leaf {"Communication Time Info", "Communication Bandwidth Info"} of the file. The op key
@@ -69,15 +75,24 @@ CREATE TABLE IF NOT EXISTS comm_summary_rows (
     sdma_bandwidth_gbps      DOUBLE,
     sdma_large_packet_ratio  DOUBLE,
     size_distribution        JSON,      -- {link: {packet size MB: [count, time ms]}} for the four links; NULL when all are empty
-    other_links              JSON       -- {link: block as written} for any other link type; NULL when none
+    other_links              JSON,      -- {link: block as written} for any other link type; NULL when none
+    comm_type                VARCHAR    -- collective | p2p: the group the file files the op under
 );
+ALTER TABLE comm_summary_rows ADD COLUMN IF NOT EXISTS comm_type VARCHAR;
 
--- The views users and queries read: run comes from `sources`.
+-- The views users and queries read: run comes from `sources`, and the rank of a per-rank file's
+-- rows. summary_id says which rows form one cluster-wide table: a cluster file's own source_id,
+-- and 0 for the per-rank files of a run (together they are the run's summary). pp_rank is the
+-- file's pipeline stage when its folder name says it (vLLM dp.._pp.._tp.. folders).
 CREATE OR REPLACE VIEW step_trace AS
-SELECT s.run, r.*
+SELECT s.run, r.* REPLACE (coalesce(r.rank, s.rank) AS rank),
+       CASE WHEN s.format = 'step_trace' THEN 0 ELSE r.source_id END AS summary_id,
+       s.pp_rank
 FROM step_trace_rows r JOIN sources s USING (source_id);
 
 -- is_total: the "Total Op Info" row of a rank and step; leave it out when summing over ops.
 CREATE OR REPLACE VIEW comm_summary AS
-SELECT s.run, c.*, c.op_name = 'Total Op Info' AS is_total
+SELECT s.run, c.* REPLACE (coalesce(c.rank, s.rank) AS rank),
+       c.op_name = 'Total Op Info' AS is_total,
+       CASE WHEN s.format = 'communication' THEN 0 ELSE c.source_id END AS summary_id
 FROM comm_summary_rows c JOIN sources s USING (source_id);

@@ -31,6 +31,16 @@ Formats (``sources.format``), recognised by content:
     EPLB epoch. The epoch is the top-level ``"epoch"``, else ``epoch<N>`` in the file name, else 0;
     an optional top-level ``"ts_ns"`` says when the map took effect.
 
+``expert_hotspot``
+    MindIE expert hot-spot dump (MindStudio Insight's ``{prefill,decode}_<rank>.csv``): header-less,
+    one line per MoE layer, one comma-separated token count per local expert slot of ONE rank.
+    Recognised by shape (every line the same number of non-negative integers), which is weak,
+    so the file name must also say ``prefill_<N>`` / ``decode_<N>`` or a ``model_gen_config.json``
+    must sit beside it; the rank comes from the name (its last number). All dumps of one stage in
+    one folder form one load tensor: their rows share ``series`` (``<stage>@<folder>``), window 0.
+    When the config's ``num_moe_layers`` is smaller than the number of lines, only the last
+    ``num_moe_layers`` lines are MoE layers (as MindStudio Insight reads them).
+
 ``prometheus_text``
     Prometheus text exposition scraped to a file: one scrape, or many separated by
     ``# scrape_ts=<unix seconds>`` lines, or samples with their own timestamps (ms). Parsed with
@@ -49,6 +59,7 @@ import math
 import re
 import struct
 import sys
+from collections import Counter
 from pathlib import Path
 
 import orjson
@@ -69,6 +80,9 @@ _BARE_TENSOR_RE = re.compile(rb"^\[(\s*\[){2,}\s*[-+0-9.]")
 _PROM_SAMPLE_RE = re.compile(
     r"^[a-zA-Z_:][a-zA-Z0-9_:]*(\{.*\})?\s+([-+]?(\d+\.?\d*([eE][-+]?\d+)?|\.\d+)|NaN|[-+]?Inf)(\s+-?\d+)?$")
 _SCRAPE_TS_RE = re.compile(r"^#\s*scrape_ts\s*=\s*(\S+)\s*$")
+_HOTSPOT_LINE_RE = re.compile(r"^\s*[0-9]+(?:\s*,\s*[0-9]+)+\s*,?\s*$")
+_HOTSPOT_NAME_RE = re.compile(r"(?:^|[^a-z])(prefill|decode)[_-]?(\d+)\.csv$", re.IGNORECASE)
+_HOTSPOT_CONFIG = "model_gen_config.json"
 
 # CSV header aliases -> canonical column
 _CSV_ALIASES = {
@@ -82,7 +96,7 @@ _CSV_ALIASES = {
 _CSV_REQUIRED = ("layer", "ep_rank", "local_slot", "tokens")
 
 _INSERT_WINDOW = """
-INSERT INTO expert_load_rows
+INSERT INTO expert_load_rows (source_id, window_idx, ts_ns, epoch, layer, ep_rank, local_slot, tokens)
 SELECT $sid, $win, $ts, $epoch,
        (r.i // ($R * $S))::INTEGER, ((r.i // $S) % $R)::INTEGER, (r.i % $S)::INTEGER, x.tokens
 FROM range($n) r(i) POSITIONAL JOIN "{name}" x
@@ -128,11 +142,34 @@ class ExpertsReader:
             return None
         if self._csv_columns(lines[0]) is not None:
             return "expert_load_csv"
+        if self._is_hotspot(path, lines):
+            return "expert_hotspot"
         if any(ln.startswith(("# TYPE ", "# HELP ")) or _SCRAPE_TS_RE.match(ln) for ln in lines[:20]):
             return "prometheus_text"
         samples = [ln for ln in lines[:5] if not ln.startswith("#")]
-        if samples and all(_PROM_SAMPLE_RE.match(ln) for ln in samples) and ("{" in samples[0] or ":" in samples[0]):
+        # "key: value" notes (msServiceProfiler's cpu_frequency.txt) look like a sample of a metric
+        # named "key:"; real metric names never end with the colon.
+        if (samples and all(_PROM_SAMPLE_RE.match(ln) and not re.split(r"[{\s]", ln, maxsplit=1)[0].endswith(":")
+                            for ln in samples) and ("{" in samples[0] or ":" in samples[0])):
             return "prometheus_text"
+        return None
+
+    @staticmethod
+    def _is_hotspot(path: Path, lines: list[str]) -> bool:
+        """A header-less matrix of counts, all lines as wide, named like a hot-spot dump or beside
+        its model_gen_config.json (the shape alone could be any numeric CSV)."""
+        if not all(_HOTSPOT_LINE_RE.match(ln) for ln in lines):
+            return False
+        if len({len(ln.rstrip(", ").split(",")) for ln in lines}) != 1:
+            return False
+        return bool(_HOTSPOT_NAME_RE.search(path.name)) or (path.parent / _HOTSPOT_CONFIG).is_file()
+
+    def guess_note(self, path: Path, head: bytes, fmt: str) -> str | None:
+        """What the per-file table should say when the format was guessed from weak evidence."""
+        if fmt == "expert_hotspot":
+            how = "its name" if _HOTSPOT_NAME_RE.search(path.name) else f"{_HOTSPOT_CONFIG} beside it"
+            return (f"format guessed from the shape (header-less integer matrix) and {how}: MindIE expert "
+                    "hot-spot dump, rows = MoE layers, columns = local expert slots")
         return None
 
     @staticmethod
@@ -159,6 +196,8 @@ class ExpertsReader:
             return self._ingest_map(ctx)
         if ctx.format == "prometheus_text":
             return self._ingest_prometheus(ctx)
+        if ctx.format == "expert_hotspot":
+            return self._ingest_hotspot(ctx)
         raise InputError(ctx.path, f"unknown expert format {ctx.format!r}")
 
     # --- load tensors -----------------------------------------------------
@@ -494,7 +533,7 @@ class ExpertsReader:
         try:
             file_epoch = _name_int(_EPOCH_RE, path)
             con.execute(f"""
-                INSERT INTO expert_load_rows
+                INSERT INTO expert_load_rows (source_id, window_idx, ts_ns, epoch, layer, ep_rank, local_slot, tokens)
                 SELECT $sid, window_idx, ts_ns, COALESCE(epoch, $epoch), layer, ep_rank, local_slot, tokens
                 FROM {tmp} WHERE reason IS NULL
             """, {"sid": ctx.source_id, "epoch": file_epoch})
@@ -517,6 +556,77 @@ class ExpertsReader:
             msg = (msg + "; " if msg else "") + f"{dup} (window, layer, rank, slot) cells appear more than once (summed by the views)"
         return Outcome(rows_seen=seen, rows_kept=kept, rows_dropped=seen - kept,
                        status="salvaged" if drops else "ok", message=msg, drops=drops, metadata=meta)
+
+    # --- MindIE hot-spot dumps --------------------------------------------
+    def _ingest_hotspot(self, ctx: Context) -> Outcome:
+        path = ctx.path
+        m = _HOTSPOT_NAME_RE.search(path.name)
+        nums = re.findall(r"\d+", path.stem)
+        if m:
+            stage, rank = m.group(1).lower(), int(m.group(2))
+        elif nums:
+            stage, rank = "unknown", int(nums[-1])
+        else:
+            raise InputError(path, "an expert hot-spot dump names its rank in the file name (prefill_<rank>.csv, "
+                             "decode_<rank>.csv); this name has no number", position="file name",
+                             hint="rename the file <stage>_<rank>.csv as MindIE writes it")
+        with open_bytes(path) as f:
+            text = strip_bom(f.read()).decode("utf-8", errors="replace")
+        lines = [(no, ln.strip()) for no, ln in enumerate(text.splitlines(), start=1) if ln.strip()]
+        n_layers_cfg = self._hotspot_layers(path.parent / _HOTSPOT_CONFIG)
+        drops: list[tuple[str, str, int]] = []
+        width = None
+        layer_lines = lines
+        if n_layers_cfg is not None and len(lines) > n_layers_cfg:
+            extra = len(lines) - n_layers_cfg
+            drops.append((f"{extra} line(s) before the last num_moe_layers={n_layers_cfg} of {_HOTSPOT_CONFIG} "
+                          "(not MoE layers)", f"line {lines[0][0]}", extra))
+            layer_lines = lines[extra:]
+        cols: dict[str, list] = {"layer": [], "local_slot": [], "tokens": []}
+        for layer, (no, ln) in enumerate(layer_lines):
+            cells = ln.rstrip(", ").split(",")
+            if width is None:
+                width = len(cells)
+            try:
+                vals = [int(c) for c in cells]
+            except ValueError:
+                drops.append(("not a list of integer token counts", f"line {no}", 1))
+                continue
+            if len(vals) != width:
+                drops.append((f"{len(vals)} slots where line {layer_lines[0][0]} has {width}", f"line {no}", 1))
+                continue
+            cols["layer"].extend([layer] * width)
+            cols["local_slot"].extend(range(width))
+            cols["tokens"].extend(float(v) for v in vals)
+        if not cols["layer"]:
+            raise InputError(path, drops[0][0] if drops else "no line of token counts", position=drops[0][1] if drops else None)
+        n = len(cols["layer"])
+        table = pa.table({"layer": pa.array(cols["layer"], pa.int32()), "local_slot": pa.array(cols["local_slot"], pa.int32()),
+                          "tokens": pa.array(cols["tokens"], pa.float64())})
+        series = f"{stage}@{path.parent}"
+        with arrow_view(ctx, "experts_hotspot", table) as name:
+            ctx.con.execute(f"""INSERT INTO expert_load_rows (source_id, window_idx, ts_ns, epoch, layer, ep_rank,
+                                local_slot, tokens, series)
+                                SELECT $sid, 0, NULL, NULL, layer, $rank, local_slot, tokens, $series FROM "{name}" """,
+                            {"sid": ctx.source_id, "rank": rank, "series": series})
+        # rows are cells, like the other load formats; a dropped line counts its slots
+        dropped = sum(n_ for _, _, n_ in drops) * (width or 1)
+        seen = n + dropped
+        return Outcome(rows_seen=seen, rows_kept=n, rows_dropped=dropped,
+                       status="salvaged" if drops else "ok", message=self._drop_message(drops),
+                       drops=[(r, pos, n_ * (width or 1)) for r, pos, n_ in drops],
+                       metadata={"stage": stage, "ep_rank": rank, "layers": len(set(cols["layer"])),
+                                 "slots": width, "num_moe_layers": n_layers_cfg, "series": series})
+
+    @staticmethod
+    def _hotspot_layers(config: Path) -> int | None:
+        """num_moe_layers of a model_gen_config.json beside the dumps; None when absent or unreadable."""
+        try:
+            doc = orjson.loads(config.read_bytes())
+        except (OSError, orjson.JSONDecodeError):
+            return None
+        v = doc.get("num_moe_layers") if isinstance(doc, dict) else None
+        return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
 
     # --- expert maps ------------------------------------------------------
     def _ingest_map(self, ctx: Context) -> Outcome:
@@ -583,9 +693,16 @@ class ExpertsReader:
         kept = len(out)
         seen = kept + sum(n for _, _, n in drops)
         declared = doc.get("moe_layer_count")
+        # (layer, device, expert) placed in more than one slot of that device: kept as replicas
+        placed = Counter((r[3], r[4], r[6]) for r in out)
+        same_dev = sum(c - 1 for c in placed.values())
+        dup_layers = len({k[0] for k, c in placed.items() if c > 1})
         meta = {"epoch": epoch, "ts_ns": ts_ns, "moe_layer_count": declared, "logical_experts": n_experts,
-                "layers": len(layer_ids)}
+                "layers": len(layer_ids), "same_device_replicas": same_dev}
         msg = self._drop_message(drops)
+        if same_dev:
+            msg = (msg + "; " if msg else "") + (f"{same_dev} extra slot(s) in {dup_layers} layer(s) repeat an expert "
+                                                 "already on the same device (kept as replicas)")
         if isinstance(declared, int) and declared != len(layers):
             msg = (msg + "; " if msg else "") + f"moe_layer_count says {declared} but layer_list has {len(layers)} layers"
         return Outcome(rows_seen=seen, rows_kept=kept, rows_dropped=seen - kept,
@@ -617,9 +734,8 @@ class ExpertsReader:
             seen_dev.add(dev)
             if any(isinstance(e, bool) or not isinstance(e, int) or e < 0 for e in exps):
                 return None, f"layer {lid} device {dev}: device_expert holds a non-integer or negative id", n
-            if len(set(exps)) != len(exps):
-                dup = sorted({e for e in exps if exps.count(e) > 1})
-                return None, f"layer {lid} device {dev}: logical experts {dup} duplicated on one device", n
+            # The same logical expert twice on one device is kept: each slot is a replica that
+            # takes its own share of the tokens (MindIE's real deployment maps do this).
             rows.extend((lid, dev, slot, e) for slot, e in enumerate(exps))
         if not rows:
             return None, f"layer {lid}: no expert placed", n

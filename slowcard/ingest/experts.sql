@@ -15,8 +15,12 @@ CREATE TABLE IF NOT EXISTS expert_load_rows (
     layer      INTEGER,   -- MoE layer index (first tensor dimension)
     ep_rank    INTEGER,   -- EP rank holding the slot
     local_slot INTEGER,   -- local physical expert slot on that rank
-    tokens     DOUBLE     -- tokens routed to the slot in the window; DOUBLE because some dumps are float (hotness / replica count)
+    tokens     DOUBLE,    -- tokens routed to the slot in the window; DOUBLE because some dumps are float (hotness / replica count)
+    series     VARCHAR    -- files whose rows form ONE tensor: per-rank dumps (MindIE hot-spot CSVs) of one stage in one
+                          -- folder share it ("prefill@/path"); NULL: the file is a whole tensor on its own
 );
+-- databases written before `series` existed
+ALTER TABLE expert_load_rows ADD COLUMN IF NOT EXISTS series VARCHAR;
 
 -- One row per (layer, EP rank, local slot) of one expert map (one map file per EPLB epoch).
 CREATE TABLE IF NOT EXISTS expert_map_rows (
@@ -42,7 +46,7 @@ CREATE TABLE IF NOT EXISTS metric_sample_rows (
 );
 
 CREATE OR REPLACE VIEW expert_load AS
-SELECT l.source_id, s.run, l.window_idx, l.ts_ns, l.epoch, l.layer, l.ep_rank, l.local_slot, l.tokens
+SELECT l.source_id, s.run, l.window_idx, l.ts_ns, l.epoch, l.layer, l.ep_rank, l.local_slot, l.tokens, l.series
 FROM expert_load_rows l JOIN sources s USING (source_id);
 
 CREATE OR REPLACE VIEW expert_map AS

@@ -173,7 +173,19 @@ def _variant(names: list[str]) -> str | None:
         return "kernel_details"
     if _OP_SUMMARY_KEYS <= keys:
         return "op_summary"
+    if _mixed(names):
+        return "op_summary"
     return None
+
+
+def _mixed(names: list[str]) -> bool:
+    """A header mixing the two variants' names (MindStudio Insight's test op_summary_1.csv: `Op Name`
+    with kernel_details' `Start Time(us)`) that still names every required column and a task-level
+    column (so that a CSV that merely has Name / Start / Duration columns is not taken)."""
+    keys = {_norm(n) for n in names}
+    mapped, _extra = _map_columns(names)
+    return (all(f in mapped for f in _REQUIRED) and bool(keys & {_norm("Op Name"), _norm("Task Duration(us)")})
+            and bool(keys & {_norm(k) for k in ("Task ID", "Stream ID", "Task Type", "Accelerator Core")}))
 
 
 def _map_columns(names: list[str]) -> tuple[dict[str, int], list[tuple[str, int]]]:
@@ -232,6 +244,14 @@ class OpCsvReader:
             return None
         names = _parse_names(line)
         return _variant(names) if names else None
+
+    def guess_note(self, path: Path, head: bytes, fmt: str) -> str | None:
+        names = _parse_names(_first_line(head)[0]) or []
+        keys = {_norm(n) for n in names}
+        if not (_KERNEL_DETAILS_KEYS <= keys or _OP_SUMMARY_KEYS <= keys):
+            return ("format guessed: the header mixes kernel_details and op_summary column names; "
+                    "columns read by name")
+        return None
 
     def ingest(self, ctx: Context) -> Outcome:
         path, con, sid = ctx.path, ctx.con, ctx.source_id

@@ -15,23 +15,16 @@ from ..errors import UsageError
 EXECUTORS = ("local", "dask")
 
 
-def run_batches(paths, run: str | None, per_folder: bool) -> list[tuple[str | None, list]]:
-    """(run name, paths) to ingest: one batch, or one per sub-folder of each path with ``per_folder``."""
+def run_batches(paths, run: str | None, per_folder: bool) -> tuple[list[tuple[str | None, list]], list[str]]:
+    """((run name, paths) batches, notes): one batch, or one per sub-folder of each path with
+    ``per_folder`` (files at a root itself make one more run, named after the root; a note says
+    so: see ``ingest.run_batches``)."""
+    from . import run_batches as batches_of
+
     if per_folder and run:
         raise UsageError("--run and --run-per-folder exclude each other: with --run-per-folder each "
                          "sub-folder names its run")
-    if not per_folder:
-        return [(run, list(paths))]
-    batches = []
-    for raw in paths:
-        root = Path(raw)
-        if not root.is_dir():
-            raise UsageError(f"{raw}: --run-per-folder needs folders whose sub-folders are runs")
-        subs = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
-        if not subs:
-            raise UsageError(f"{raw}: has no sub-folders to take as runs")
-        batches += [(sub.name, [sub]) for sub in subs]
-    return batches
+    return batches_of(paths, run, per_folder)
 
 
 def ingest_runs(db, paths, run: str | None = None, *, run_per_folder: bool = False,
@@ -52,7 +45,7 @@ def ingest_runs(db, paths, run: str | None = None, *, run_per_folder: bool = Fal
 
     if executor not in EXECUTORS:
         raise UsageError(f"--executor {executor!r}: expected one of {', '.join(EXECUTORS)}")
-    batches = run_batches(paths, run, run_per_folder)
+    batches, notes = run_batches(paths, run, run_per_folder)
     if taxonomy:
         con = store.open_db(db)
         try:
@@ -73,4 +66,6 @@ def ingest_runs(db, paths, run: str | None = None, *, run_per_folder: bool = Fal
                                         rank_map=rank_map, progress=progress, con=con))
         finally:
             con.close()
+    if reports and notes:
+        reports[-1].warnings[:0] = notes          # (the root files' run is the last batch)
     return reports

@@ -29,10 +29,12 @@ GROUP BY run, epoch;
 --   4. else NULL (no map applies: default expert numbering, no EPLB update can be seen).
 -- wseq orders windows across the run: by epoch, then time, then file and window index.
 -- slots_per_rank (the tensor's last dimension) gives the default expert numbering.
+-- Per-rank files of one series (MindIE hot-spot dumps: one file per rank) are one tensor: their
+-- windows of the same index share a wseq, so the views below see every rank of the layer.
 CREATE OR REPLACE VIEW _expert_windows AS
 WITH w AS (
     SELECT run, source_id, window_idx, min(ts_ns) AS ts_ns, min(epoch) AS file_epoch,
-           max(local_slot) + 1 AS slots_per_rank
+           max(local_slot) + 1 AS slots_per_rank, any_value(series) AS series
     FROM expert_load
     GROUP BY run, source_id, window_idx
 ), one_map AS (       -- runs with exactly one map: it applies to every window
@@ -45,7 +47,8 @@ WITH w AS (
     LEFT JOIN one_map o ON o.run = w.run
 )
 SELECT run, source_id, window_idx, ts_ns, file_epoch, epoch, slots_per_rank,
-       dense_rank() OVER (PARTITION BY run ORDER BY epoch NULLS FIRST, ts_ns NULLS FIRST, source_id, window_idx) AS wseq
+       dense_rank() OVER (PARTITION BY run ORDER BY epoch NULLS FIRST, ts_ns NULLS FIRST, series NULLS FIRST,
+                          CASE WHEN series IS NULL THEN source_id END, window_idx) AS wseq
 FROM r;
 
 -- Slot loads with the logical expert each slot held. A cell repeated inside one file (possible
