@@ -77,7 +77,10 @@ classified AS (
            c.op_class, c.coll_kind, c.pattern,
            e.cat IN ('kernel', 'gpu_user_annotation') AS on_device
     FROM e LEFT JOIN _name_class_for(sid) c USING (name)
-    WHERE c.op_class IS NOT NULL OR e.coll_name IS NOT NULL
+    WHERE (c.op_class IS NOT NULL OR e.coll_name IS NOT NULL)
+      -- the device copy of a host collective range (gpu_user_annotation "nccl:all_to_all") spans
+      -- the collective's kernels: it is not a second call
+      AND NOT (e.cat = 'gpu_user_annotation' AND c.op_class = 'collective')
 ),
 corr AS (  -- correlation ids of the classified kernels only (a handful of JSON reads)
     SELECT source_id, pid, tid, ts_ns, name,
