@@ -53,7 +53,7 @@ from pathlib import Path
 from synth_kineto import (COUNT_XFER_NS, GATE_NS_PER_TOKEN, HIDDEN, MM_NS_PER_ROW, SCENARIOS,
                           XFER_BASE_NS, XFER_NS_PER_ROW, spike_position)
 
-__all__ = ["write_gpu_ep_run", "write_events", "COMPUTE_STREAM", "NCCL_STREAM", "GEMM_KERNEL",
+__all__ = ["write_gpu_ep_run", "write_events", "T0_US", "COMPUTE_STREAM", "NCCL_STREAM", "GEMM_KERNEL",
            "SENDRECV_KERNEL", "DEEPEP_DISPATCH", "DEEPEP_COMBINE"]
 
 T0_US = 1_790_000_000_000_000 // 1000     # absolute epoch µs, like real Kineto traces without base time

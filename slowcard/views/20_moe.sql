@@ -179,10 +179,33 @@ GROUP BY run, rank, source_id;
 -- entry of c10d::alltoall_base_ (gloo). An empty list ("[]") means equal splits: unknown here.
 -- Extracted once per file at commit (macro _a2a_splits_for in 10_classes.sql, table
 -- a2a_split_rows): it looks into every kernel's args, the cost that grows with the trace.
+-- On a source measured on the device timeline (device_moe), a split read from a host op
+-- (record_param_comms, c10d::alltoall_base_) is placed at the start of the device collective it
+-- launched (the first one launched at or after the host op starts), so that it falls in the
+-- device dispatch window of its layer; a split carried by the kernel itself is already there.
 CREATE OR REPLACE VIEW _a2a_splits AS
-SELECT source_id, ts_ns, recv_tokens
-FROM a2a_split_rows
-WHERE source_id IN (SELECT source_id FROM _ep_sources);
+WITH s AS (
+    SELECT a.source_id, a.ts_ns, a.recv_tokens, e.device_moe
+    FROM a2a_split_rows a JOIN _ep_sources e USING (source_id)
+),
+dev AS (
+    SELECT source_id, ts_ns, launch_ns FROM op_classes
+    WHERE op_class = 'collective' AND on_device AND launch_ns IS NOT NULL
+      AND source_id IN (SELECT source_id FROM _ep_sources WHERE device_moe)
+),
+host_side AS (
+    SELECT s.* FROM s WHERE s.device_moe
+      AND NOT EXISTS (SELECT 1 FROM dev d WHERE d.source_id = s.source_id AND d.ts_ns = s.ts_ns)
+),
+moved AS (
+    SELECT h.source_id, d.ts_ns, h.recv_tokens
+    FROM host_side h ASOF JOIN (SELECT * FROM dev) d ON d.source_id = h.source_id AND d.launch_ns >= h.ts_ns
+)
+SELECT source_id, ts_ns, recv_tokens FROM s
+WHERE NOT device_moe
+   OR EXISTS (SELECT 1 FROM dev d WHERE d.source_id = s.source_id AND d.ts_ns = s.ts_ns)
+UNION ALL
+SELECT * FROM moved;
 
 -- Every EP operation placed in its layer instance.
 CREATE OR REPLACE VIEW _layer_ops AS
