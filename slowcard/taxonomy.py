@@ -62,6 +62,17 @@ def load_builtin(con) -> None:
     rows = parse(builtin_text(), "slowcard/taxonomy.csv")
     con.execute("DELETE FROM op_taxonomy WHERE origin = 'builtin'")
     _insert(con, rows, "builtin")
+    define_builtin_prefilter(con, rows)
+
+
+def define_builtin_prefilter(con, rows: list[tuple]) -> None:
+    """(Re)write the macro ``_builtin_taxonomy_any(name)``: true when ``name`` matches any of the
+    built-in patterns. One constant regex (RE2 runs an alternation in one pass) is compiled once
+    per query, where a join with the pattern column compiles every pattern for every name (see
+    views/10_classes.sql). User rows are matched separately there, so they never go stale here."""
+    alternation = "|".join(f"(?:{pattern})" for pattern, *_ in rows) or "$^"
+    literal = alternation.replace("'", "''")
+    con.execute(f"CREATE OR REPLACE MACRO _builtin_taxonomy_any(name) AS regexp_matches(name, '{literal}', 'i')")
 
 
 def _insert(con, rows: list[tuple], origin: str) -> None:

@@ -193,3 +193,32 @@ def test_user_row_overrides_a_builtin(con, tmp_path):
         assert got == {name: "gating", "my_expert_gemm_v2": "grouped_matmul"}
     finally:
         c.close()
+
+
+def test_ingest_classifies_like_the_full_rule(tmp_path):
+    """Ingest matches names through one prefilter regex of all built-in patterns (speed); it must
+    give what the plain name x pattern join gives, and a user row INSERTed by hand still counts."""
+    import json
+
+    from slowcard.ingest import ingest_paths
+    from slowcard.store import rebuild_derived
+
+    names = sorted({n for cases in FAMILIES.values() for n, _ in cases} | {"my_stack::expert_gemm"})
+    ev = [{"ph": "X", "cat": "cpu_op", "name": n, "pid": 1, "tid": 1, "ts": 10.0 * i, "dur": 5.0, "args": {}}
+          for i, n in enumerate(names)]
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "rank0.json").write_text(json.dumps({"traceEvents": ev, "distributedInfo": {"rank": 0}}))
+    db = tmp_path / "c.duckdb"
+    ingest_paths(db, [tmp_path / "t"], run="r")
+    c = store.open_db(db)
+    try:
+        want = {n: cls for n, cls in classify(c, names).items() if cls is not None}
+        got = dict(c.execute("SELECT name, op_class FROM op_classes").fetchall())
+        assert got == want
+        assert "my_stack::expert_gemm" not in got
+        c.execute("INSERT INTO op_taxonomy VALUES ('^my_stack::expert_gemm$', 'grouped_matmul', NULL, 1, 'user')")
+        rebuild_derived(c)
+        got = dict(c.execute("SELECT name, op_class FROM op_classes").fetchall())
+        assert got["my_stack::expert_gemm"] == "grouped_matmul"
+    finally:
+        c.close()

@@ -5,6 +5,13 @@
 -- Matching runs on DISTINCT names only, so it costs nothing per event.
 -- A table macro so that committing one file classifies that file's names only (sid), not every
 -- name in the database; sid NULL means all files.
+-- A join of names with patterns compiles each pattern once per (name, pattern) pair (the pattern
+-- is not a constant), which made matching cost grow with names x rows (0.1 s per 100 names with
+-- the GPU families). So names are first tested against ONE constant regex, the alternation of all
+-- built-in patterns (macro _builtin_taxonomy_any, written by taxonomy.load_builtin), and against
+-- the user rows; only the few names that pass are joined with every row.
+CREATE OR REPLACE MACRO _builtin_taxonomy_any(name) AS true;
+
 CREATE OR REPLACE MACRO _name_class_for(sid) AS TABLE
 WITH names AS (
     SELECT DISTINCT name FROM event_rows
@@ -12,11 +19,16 @@ WITH names AS (
     UNION
     SELECT DISTINCT name FROM op_rows WHERE name IS NOT NULL AND (sid IS NULL OR source_id = sid)
 ),
+candidates AS (
+    SELECT name FROM names WHERE _builtin_taxonomy_any(name)
+    UNION
+    SELECT n.name FROM names n JOIN op_taxonomy u ON u.origin = 'user' AND regexp_matches(n.name, u.pattern, 'i')
+),
 hits AS (
     SELECT n.name,
            arg_min({'op_class': t.op_class, 'coll_kind': t.coll_kind, 'pattern': t.pattern},
                    (t.origin <> 'user')::INTEGER * 1000000 + t.priority) AS hit
-    FROM names n JOIN op_taxonomy t ON regexp_matches(n.name, t.pattern, 'i')
+    FROM candidates n JOIN op_taxonomy t ON regexp_matches(n.name, t.pattern, 'i')
     GROUP BY n.name
 )
 SELECT name, hit.op_class AS op_class, hit.coll_kind AS coll_kind, hit.pattern AS pattern
