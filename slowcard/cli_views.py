@@ -1,4 +1,4 @@
-"""The `report` and `annotate` commands (added to the typer app by ``register(app)``).
+"""The `report`, `annotate` and `show-taxonomy` commands (added to the typer app by ``register(app)``).
 
 Like the rest of the CLI they print only through typer.echo and exit with typer.Exit:
 0 written, 2 usage or input error (unknown run, missing database, plotly not installed; library
@@ -25,8 +25,92 @@ def _results(con, run: str, sql_dir) -> tuple[dict, dict, dict]:
     return dict(diag.results), diag.conclusion, catalog
 
 
+def _table(cols, rows, fmt: str) -> str:
+    if fmt == "json":
+        import json
+
+        return json.dumps([dict(zip(cols, r)) for r in rows], indent=1, default=str)
+    if fmt == "csv":
+        import csv
+        import io
+
+        buf = io.StringIO()
+        w = csv.writer(buf)
+        w.writerow(cols)
+        w.writerows(rows)
+        return buf.getvalue().rstrip("\n")
+    from tabulate import tabulate
+
+    return tabulate(rows, headers=cols, tablefmt="simple", missingval="NULL")
+
+
 def register(app: typer.Typer) -> None:
-    """Add the `report` and `annotate` commands to ``app``."""
+    """Add the `report`, `annotate` and `show-taxonomy` commands to ``app``."""
+
+    @app.command("show-taxonomy")
+    def show_taxonomy(
+        db: Path = typer.Option(DEFAULT_DB, "--db", help="DuckDB database file."),
+        run: Optional[str] = typer.Option(None, "--run", help="Run name (default: the latest run)."),
+        name: Optional[List[str]] = typer.Option(None, "--name", help="Only classify these op/kernel names (repeatable); no run needed."),
+        taxonomy_file: Optional[Path] = typer.Option(None, "--taxonomy", help="With --name: also apply this user taxonomy CSV (pattern,op_class,coll_kind,priority)."),
+        unmatched: int = typer.Option(15, "--unmatched", help="Also list the N costliest unclassified kernels / cpu_ops / annotations of the run (0: none)."),
+        all_rows: bool = typer.Option(False, "--all", help="Also list taxonomy rows that matched nothing in the run."),
+        fmt: str = typer.Option("table", "--format", "-f", help="table | csv | json"),
+    ):
+        """Show what each taxonomy row (built-in or --taxonomy user row) classified in a run:
+        operations, names, time and examples per pattern, then the costliest names nothing
+        matched, which is where the rows for a new MoE stack come from. With --name, classify
+        the given names only.
+
+        Examples:
+            slowcard show-taxonomy --db ep.duckdb
+            slowcard show-taxonomy --name 'void deep_ep::internode::dispatch<...>' --name fused_moe_kernel
+        """
+        from . import store
+        from . import taxonomy as taxonomy_mod
+
+        if fmt not in ("table", "csv", "json"):
+            _fail(f"--format must be table, csv or json, not {fmt!r}")
+        try:
+            if name:
+                if taxonomy_file is not None or not db.exists():
+                    # a scratch database: the built-in rows, plus the user file when given
+                    con = store.open_db(":memory:")
+                    if taxonomy_file is not None:
+                        taxonomy_mod.load_user_taxonomy(con, taxonomy_file)
+                else:
+                    con = queries_mod.open_readonly(db)
+                try:
+                    cols, rows = taxonomy_mod.classify_names(con, list(name))
+                finally:
+                    con.close()
+                typer.echo(_table(cols, rows, fmt))
+                raise typer.Exit(0)
+            con = queries_mod.open_readonly(db)
+            try:
+                chosen = _pick_run(con, run)
+                cols, rows = taxonomy_mod.usage(con, chosen, include_unused=all_rows)
+                extra = taxonomy_mod.unmatched(con, chosen, unmatched) if unmatched > 0 else None
+            finally:
+                con.close()
+        except (SlowcardError, FileNotFoundError) as exc:
+            _fail(str(exc), 2)
+        if fmt == "json" and extra is not None:
+            import json
+
+            typer.echo(json.dumps({"matched": [dict(zip(cols, r)) for r in rows],
+                                   "unmatched": [dict(zip(extra[0], r)) for r in extra[1]]},
+                                  indent=1, default=str))
+            raise typer.Exit(0)
+        if fmt == "table":
+            typer.echo(f"taxonomy rows that classified operations of run {chosen!r}:")
+        typer.echo(_table(cols, rows, fmt) if rows else "(none: no operation of this run matched the taxonomy)")
+        if extra is not None and fmt != "json":
+            typer.echo("")
+            if fmt == "table":
+                typer.echo("costliest names nothing matched (add rows for them with `slowcard ingest --taxonomy FILE`):")
+            typer.echo(_table(*extra, fmt) if extra[1] else "(none)")
+        raise typer.Exit(0)
 
     @app.command()
     def report(

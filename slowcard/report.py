@@ -48,7 +48,7 @@ EVIDENCE_ROWS = 20
 
 _PARTS = (("gmm_ms", "GroupedMatmul", "#1f77b4"), ("dispatch_ms", "dispatch", "#ff7f0e"),
           ("combine_ms", "combine", "#2ca02c"), ("gating_ms", "gating", "#9467bd"),
-          ("other_ms", "other", "#8c8c8c"))
+          ("overlap_ms", "two or more at once", "#bcbd22"), ("other_ms", "other", "#8c8c8c"))
 
 
 def _plotly():

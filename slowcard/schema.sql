@@ -90,8 +90,11 @@ CREATE TABLE IF NOT EXISTS op_class_rows (
     pg        VARCHAR,     -- process group (Kineto "Process Group Name"), else 'default'
     seq       BIGINT,      -- NCCL Seq when the trace has it
     on_device BOOLEAN,
-    tokens    BIGINT       -- GroupedMatmul tokens from operator CSV input shapes
+    tokens    BIGINT,      -- GroupedMatmul tokens from operator CSV input shapes
+    launch_ns BIGINT       -- device kernel: ts of the host call that launched it (correlation id)
 );
+-- databases written before launch_ns existed (derived rows are rebuilt on the schema change)
+ALTER TABLE op_class_rows ADD COLUMN IF NOT EXISTS launch_ns BIGINT;
 
 -- All-to-all split sizes of each file (the rows of the macro _a2a_splits_for, written when the
 -- file is committed): finding them means looking into the args of every kernel, which is most

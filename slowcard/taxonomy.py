@@ -63,6 +63,17 @@ def load_builtin(con) -> None:
     rows = parse(builtin_text(), "slowcard/taxonomy.csv")
     con.execute("DELETE FROM op_taxonomy WHERE origin = 'builtin'")
     _insert(con, rows, "builtin")
+    define_builtin_prefilter(con, rows)
+
+
+def define_builtin_prefilter(con, rows: list[tuple]) -> None:
+    """(Re)write the macro ``_builtin_taxonomy_any(name)``: true when ``name`` matches any of the
+    built-in patterns. One constant regex (RE2 runs an alternation in one pass) is compiled once
+    per query, where a join with the pattern column compiles every pattern for every name (see
+    views/10_classes.sql). User rows are matched separately there, so they never go stale here."""
+    alternation = "|".join(f"(?:{pattern})" for pattern, *_ in rows) or "$^"
+    literal = alternation.replace("'", "''")
+    con.execute(f"CREATE OR REPLACE MACRO _builtin_taxonomy_any(name) AS regexp_matches(name, '{literal}', 'i')")
 
 
 def _insert(con, rows: list[tuple], origin: str) -> None:
@@ -92,3 +103,64 @@ def replace_user_rows(con, rows: list[tuple]) -> None:
                 [[row[0] for row in rows]])
     # a pattern given twice in one file: the last row wins, as it did row by row
     _insert(con, list({row[0]: row for row in rows}.values()), "user")
+
+
+# ------------------------------------------------------------------ what the taxonomy matched
+
+def usage(con, run: str, include_unused: bool = False) -> tuple[list[str], list[tuple]]:
+    """Per taxonomy row: what it classified in ``run`` (operations, distinct names, total time,
+    example names). Classifications that come from elsewhere (a kernel's "Collective name" arg,
+    an NCCL kernel launched inside a host all-to-all) get a row of their own. With
+    ``include_unused`` the rows that matched nothing are listed too (with 0)."""
+    cols = ["op_class", "coll_kind", "pattern", "origin", "priority", "ops", "names", "total_ms",
+            "examples"]
+    rows = con.execute(
+        """
+        WITH hits AS (
+            SELECT op_class, coll_kind, pattern, count(*) AS ops, count(DISTINCT name) AS names,
+                   round(sum(dur_ns) / 1e6, 3) AS total_ms,
+                   list(DISTINCT left(name, 90) ORDER BY left(name, 90))[1:3] AS examples
+            FROM op_classes WHERE run = ?
+            GROUP BY ALL
+        ),
+        rules AS (
+            SELECT pattern, op_class, coll_kind, origin, priority FROM op_taxonomy
+            QUALIFY row_number() OVER (PARTITION BY pattern ORDER BY origin = 'user' DESC) = 1
+        )
+        SELECT coalesce(h.op_class, r.op_class), coalesce(h.coll_kind, r.coll_kind),
+               coalesce(h.pattern, r.pattern), coalesce(r.origin, 'derived'), r.priority,
+               coalesce(h.ops, 0), coalesce(h.names, 0), coalesce(h.total_ms, 0),
+               array_to_string(coalesce(h.examples, []), ' | ')
+        FROM hits h FULL JOIN rules r ON h.pattern = r.pattern AND h.op_class = r.op_class
+        WHERE h.ops IS NOT NULL OR ?
+        ORDER BY 1, coalesce(h.total_ms, 0) DESC, 3
+        """, [run, include_unused]).fetchall()
+    return cols, rows
+
+
+def unmatched(con, run: str, limit: int = 20) -> tuple[list[str], list[tuple]]:
+    """The unclassified names of ``run`` that cost the most time: device kernels, device
+    annotations, cpu_ops and user annotations (python frames are left out: too many). These are
+    the names a new stack's taxonomy rows would have to match."""
+    cols = ["cat", "name", "ops", "total_ms"]
+    rows = con.execute(
+        """
+        SELECT e.cat, left(e.name, 160), count(*) AS ops, round(sum(e.dur_ns) / 1e6, 3) AS total_ms
+        FROM events e
+        WHERE e.run = ? AND e.ph = 'X' AND e.dur_ns IS NOT NULL
+          AND e.cat IN ('kernel', 'gpu_user_annotation', 'cpu_op', 'user_annotation')
+          AND NOT EXISTS (SELECT 1 FROM op_classes o WHERE o.source_id = e.source_id AND o.name = e.name)
+        GROUP BY ALL
+        ORDER BY total_ms DESC, 2
+        LIMIT ?
+        """, [run, limit]).fetchall()
+    return cols, rows
+
+
+def classify_names(con, names: list[str]) -> tuple[list[str], list[tuple]]:
+    """How the taxonomy of ``con`` (built-in plus user rows) classifies each of ``names``."""
+    cols = ["name", "op_class", "coll_kind", "pattern", "origin"]
+    rows = con.execute("SELECT name, op_class, coll_kind, pattern, origin FROM _classify_names(?)",
+                       [list(names)]).fetchall()
+    order = {n: i for i, n in enumerate(names)}
+    return cols, sorted(rows, key=lambda r: order.get(r[0], 0))

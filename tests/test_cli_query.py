@@ -70,7 +70,7 @@ def test_csv_and_markdown_formats(dbs):
     rows = list(csv.DictReader(io.StringIO(res.stdout)))
     assert [r["rank"] for r in rows] == ["0", "1", "2", "3"] and rows[0]["query"] == "moe-breakdown"
     md = invoke("query", "moe-breakdown", "--db", dbs, "--run", "token_skew", "-f", "markdown")
-    assert md.stdout.startswith("### moe-breakdown@v1 INFO")
+    assert md.stdout.startswith("### moe-breakdown@v2 INFO")
     assert re.search(r"^\|\s+rank \| layer", md.stdout, re.M)
 
 

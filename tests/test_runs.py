@@ -48,7 +48,7 @@ def test_compare_reports_the_slow_card_gone(three_runs):
     assert (ep["status_a"], ep["status_b"]) == ("FAIL", "PASS")
     assert ep["flagged_a"] == ["rank 1 token-skew"] and ep["flagged_b"] == []
     assert "gone in B: rank 1 token-skew" in ep["note"]
-    gmm = {r["rank"]: r for r in doc["metrics"]["moe-breakdown@v1"]["rows"]}
+    gmm = {r["rank"]: r for r in doc["metrics"]["moe-breakdown@v2"]["rows"]}
     assert gmm[1]["gmm_ms_ratio"] < 0.5 < gmm[0]["gmm_ms_ratio"]
     text = runner.invoke(app, ["compare", "a_slow", "b_fixed", "--db", str(db)])
     assert "gone in B: rank 1 token-skew" in text.stdout

@@ -5,6 +5,13 @@
 -- Matching runs on DISTINCT names only, so it costs nothing per event.
 -- A table macro so that committing one file classifies that file's names only (sid), not every
 -- name in the database; sid NULL means all files.
+-- A join of names with patterns compiles each pattern once per (name, pattern) pair (the pattern
+-- is not a constant), which made matching cost grow with names x rows (0.1 s per 100 names with
+-- the GPU families). So names are first tested against ONE constant regex, the alternation of all
+-- built-in patterns (macro _builtin_taxonomy_any, written by taxonomy.load_builtin), and against
+-- the user rows; only the few names that pass are joined with every row.
+CREATE OR REPLACE MACRO _builtin_taxonomy_any(name) AS true;
+
 CREATE OR REPLACE MACRO _name_class_for(sid) AS TABLE
 WITH names AS (
     SELECT DISTINCT name FROM event_rows
@@ -12,17 +19,36 @@ WITH names AS (
     UNION
     SELECT DISTINCT name FROM op_rows WHERE name IS NOT NULL AND (sid IS NULL OR source_id = sid)
 ),
+candidates AS (
+    SELECT name FROM names WHERE _builtin_taxonomy_any(name)
+    UNION
+    SELECT n.name FROM names n JOIN op_taxonomy u ON u.origin = 'user' AND regexp_matches(n.name, u.pattern, 'i')
+),
 hits AS (
     SELECT n.name,
            arg_min({'op_class': t.op_class, 'coll_kind': t.coll_kind, 'pattern': t.pattern},
                    (t.origin <> 'user')::INTEGER * 1000000 + t.priority) AS hit
-    FROM names n JOIN op_taxonomy t ON regexp_matches(n.name, t.pattern, 'i')
+    FROM candidates n JOIN op_taxonomy t ON regexp_matches(n.name, t.pattern, 'i')
     GROUP BY n.name
 )
 SELECT name, hit.op_class AS op_class, hit.coll_kind AS coll_kind, hit.pattern AS pattern
 FROM hits;
 
 CREATE OR REPLACE VIEW _name_class AS SELECT * FROM _name_class_for(NULL);
+
+-- The same rule for a list of names (no trace needed): what would these names be classified as?
+CREATE OR REPLACE MACRO _classify_names(name_list) AS TABLE
+WITH names AS (SELECT DISTINCT unnest(name_list) AS name),
+hits AS (
+    SELECT n.name,
+           arg_min({'op_class': t.op_class, 'coll_kind': t.coll_kind, 'pattern': t.pattern, 'origin': t.origin},
+                   (t.origin <> 'user')::INTEGER * 1000000 + t.priority) AS hit
+    FROM names n JOIN op_taxonomy t ON regexp_matches(n.name, t.pattern, 'i')
+    GROUP BY n.name
+)
+SELECT n.name, h.hit.op_class AS op_class, h.hit.coll_kind AS coll_kind, h.hit.pattern AS pattern,
+       h.hit.origin AS origin
+FROM names n LEFT JOIN hits h USING (name);
 
 -- Normalised collective kind from a Kineto "Collective name" arg (NCCL has no all-to-all
 -- kernel: all_to_all lowers to SendRecv kernels, so the arg is the only way to tell).
@@ -41,34 +67,99 @@ CREATE OR REPLACE MACRO _coll_kind_of(collective_name) AS
 -- Every classified, timed operation, computed live. origin 'trace' = Chrome-trace X events,
 -- 'ops' = operator CSV rows (kernel_details / op_summary). A GPU kernel with a "Collective name"
 -- arg is a collective whatever its kernel name. `pattern` shows which taxonomy row classified it.
+-- launch_ns: for a device kernel of a trace, the time of the host call that launched it (CUDA /
+-- HIP runtime launch, linked by Kineto's correlation id: the ac2g flow whose id it is, else the
+-- runtime event carrying the same "correlation" arg). It puts host ranges (a layer annotation,
+-- nccl:all_to_all) and device kernels on one timeline without guessing from overlapping times.
+-- An NCCL kernel without a "Collective name" arg launched inside a host all-to-all op
+-- (nccl:all_to_all: torch all_to_all_single on NCCL runs as SendRecv kernels) is an all_to_all.
 -- The store copies this into the table op_class_rows when a file is committed (and rebuilds it
 -- when the taxonomy changes), because every EP query reads it several times.
 CREATE OR REPLACE MACRO _op_classes_for(sid) AS TABLE
-SELECT e.source_id, 'trace' AS origin, e.pid, e.tid, e.cat, e.name,
-       e.ts_ns, e.dur_ns, e.ts_ns + e.dur_ns AS end_ns,
-       CASE WHEN e.coll_name IS NOT NULL THEN 'collective' ELSE c.op_class END AS op_class,
-       CASE WHEN e.coll_name IS NOT NULL THEN _coll_kind_of(e.coll_name) ELSE c.coll_kind END AS coll_kind,
-       CASE WHEN e.coll_name IS NOT NULL THEN 'args."Collective name"' ELSE c.pattern END AS pattern,
-       coalesce(json_extract_string(e.args, '$."Process Group Name"'), json_extract_string(e.args, '$."Process Group Ranks"'), 'default') AS pg,
-       TRY_CAST(json_extract_string(e.args, '$.Seq') AS BIGINT) AS seq,
-       e.cat IN ('kernel', 'gpu_user_annotation') AS on_device,
-       NULL::BIGINT AS tokens
-FROM (
+WITH e AS (
     -- parse args only where it can hold a collective name: a JSON parse of every kernel's args
     -- is most of the cost of classifying a large trace
     SELECT *, CASE WHEN cat = 'kernel' AND contains(args, 'Collective name')
                    THEN json_extract_string(args, '$."Collective name"') END AS coll_name
     FROM event_rows
     WHERE ph = 'X' AND dur_ns IS NOT NULL AND ts_ns IS NOT NULL AND (sid IS NULL OR source_id = sid)
-) e
-LEFT JOIN _name_class_for(sid) c USING (name)
-WHERE c.op_class IS NOT NULL OR e.coll_name IS NOT NULL
+),
+classified AS (
+    SELECT e.source_id, e.pid, e.tid, e.cat, e.name, e.ts_ns, e.dur_ns, e.args, e.coll_name,
+           c.op_class, c.coll_kind, c.pattern,
+           e.cat IN ('kernel', 'gpu_user_annotation') AS on_device
+    FROM e LEFT JOIN _name_class_for(sid) c USING (name)
+    WHERE (c.op_class IS NOT NULL OR e.coll_name IS NOT NULL)
+      -- the device copy of a host collective range (gpu_user_annotation "nccl:all_to_all") spans
+      -- the collective's kernels: it is not a second call
+      AND NOT (e.cat = 'gpu_user_annotation' AND c.op_class = 'collective')
+),
+corr AS (  -- correlation ids of the classified kernels only (a handful of JSON reads)
+    SELECT source_id, pid, tid, ts_ns, name,
+           TRY_CAST(regexp_extract(args, '"correlation":\s*(\d+)', 1) AS BIGINT) AS correlation
+    FROM classified WHERE cat = 'kernel'
+),
+flows AS (
+    SELECT source_id, TRY_CAST(id AS BIGINT) AS correlation, min(ts_ns) AS launch_ns
+    FROM event_rows
+    WHERE ph = 's' AND cat = 'ac2g' AND (sid IS NULL OR source_id = sid)
+      AND source_id IN (SELECT source_id FROM corr)
+    GROUP BY ALL
+),
+runtime AS (  -- traces without flow events: the launch call names the same correlation
+    SELECT source_id, TRY_CAST(regexp_extract(args, '"correlation":\s*(\d+)', 1) AS BIGINT) AS correlation,
+           min(ts_ns) AS launch_ns
+    FROM event_rows
+    WHERE ph = 'X' AND cat IN ('cuda_runtime', 'cuda_driver') AND (sid IS NULL OR source_id = sid)
+      AND source_id IN (SELECT source_id FROM corr) AND contains(args, 'correlation')
+      AND source_id NOT IN (SELECT source_id FROM flows)
+    GROUP BY ALL
+),
+launched AS (
+    SELECT k.source_id, k.pid, k.tid, k.ts_ns, k.name, coalesce(f.launch_ns, r.launch_ns) AS launch_ns
+    FROM corr k
+    LEFT JOIN flows f USING (source_id, correlation)
+    LEFT JOIN runtime r USING (source_id, correlation)
+),
+rows AS (
+    SELECT c.*, l.launch_ns
+    FROM classified c
+    LEFT JOIN launched l ON c.cat = 'kernel' AND l.source_id = c.source_id AND l.pid = c.pid
+                        AND l.tid = c.tid AND l.ts_ns = c.ts_ns AND l.name = c.name
+),
+host_a2a AS (  -- host all-to-all ops, to name the NCCL kernels they launch
+    SELECT source_id, ts_ns, ts_ns + dur_ns AS end_ns
+    FROM rows WHERE NOT on_device AND op_class = 'collective' AND coll_kind = 'all_to_all'
+),
+a2a_kernels AS (
+    SELECT k.source_id, k.pid, k.tid, k.ts_ns, k.name
+    FROM (SELECT * FROM rows WHERE on_device AND launch_ns IS NOT NULL AND op_class = 'collective'
+                                AND coll_name IS NULL AND coll_kind IN ('send_recv', 'other')) k
+    ASOF JOIN host_a2a h ON k.source_id = h.source_id AND k.launch_ns >= h.ts_ns
+    WHERE k.launch_ns < h.end_ns
+)
+SELECT r.source_id, 'trace' AS origin, r.pid, r.tid, r.cat, r.name,
+       r.ts_ns, r.dur_ns, r.ts_ns + r.dur_ns AS end_ns,
+       CASE WHEN r.coll_name IS NOT NULL THEN 'collective' ELSE r.op_class END AS op_class,
+       CASE WHEN r.coll_name IS NOT NULL THEN _coll_kind_of(r.coll_name)
+            WHEN a.source_id IS NOT NULL THEN 'all_to_all' ELSE r.coll_kind END AS coll_kind,
+       CASE WHEN r.coll_name IS NOT NULL THEN 'args."Collective name"'
+            WHEN a.source_id IS NOT NULL THEN r.pattern || ' (launched in a host all_to_all)'
+            ELSE r.pattern END AS pattern,
+       coalesce(json_extract_string(r.args, '$."Process Group Name"'), json_extract_string(r.args, '$."Process Group Ranks"'), 'default') AS pg,
+       TRY_CAST(json_extract_string(r.args, '$.Seq') AS BIGINT) AS seq,
+       r.on_device,
+       NULL::BIGINT AS tokens,
+       r.launch_ns
+FROM rows r
+LEFT JOIN a2a_kernels a ON a.source_id = r.source_id AND a.pid = r.pid AND a.tid = r.tid
+                       AND a.ts_ns = r.ts_ns AND a.name = r.name
 UNION ALL
 SELECT o.source_id, 'ops' AS origin, CAST(o.device_id AS VARCHAR) AS pid,
        o.stream_id AS tid, o.accelerator_core AS cat, o.name, o.ts_ns, o.dur_ns,
        o.ts_ns + o.dur_ns AS end_ns, c.op_class, c.coll_kind, c.pattern,
        coalesce(o.extra->>'$."Group Name"', 'default') AS pg, NULL::BIGINT AS seq,
-       TRUE AS on_device, o.gmm_tokens AS tokens
+       TRUE AS on_device, o.gmm_tokens AS tokens, NULL::BIGINT AS launch_ns
 FROM ops o
 JOIN _name_class_for(sid) c USING (name)
 WHERE o.ts_ns IS NOT NULL AND o.dur_ns IS NOT NULL AND (sid IS NULL OR o.source_id = sid);

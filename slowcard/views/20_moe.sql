@@ -5,11 +5,16 @@
 
 -- Sources that carry the EP analysis of a rank: when a rank has both a trace and an operator
 -- CSV, the one with more MoE operations is used (never both: that would double count).
+-- device_moe: the source has MoE operations on the device (GPU kernels, device annotations,
+-- operator-CSV tasks). Such a source is measured on the device timeline only: its host ranges of
+-- the same classes (the launching cpu_op, a python frame) are launch times, not execution times,
+-- and mixing the two lanes paired a device kernel with a host range of another layer.
 CREATE OR REPLACE VIEW _ep_sources AS
 WITH per AS (
     SELECT run, rank, source_id, origin,
            count(*) FILTER (WHERE op_class IN ('grouped_matmul', 'dispatch', 'combine', 'moe_layer', 'moe_fused')) AS n_moe,
-           bool_or(op_class = 'collective' AND on_device) AS device_collectives
+           bool_or(op_class = 'collective' AND on_device) AS device_collectives,
+           coalesce(bool_or(on_device) FILTER (WHERE op_class IN ('grouped_matmul', 'dispatch', 'combine', 'gating', 'moe_fused')), false) AS device_moe
     FROM op_classes GROUP BY ALL
 ),
 pick AS (  -- a run with duplicate ranks (rank_conflicts) is left out: see 05_runs.sql
@@ -28,43 +33,110 @@ FROM op_classes
 WHERE op_class = 'step' AND NOT on_device;
 
 -- The operations of the EP sources. Collectives: the device lane when the source has device
--- collectives (NCCL kernels), else the host lane (gloo threads, HCCL rows).
+-- collectives (NCCL kernels), else the host lane (gloo threads, HCCL rows). MoE classes: the
+-- device lane when the source has one (device_moe above), else the host lane. Layer annotations
+-- (moe_layer) stay host ranges; _layer_bounds maps them onto the device.
 CREATE OR REPLACE VIEW _ep_ops AS
 SELECT o.*
 FROM op_classes o JOIN _ep_sources s USING (source_id)
 WHERE o.op_class NOT IN ('step')
-  AND (o.op_class <> 'collective' OR o.on_device = s.device_collectives);
+  AND (o.op_class <> 'collective' OR o.on_device = s.device_collectives)
+  AND (o.op_class NOT IN ('grouped_matmul', 'dispatch', 'combine', 'gating', 'moe_fused')
+       OR o.on_device = s.device_moe);
 
--- Layer boundaries: a layer annotation (moe_layer_<i>) when the source has them, otherwise the
--- k-th dispatch … k-th combine of the source (the dispatch→GroupedMatmul→combine sequence).
+-- Layer boundaries, on the lane the source is measured on (start_ns, end_ns) plus anchor_ns,
+-- the host time that places the layer in its step (host steps, device kernels run later):
+--  1. layer annotations (moe_layer_<i>, vllm::moe_forward, nn.Module: FusedMoE_0, ...): an
+--     annotation inside another one is the same layer (FusedMoE module around moe_forward). On a
+--     device source the layer is the span of the device operations LAUNCHED inside the host
+--     annotation (launch_ns, from the correlation ids), so host and device times never mix;
+--  2. else dispatch → combine pairs: consecutive operations of one class form one block (notify
+--     + dispatch kernels, a dispatch annotation around its collective), and a layer is a
+--     dispatch block followed by a combine block. Backward annotations ("combine(B)", run before
+--     "dispatch(B)") pair the other way round. Only the best lane of the source is used (kernels,
+--     else device annotations, else host ranges): never a host range with a kernel;
+--  3. else each outermost GroupedMatmul is a layer.
+-- end_ns >= start_ns by construction; the filter at the end keeps it so.
 CREATE OR REPLACE VIEW _layer_bounds AS
-WITH marks AS (
-    SELECT run, rank, source_id, ts_ns AS start_ns, end_ns,
-           TRY_CAST(regexp_extract(name, '(\d+)\s*$', 1) AS INTEGER) AS layer_no
-    FROM _ep_ops WHERE op_class = 'moe_layer' AND NOT on_device
+WITH raw_marks AS (
+    SELECT o.run, o.rank, o.source_id, o.ts_ns AS start_ns, o.end_ns,
+           TRY_CAST(regexp_extract(o.name, '^(?:decoder_)?moe[_ ]?layer[_ ]?(\d+)\s*$', 1) AS INTEGER) AS layer_no
+    FROM _ep_ops o WHERE o.op_class = 'moe_layer' AND NOT o.on_device
+),
+outer_marks AS (
+    SELECT * FROM raw_marks
+    QUALIFY coalesce(max(end_ns) OVER (PARTITION BY source_id ORDER BY start_ns, end_ns DESC
+                                       ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), start_ns) <= start_ns
+),
+dev_ops AS (
+    SELECT o.source_id, o.ts_ns, o.end_ns, o.launch_ns
+    FROM _ep_ops o JOIN _ep_sources s USING (source_id)
+    WHERE s.device_moe AND o.on_device AND o.launch_ns IS NOT NULL AND o.op_class <> 'moe_layer'
+),
+mapped AS (
+    SELECT m.run, m.rank, m.source_id, min(d.ts_ns) AS start_ns, max(d.end_ns) AS end_ns,
+           m.layer_no, m.start_ns AS anchor_ns
+    FROM dev_ops d
+    ASOF JOIN outer_marks m ON d.source_id = m.source_id AND d.launch_ns >= m.start_ns
+    WHERE d.launch_ns < m.end_ns
+    GROUP BY m.run, m.rank, m.source_id, m.start_ns, m.layer_no
+),
+marks AS (
+    SELECT m.run, m.rank, m.source_id, m.start_ns, m.end_ns, m.layer_no, m.start_ns AS anchor_ns
+    FROM outer_marks m JOIN _ep_sources s USING (source_id) WHERE NOT s.device_moe
+    UNION ALL
+    SELECT * FROM mapped
 ),
 unmarked AS (SELECT source_id FROM _ep_sources EXCEPT SELECT source_id FROM marks),
-d AS (
-    SELECT o.run, o.rank, o.source_id, o.ts_ns,
-           row_number() OVER (PARTITION BY o.source_id ORDER BY o.ts_ns) AS k
-    FROM _ep_ops o JOIN unmarked USING (source_id) WHERE o.op_class = 'dispatch'
+dc AS (
+    SELECT o.run, o.rank, o.source_id, o.op_class, o.ts_ns, o.end_ns,
+           coalesce(o.launch_ns, o.ts_ns) AS anchor_ns,
+           regexp_matches(o.name, '\(\s*(B|bwd)\s*\)\s*$|backward', 'i') AS bwd,
+           CASE WHEN o.cat = 'kernel' THEN 0 WHEN o.on_device THEN 1 ELSE 2 END AS lane
+    FROM _ep_ops o JOIN unmarked USING (source_id)
+    WHERE o.op_class IN ('dispatch', 'combine')
+    QUALIFY lane = min(lane) OVER (PARTITION BY o.source_id)
 ),
-c AS (
-    SELECT o.source_id, o.end_ns,
-           row_number() OVER (PARTITION BY o.source_id ORDER BY o.ts_ns) AS k
-    FROM _ep_ops o JOIN unmarked USING (source_id) WHERE o.op_class = 'combine'
+blocks AS (
+    SELECT run, rank, source_id, op_class, bwd, min(ts_ns) AS start_ns, max(end_ns) AS end_ns,
+           min(anchor_ns) AS anchor_ns, block
+    FROM (
+        SELECT *, sum(CASE WHEN same THEN 0 ELSE 1 END)
+                      OVER (PARTITION BY source_id ORDER BY ts_ns, end_ns ROWS UNBOUNDED PRECEDING) AS block
+        FROM (SELECT *, coalesce(op_class = lag(op_class) OVER w AND bwd = lag(bwd) OVER w, false) AS same
+              FROM dc WINDOW w AS (PARTITION BY source_id ORDER BY ts_ns, end_ns))
+    )
+    GROUP BY run, rank, source_id, op_class, bwd, block
 ),
-g AS (  -- neither annotations nor dispatch/combine: each GroupedMatmul is a layer
-    SELECT o.run, o.rank, o.source_id, o.ts_ns AS start_ns, o.end_ns, NULL::INTEGER AS layer_no
+pairs AS (
+    SELECT *, lead(op_class) OVER w AS next_class, lead(bwd) OVER w AS next_bwd,
+           lead(end_ns) OVER w AS next_end_ns
+    FROM blocks WINDOW w AS (PARTITION BY source_id ORDER BY block)
+),
+paired AS (
+    SELECT run, rank, source_id, start_ns, greatest(end_ns, next_end_ns) AS end_ns,
+           NULL::INTEGER AS layer_no, anchor_ns
+    FROM pairs
+    WHERE next_class IS NOT NULL AND next_class <> op_class AND next_bwd = bwd
+      AND op_class = CASE WHEN bwd THEN 'combine' ELSE 'dispatch' END
+),
+g AS (  -- neither annotations nor dispatch/combine pairs: each outermost GroupedMatmul is a layer
+    SELECT o.run, o.rank, o.source_id, o.ts_ns AS start_ns, o.end_ns, NULL::INTEGER AS layer_no,
+           coalesce(o.launch_ns, o.ts_ns) AS anchor_ns
     FROM _ep_ops o JOIN unmarked u USING (source_id)
     WHERE o.op_class IN ('grouped_matmul', 'moe_fused')
-      AND o.source_id NOT IN (SELECT source_id FROM d)
+      AND o.source_id NOT IN (SELECT source_id FROM paired)
+    QUALIFY coalesce(max(o.end_ns) OVER (PARTITION BY o.source_id ORDER BY o.ts_ns, o.end_ns DESC
+                                         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), o.ts_ns) <= o.ts_ns
 )
-SELECT * FROM marks
-UNION ALL
-SELECT d.run, d.rank, d.source_id, d.ts_ns, c.end_ns, NULL::INTEGER FROM d JOIN c USING (source_id, k)
-UNION ALL
-SELECT * FROM g;
+SELECT * FROM (
+    SELECT * FROM marks
+    UNION ALL
+    SELECT * FROM paired
+    UNION ALL
+    SELECT * FROM g
+)
+WHERE end_ns >= start_ns;
 
 -- MoE layer instances: (step, layer, occurrence) is the key matched across ranks.
 -- A truncated source (profiler killed mid-write; the ingest kept its complete events, status
@@ -80,7 +152,7 @@ CREATE OR REPLACE VIEW _moe_layers_all AS
 WITH stepped AS (
     SELECT l.*, coalesce(s.step, 0) AS step
     FROM _layer_bounds l
-    ASOF LEFT JOIN _steps s ON l.source_id = s.source_id AND l.start_ns >= s.step_start_ns
+    ASOF LEFT JOIN _steps s ON l.source_id = s.source_id AND l.anchor_ns >= s.step_start_ns
 ),
 numbered AS (
     SELECT *, coalesce(layer_no, row_number() OVER (PARTITION BY source_id, step ORDER BY start_ns) - 1) AS layer
@@ -111,27 +183,120 @@ GROUP BY run, rank, source_id;
 -- entry of c10d::alltoall_base_ (gloo). An empty list ("[]") means equal splits: unknown here.
 -- Extracted once per file at commit (macro _a2a_splits_for in 10_classes.sql, table
 -- a2a_split_rows): it looks into every kernel's args, the cost that grows with the trace.
+-- On a source measured on the device timeline (device_moe), a split read from a host op
+-- (record_param_comms, c10d::alltoall_base_) is placed at the start of the device collective it
+-- launched (the first one launched at or after the host op starts), so that it falls in the
+-- device dispatch window of its layer; a split carried by the kernel itself is already there.
 CREATE OR REPLACE VIEW _a2a_splits AS
-SELECT source_id, ts_ns, recv_tokens
-FROM a2a_split_rows
-WHERE source_id IN (SELECT source_id FROM _ep_sources);
+WITH s AS (
+    SELECT a.source_id, a.ts_ns, a.recv_tokens, e.device_moe
+    FROM a2a_split_rows a JOIN _ep_sources e USING (source_id)
+),
+dev AS (
+    SELECT source_id, ts_ns, launch_ns FROM op_classes
+    WHERE op_class = 'collective' AND on_device AND launch_ns IS NOT NULL
+      AND source_id IN (SELECT source_id FROM _ep_sources WHERE device_moe)
+),
+host_side AS (
+    SELECT s.* FROM s WHERE s.device_moe
+      AND NOT EXISTS (SELECT 1 FROM dev d WHERE d.source_id = s.source_id AND d.ts_ns = s.ts_ns)
+),
+moved AS (
+    SELECT h.source_id, d.ts_ns, h.recv_tokens
+    FROM host_side h ASOF JOIN (SELECT * FROM dev) d ON d.source_id = h.source_id AND d.launch_ns >= h.ts_ns
+)
+SELECT source_id, ts_ns, recv_tokens FROM s
+WHERE NOT device_moe
+   OR EXISTS (SELECT 1 FROM dev d WHERE d.source_id = s.source_id AND d.ts_ns = s.ts_ns)
+UNION ALL
+SELECT * FROM moved;
 
 -- Every EP operation placed in its layer instance.
 CREATE OR REPLACE VIEW _layer_ops AS
-SELECT o.*, l.step, l.layer, l.occurrence, l.start_ns AS layer_start_ns
+SELECT o.*, l.step, l.layer, l.occurrence, l.start_ns AS layer_start_ns, l.end_ns AS layer_end_ns
 FROM _ep_ops o
 ASOF JOIN moe_layers l ON o.source_id = l.source_id AND o.ts_ns >= l.start_ns
 WHERE o.ts_ns < l.end_ns AND o.op_class <> 'moe_layer';
 
+-- Time of each MoE class inside each layer instance, overlap-aware (multi-stream traces run
+-- a combine beside the next GroupedMatmul; nested host ranges repeat their parent's class):
+--   <class>_ns       union of the class's intervals (a nested or concurrent op counts once)
+--   <class>_excl_ns  time when ONLY that class runs
+--   overlap_ns       time when two or more classes run at once
+--   busy_ns          time when any class runs; layer_ns - busy_ns is the rest (other work, gaps)
+-- so gmm_excl + dispatch_excl + combine_excl + gating_excl + overlap + (layer - busy) = layer.
+-- Intervals are clipped to the layer. Computed by a sweep over interval boundaries (sorts only).
+CREATE OR REPLACE VIEW _layer_class_time AS
+WITH segs AS (
+    SELECT source_id, step, layer, occurrence,
+           CASE WHEN op_class = 'moe_fused' THEN 'grouped_matmul' ELSE op_class END AS cls,
+           ts_ns, least(end_ns, layer_end_ns) AS end_ns
+    FROM _layer_ops
+    WHERE op_class IN ('grouped_matmul', 'moe_fused', 'dispatch', 'combine', 'gating')
+),
+flagged AS (  -- an op starts a new island of its class when it starts after all earlier ones ended
+    SELECT *, CASE WHEN ts_ns < max(end_ns) OVER (PARTITION BY source_id, step, layer, occurrence, cls
+                                               ORDER BY ts_ns, end_ns
+                                               ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+                   THEN 0 ELSE 1 END AS new_island
+    FROM segs
+),
+merged AS (
+    SELECT source_id, step, layer, occurrence, cls, min(ts_ns) AS s_ns, max(end_ns) AS e_ns
+    FROM (SELECT *, sum(new_island) OVER (PARTITION BY source_id, step, layer, occurrence, cls
+                                          ORDER BY ts_ns, end_ns ROWS UNBOUNDED PRECEDING) AS island
+          FROM flagged)
+    GROUP BY source_id, step, layer, occurrence, cls, island
+),
+points AS (
+    SELECT source_id, step, layer, occurrence, p_ns,
+           sum(d) FILTER (WHERE cls = 'grouped_matmul') AS d_gmm,
+           sum(d) FILTER (WHERE cls = 'dispatch') AS d_dispatch,
+           sum(d) FILTER (WHERE cls = 'combine') AS d_combine,
+           sum(d) FILTER (WHERE cls = 'gating') AS d_gating
+    FROM (SELECT source_id, step, layer, occurrence, cls, s_ns AS p_ns, 1 AS d FROM merged
+          UNION ALL
+          SELECT source_id, step, layer, occurrence, cls, e_ns, -1 FROM merged)
+    GROUP BY ALL
+),
+running AS (
+    SELECT source_id, step, layer, occurrence, p_ns,
+           lead(p_ns) OVER w - p_ns AS len_ns,
+           sum(coalesce(d_gmm, 0)) OVER w > 0 AS g,
+           sum(coalesce(d_dispatch, 0)) OVER w > 0 AS d,
+           sum(coalesce(d_combine, 0)) OVER w > 0 AS c,
+           sum(coalesce(d_gating, 0)) OVER w > 0 AS t
+    FROM points
+    WINDOW w AS (PARTITION BY source_id, step, layer, occurrence ORDER BY p_ns ROWS UNBOUNDED PRECEDING)
+),
+excl AS (
+    SELECT source_id, step, layer, occurrence,
+           CAST(sum(len_ns) FILTER (WHERE g AND NOT d AND NOT c AND NOT t) AS BIGINT) AS gmm_excl_ns,
+           CAST(sum(len_ns) FILTER (WHERE d AND NOT g AND NOT c AND NOT t) AS BIGINT) AS dispatch_excl_ns,
+           CAST(sum(len_ns) FILTER (WHERE c AND NOT g AND NOT d AND NOT t) AS BIGINT) AS combine_excl_ns,
+           CAST(sum(len_ns) FILTER (WHERE t AND NOT g AND NOT d AND NOT c) AS BIGINT) AS gating_excl_ns,
+           CAST(sum(len_ns) FILTER (WHERE g::INT + d::INT + c::INT + t::INT >= 2) AS BIGINT) AS overlap_ns,
+           CAST(sum(len_ns) FILTER (WHERE g OR d OR c OR t) AS BIGINT) AS busy_ns
+    FROM running WHERE len_ns IS NOT NULL
+    GROUP BY ALL
+),
+unions AS (
+    SELECT source_id, step, layer, occurrence,
+           CAST(sum(e_ns - s_ns) FILTER (WHERE cls = 'grouped_matmul') AS BIGINT) AS gmm_ns,
+           CAST(sum(e_ns - s_ns) FILTER (WHERE cls = 'dispatch') AS BIGINT) AS dispatch_ns,
+           CAST(sum(e_ns - s_ns) FILTER (WHERE cls = 'combine') AS BIGINT) AS combine_ns,
+           CAST(sum(e_ns - s_ns) FILTER (WHERE cls = 'gating') AS BIGINT) AS gating_ns
+    FROM merged GROUP BY ALL
+)
+SELECT * FROM unions FULL JOIN excl USING (source_id, step, layer, occurrence);
+
 -- What one rank did in one layer instance. tokens: received by the dispatch all-to-all (first
 -- split in the dispatch window), else the GroupedMatmul input rows of operator CSVs.
+-- gmm_ns / dispatch_ns / combine_ns / gating_ns: union time of the class (_layer_class_time);
+-- the *_excl_ns, overlap_ns and other_ns columns split layer_ns exactly (they add up to it).
 CREATE OR REPLACE VIEW moe_layer_facts AS
 WITH parts AS (
     SELECT source_id, step, layer, occurrence,
-           CAST(sum(dur_ns) FILTER (WHERE op_class IN ('grouped_matmul', 'moe_fused')) AS BIGINT) AS gmm_ns,
-           CAST(sum(dur_ns) FILTER (WHERE op_class = 'dispatch') AS BIGINT) AS dispatch_ns,
-           CAST(sum(dur_ns) FILTER (WHERE op_class = 'combine') AS BIGINT) AS combine_ns,
-           CAST(sum(dur_ns) FILTER (WHERE op_class = 'gating') AS BIGINT) AS gating_ns,
            CAST(sum(dur_ns) FILTER (WHERE op_class = 'collective') AS BIGINT) AS collective_ns,
            min(ts_ns) FILTER (WHERE op_class = 'dispatch') AS dispatch_start_ns,
            max(end_ns) FILTER (WHERE op_class = 'dispatch') AS dispatch_end_ns,
@@ -152,10 +317,15 @@ splits AS (
 )
 SELECT l.run, l.rank, l.source_id, l.step, l.layer, l.occurrence, l.start_ns, l.end_ns,
        l.dur_ns AS layer_ns,
-       coalesce(p.gmm_ns, 0) AS gmm_ns, coalesce(p.dispatch_ns, 0) AS dispatch_ns,
-       coalesce(p.combine_ns, 0) AS combine_ns, coalesce(p.gating_ns, 0) AS gating_ns,
+       coalesce(ct.gmm_ns, 0) AS gmm_ns, coalesce(ct.dispatch_ns, 0) AS dispatch_ns,
+       coalesce(ct.combine_ns, 0) AS combine_ns, coalesce(ct.gating_ns, 0) AS gating_ns,
        coalesce(p.collective_ns, 0) AS collective_ns,
-       coalesce(sp.recv_tokens, p.gmm_tokens) AS tokens
+       coalesce(sp.recv_tokens, p.gmm_tokens) AS tokens,
+       coalesce(ct.gmm_excl_ns, 0) AS gmm_excl_ns, coalesce(ct.dispatch_excl_ns, 0) AS dispatch_excl_ns,
+       coalesce(ct.combine_excl_ns, 0) AS combine_excl_ns, coalesce(ct.gating_excl_ns, 0) AS gating_excl_ns,
+       coalesce(ct.overlap_ns, 0) AS overlap_ns,
+       greatest(l.dur_ns - coalesce(ct.busy_ns, 0), 0) AS other_ns
 FROM moe_layers l
 LEFT JOIN parts p USING (source_id, step, layer, occurrence)
+LEFT JOIN _layer_class_time ct USING (source_id, step, layer, occurrence)
 LEFT JOIN splits sp USING (source_id, step, layer, occurrence);
