@@ -376,7 +376,16 @@ def main():
     if "--debug" in sys.argv:
         sys.argv.remove("--debug")
         os.environ["SLOWCARD_DEBUG"] = "1"
+    _env_warnings()
     app()
+
+
+def _env_warnings():
+    """Bad environment settings are reported and replaced by their defaults (issue 16)."""
+    from .store import LOCK_WAIT_WARNING
+
+    if LOCK_WAIT_WARNING:
+        typer.echo(f"warning: {LOCK_WAIT_WARNING}", err=True)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,8 @@ import hashlib
 import importlib.resources as resources
 import json
 import os
+import signal
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -22,9 +24,49 @@ from . import taxonomy
 from .errors import DatabaseBusy, UsageError
 
 SCHEMA_VERSION = "1"
+DEFAULT_LOCK_WAIT_S = 30.0
+
+
+def lock_wait_from_env(raw: str | None) -> tuple[float, str | None]:
+    """(seconds, warning) from SLOWCARD_LOCK_WAIT. A bad value must not kill every command at
+    import (`--help` included): it falls back to the default and says so."""
+    if raw is None or raw.strip() == "":
+        return DEFAULT_LOCK_WAIT_S, None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not (0 <= value < 1e9):           # also refuses nan and inf
+        return DEFAULT_LOCK_WAIT_S, (f"SLOWCARD_LOCK_WAIT={raw!r} is not a number of seconds >= 0; "
+                                     f"using {DEFAULT_LOCK_WAIT_S:.0f} s")
+    return value, None
+
+
 # How long to wait for another process's lock on the database before giving up (seconds);
-# SLOWCARD_LOCK_WAIT overrides it.
-LOCK_WAIT_S = float(os.environ.get("SLOWCARD_LOCK_WAIT", "30"))
+# SLOWCARD_LOCK_WAIT overrides it (a bad value is reported by the CLI, see LOCK_WAIT_WARNING).
+LOCK_WAIT_S, LOCK_WAIT_WARNING = lock_wait_from_env(os.environ.get("SLOWCARD_LOCK_WAIT"))
+
+# Source ids are handed out under this lock: the id is max(sequence, ids in use) + 1, and two
+# threads reading it before either registers its id would share one (issue 16: after a crash
+# the sequence is behind, and one file's failure cleanup then deleted the other file's rows).
+_SID_LOCK = threading.Lock()
+_FAULT_LOCK = threading.Lock()
+_FAULT_HITS: dict[str, int] = {}
+
+
+def fault_point(name: str) -> None:
+    """Crash-test hook: SLOWCARD_FAULT=NAME:N kills this process (SIGKILL) the Nth time it
+    reaches the point NAME, so a test kills an ingest exactly where it means to (no sleeps)."""
+    spec = os.environ.get("SLOWCARD_FAULT")
+    if not spec:
+        return
+    want, _, nth = spec.partition(":")
+    if want != name:
+        return
+    with _FAULT_LOCK:
+        _FAULT_HITS[name] = _FAULT_HITS.get(name, 0) + 1
+        if _FAULT_HITS[name] == int(nth or 1):
+            os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _package_sql(folder: str | None) -> list[tuple[str, str]]:
@@ -203,18 +245,25 @@ def new_source_id(con) -> int:
     only pending rows that the next write-open removes.
     """
     # A sequence value handed out before a crash can be handed out again after it (DuckDB does
-    # not persist uncommitted sequence steps), so never go below what is already in use.
-    sid = con.execute(
-        """SELECT greatest(nextval('source_id_seq'),
-                           (SELECT coalesce(max(source_id), 0) + 1 FROM sources),
-                           (SELECT coalesce(max(source_id), 0) + 1 FROM pending_sources))"""
-    ).fetchone()[0]
-    con.execute("INSERT INTO pending_sources VALUES (?, now())", [sid])
+    # not persist uncommitted sequence steps), so never go below what is already in use. Read
+    # and registered (autocommit) under one lock: the next thread sees this id as in use.
+    with _SID_LOCK:
+        sid = con.execute(
+            """SELECT greatest(nextval('source_id_seq'),
+                               (SELECT coalesce(max(source_id), 0) + 1 FROM sources),
+                               (SELECT coalesce(max(source_id), 0) + 1 FROM pending_sources))"""
+        ).fetchone()[0]
+        con.execute("INSERT INTO pending_sources VALUES (?, now())", [sid])
+    fault_point("pending")
     return sid
 
 
 def discard_source(con, sid: int) -> None:
-    """Remove every row written under a source id that will not be committed."""
+    """Remove every row written under a source id that will not be committed. An id that is
+    committed in `sources` is never touched (a cleanup must not delete someone's rows)."""
+    if con.execute("SELECT 1 FROM sources WHERE source_id = ?", [sid]).fetchone():
+        con.execute("DELETE FROM pending_sources WHERE source_id = ?", [sid])
+        return
     for table in row_tables(con):
         con.execute(f'DELETE FROM "{table}" WHERE source_id = ?', [sid])
     con.execute("DELETE FROM pending_sources WHERE source_id = ?", [sid])
@@ -313,7 +362,9 @@ def commit_source(con, sid: int, run: str, path: str, size: int, fingerprint: st
         for table, macro in DERIVED:
             con.execute(f"INSERT INTO {table} SELECT * FROM {macro}(?)", [sid])
         con.execute("DELETE FROM pending_sources WHERE source_id = ?", [sid])
+        fault_point("commit")
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")
         raise
+    fault_point("committed")
