@@ -122,3 +122,63 @@ def test_9_bad_lock_wait_falls_back_with_a_warning(value):
         assert "SLOWCARD_LOCK_WAIT" in res.stderr and "using 30 s" in res.stderr
     assert store.lock_wait_from_env(value)[0] == 30.0
     assert store.lock_wait_from_env("2.5") == (2.5, None)
+
+
+# --- 13: parameters that are not finite numbers ---------------------------------------------------
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e400", "NaN"])
+def test_13_non_finite_parameter_is_refused(tmp_path, value):
+    from slowcard import queries
+    from slowcard.errors import UsageError
+
+    q = queries.find(queries.load_catalog(None), "ep-slow-rank")
+    with pytest.raises(UsageError, match="min_token_ratio"):
+        queries.bind_params(q, {"min_token_ratio": value})
+    res = _cli("query", "ep-slow-rank", "-p", f"min_token_ratio={value}", "--db", tmp_path / "none.duckdb")
+    assert res.returncode == 2 and "not a valid DOUBLE" in res.stderr, res.stderr
+    assert queries.bind_params(q, {"min_token_ratio": "1.5"})["min_token_ratio"] == 1.5
+
+
+# --- 7: inputs that tracebacked or hung ----------------------------------------------------------
+
+_ONE_EVENT = '"traceEvents": [{"ph":"X","name":"a","ts":1,"dur":2,"pid":1,"tid":1}]}'
+
+
+@pytest.mark.parametrize("base", ["Infinity", "-Infinity", "NaN", "1e400", "99999999999999999999999"])
+def test_7_unusable_base_time_is_ignored_not_a_traceback(tmp_path, base):
+    f = tmp_path / "t.json"
+    f.write_text('{"baseTimeNanoseconds": ' + base + ", " + _ONE_EVENT)
+    res = _cli("ingest", f, "--db", tmp_path / "b.duckdb", "-q")
+    assert "Traceback" not in res.stderr and res.returncode == 0, res.stderr
+    state = _state(tmp_path / "b.duckdb")
+    assert [v[:2] for v in state.values()] == [("ok", 1)]
+
+
+@pytest.fixture
+def odd_folder(tmp_path):
+    d = tmp_path / "odd"
+    d.mkdir()
+    (d / "good.json").write_text("{" + _ONE_EVENT)
+    (d / "dangling.json").symlink_to("nowhere.json")
+    (d / "loop1").symlink_to("loop2")
+    (d / "loop2").symlink_to("loop1")
+    os.mkfifo(d / "pipe.json")
+    return d
+
+
+def test_7_folder_with_dangling_link_loop_and_fifo_ingests_the_rest(tmp_path, odd_folder):
+    res = _cli("ingest", odd_folder, "--db", tmp_path / "o.duckdb", timeout=60)
+    assert "Traceback" not in res.stderr and res.returncode == 0, res.stderr
+    out = res.stdout
+    assert "dangling symbolic link" in out and "symbolic link loop" in out and "named pipe (FIFO)" in out
+    assert "1 ok, 4 skipped" in out
+    assert [v[:2] for v in _state(tmp_path / "o.duckdb").values()] == [("ok", 1)]
+
+
+@pytest.mark.parametrize("name,phrase", [("pipe.json", "named pipe (FIFO)"), ("loop1", "symbolic link loop"),
+                                         ("dangling.json", "dangling symbolic link"), ("/dev/zero", "a device")])
+def test_7_15_special_file_named_explicitly_fails_with_what_it_is(tmp_path, odd_folder, name, phrase):
+    target = name if name.startswith("/") else odd_folder / name
+    res = _cli("ingest", target, "--db", tmp_path / "e.duckdb", "-q", timeout=60)
+    assert res.returncode == 1 and phrase in res.stderr and str(target) in res.stderr, res.stderr
+    assert "no such file" not in res.stderr and "Traceback" not in res.stderr

@@ -1065,9 +1065,11 @@ def _next_boundary(text: str, i: int) -> int:
 def _base_ns(meta: dict) -> int:
     v = meta.get("baseTimeNanoseconds")
     try:
-        return int(v) if v is not None else 0
-    except (TypeError, ValueError):
+        base = int(v) if v is not None else 0
+    except (TypeError, ValueError, OverflowError):     # Infinity, NaN, a string, a list
         return 0
+    # Outside int64 it cannot be stored nor added to a ts: treated like any other unusable value.
+    return base if -(1 << 63) <= base < (1 << 63) else 0
 
 
 def _rank_hints(meta: dict) -> dict:
