@@ -360,7 +360,7 @@ def export(
             con.close()
     except (SlowcardError, FileNotFoundError) as exc:
         _fail(str(exc), 2)
-    except duckdb.Error as exc:
+    except (duckdb.Error, OSError) as exc:
         _fail(f"{parquet}: export failed ({str(exc).splitlines()[0]})", 2)
     for name, n in written.items():
         typer.echo(f"{name}: {n} rows -> {parquet / name}")

@@ -109,11 +109,15 @@ def connect(path: str | Path, read_only: bool = False, wait_s: float | None = No
         DatabaseBusy: still locked after the wait; the message names the database and the holder.
     """
     wait_s = LOCK_WAIT_S if wait_s is None else wait_s
+    check_duckdb_file(path)
+    # Never fetch or load extensions on the user's behalf: a SQLite or Postgres file given as --db
+    # would otherwise make DuckDB download one (issue 16).
+    config = {"autoinstall_known_extensions": False, "autoload_known_extensions": False, **(config or {})}
     deadline = time.monotonic() + wait_s
     delay = 0.05
     while True:
         try:
-            con = duckdb.connect(str(path), read_only=read_only, config=config or {})
+            con = duckdb.connect(str(path), read_only=read_only, config=config)
             # DuckDB draws a progress bar on stdout for queries over ~2 s: stdout is the result
             con.execute("SET enable_progress_bar = false")
             if not read_only:
@@ -138,6 +142,52 @@ def connect(path: str | Path, read_only: bool = False, wait_s: float | None = No
         except duckdb.Error as exc:
             raise UsageError(f"{path}: cannot open the database ({str(exc).splitlines()[0]}); "
                              "is it a slowcard DuckDB file?") from None
+
+
+# What other files given as --db start with, for a message that says what the file is.
+_OTHER_MAGIC = ((b"SQLite format 3\x00", "a SQLite database"), (b"PAR1", "a Parquet file"),
+                (b"\x1f\x8b", "a gzip file"), (b"PK\x03\x04", "a zip file"))
+
+
+def check_duckdb_file(path: str | Path) -> None:
+    """Refuse, before DuckDB opens it, an existing file that is not a DuckDB database (DuckDB
+    would try to load an extension for it, or fail with an internal message)."""
+    if str(path) == ":memory:":
+        return
+    try:
+        with open(path, "rb") as f:
+            head = f.read(16)
+    except FileNotFoundError:
+        return                                   # a new database
+    except IsADirectoryError:
+        raise UsageError(f"{path}: is a folder; --db takes a DuckDB file") from None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read the database ({exc.strerror or exc})") from None
+    if not head or head[8:12] == b"DUCK":
+        return
+    what = next((name for magic, name in _OTHER_MAGIC if head.startswith(magic)), "not a DuckDB database")
+    raise UsageError(f"{path}: {what}, not a slowcard DuckDB database; give another --db "
+                     "(a new file name creates one)")
+
+
+def check_ours(con, path: str | Path) -> None:
+    """Refuse a DuckDB database that slowcard did not create, before anything writes to it: its
+    tables are someone else's (an `events` table of theirs is not ours), and opening it must not
+    add slowcard's 69 tables and views to it. An empty database is ours to fill."""
+    names = [r[0] for r in con.execute(
+        "SELECT table_name FROM information_schema.tables "
+        "WHERE table_catalog = current_database() ORDER BY 1").fetchall()]
+    if not names:
+        return
+    if "meta" in names:
+        try:
+            if con.execute("SELECT 1 FROM meta WHERE key = 'schema_version'").fetchone():
+                return
+        except duckdb.Error:
+            pass
+    shown = ", ".join(names[:5]) + (" …" if len(names) > 5 else "")
+    raise UsageError(f"{path}: this DuckDB database was not created by slowcard (it holds {shown}); "
+                     "slowcard does not write into other databases: give another --db")
 
 
 def apply_schema(con: duckdb.DuckDBPyConnection) -> None:
@@ -187,6 +237,11 @@ def open_db(path: str | Path, read_only: bool = False, wait_s: float | None = No
             raise FileNotFoundError(f"{path}: no such database; run `slowcard ingest PATH --db {path}` first")
         con = connect(path, read_only=True, wait_s=wait_s)
         try:
+            check_ours(con, path)
+        except UsageError:
+            con.close()
+            raise
+        try:
             row = con.execute("SELECT value FROM meta WHERE key = 'ddl_fingerprint'").fetchone()
         except duckdb.CatalogException:
             row = None
@@ -198,6 +253,11 @@ def open_db(path: str | Path, read_only: bool = False, wait_s: float | None = No
             con = connect(path, read_only=True, wait_s=wait_s)
         return con
     con = connect(path, wait_s=wait_s)
+    try:
+        check_ours(con, path)
+    except UsageError:
+        con.close()
+        raise
     apply_schema(con)
     clean_pending(con)
     return con

@@ -182,3 +182,111 @@ def test_7_15_special_file_named_explicitly_fails_with_what_it_is(tmp_path, odd_
     res = _cli("ingest", target, "--db", tmp_path / "e.duckdb", "-q", timeout=60)
     assert res.returncode == 1 and phrase in res.stderr and str(target) in res.stderr, res.stderr
     assert "no such file" not in res.stderr and "Traceback" not in res.stderr
+
+
+# --- 3, 10: export replaces what it exports; bad targets are usage errors --------------------------
+
+def _ranks_in(out: Path, run: str | None = None) -> list:
+    con = duckdb.connect()
+    where = f"WHERE run = '{run}'" if run else ""
+    got = con.execute(f"SELECT DISTINCT run, rank FROM read_parquet('{out}/events/**/*.parquet', "
+                      f"hive_partitioning = true) {where} ORDER BY ALL").fetchall()
+    con.close()
+    return got
+
+
+@pytest.fixture(scope="module")
+def two_dbs(tmp_path_factory):
+    """The same run name with 4 ranks, then with 2; and a second run "other run/x"."""
+    root = tmp_path_factory.mktemp("exp")
+    four = synth_kineto.write_ep_run(root / "four", ranks=4, steps=1, layers=1, gz=False)
+    two = synth_kineto.write_ep_run(root / "two", ranks=2, steps=1, layers=1, gz=False)
+    db4, db2 = root / "four.duckdb", root / "two.duckdb"
+    assert _cli("ingest", *four, "--db", db4, "--run", "r", "-q").returncode == 0
+    assert _cli("ingest", *two[:1], "--db", db4, "--run", "other run/x", "-q").returncode == 0
+    assert _cli("ingest", *two, "--db", db2, "--run", "r", "-q").returncode == 0
+    return db4, db2
+
+
+def test_3_export_into_an_existing_folder_drops_stale_partitions(tmp_path, two_dbs):
+    db4, db2 = two_dbs
+    out = tmp_path / "pq"
+    assert _cli("export", "--parquet", out, "--db", db4).returncode == 0
+    assert _ranks_in(out, "r") == [("r", 0), ("r", 1), ("r", 2), ("r", 3)]
+    res = _cli("export", "--parquet", out, "--db", db2)
+    assert res.returncode == 0, res.stderr
+    assert _ranks_in(out) == [("r", 0), ("r", 1)]
+    assert not [p for p in out.iterdir() if p.name.startswith(".")], "staging left behind"
+
+
+def test_3_export_of_one_run_replaces_that_run_and_keeps_the_others(tmp_path, two_dbs):
+    db4, db2 = two_dbs
+    out = tmp_path / "pq"
+    assert _cli("export", "--parquet", out, "--db", db4).returncode == 0
+    res = _cli("export", "--parquet", out, "--db", db2, "--run", "r")
+    assert res.returncode == 0, res.stderr
+    assert _ranks_in(out) == [("other run/x", 0), ("r", 0), ("r", 1)]
+
+
+@pytest.mark.parametrize("kind", ["file", "under_file"])
+def test_10_export_to_a_file_or_under_a_file_is_a_usage_error(tmp_path, two_dbs, kind):
+    _, db2 = two_dbs
+    f = tmp_path / "plain.txt"
+    f.write_text("keep me")
+    target = f if kind == "file" else f / "sub"
+    res = _cli("export", "--parquet", target, "--db", db2)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    assert str(target) in res.stderr and ("is a file" in res.stderr or "a part of the path is a file" in res.stderr)
+    assert f.read_text() == "keep me"
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_10_export_to_a_read_only_folder_is_a_usage_error(tmp_path, two_dbs):
+    _, db2 = two_dbs
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    res = _cli("export", "--parquet", ro, "--db", db2)
+    assert res.returncode == 2 and "not writable" in res.stderr and "Traceback" not in res.stderr
+
+
+# --- 5, 10, 15: databases that are not slowcard's --------------------------------------------------
+
+def _relations(db: Path) -> list[str]:
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return [r[0] for r in con.execute("SELECT table_name FROM information_schema.tables ORDER BY 1").fetchall()]
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize("command", [["query"], ["query", "ep-slow-rank"], ["report", "--out", "{tmp}/r.html"],
+                                     ["export", "--parquet", "{tmp}/pq"], ["ingest", "{file}"],
+                                     ["diagnose"], ["annotate", "--out", "{tmp}/a.json"]])
+def test_5_10_foreign_duckdb_is_refused_and_left_untouched(tmp_path, run4, command):
+    db = tmp_path / "theirs.duckdb"
+    con = duckdb.connect(str(db))
+    con.execute("CREATE TABLE events (a INTEGER)")
+    con.execute("INSERT INTO events VALUES (1)")
+    con.execute("CREATE VIEW mine AS SELECT 1")
+    con.close()
+    before = _relations(db)
+    args = [a.format(tmp=tmp_path, file=run4[1][0]) for a in command]
+    res = _cli(*args, "--db", db)
+    assert res.returncode == 2, res.stderr
+    assert "not created by slowcard" in res.stderr and str(db) in res.stderr and "Traceback" not in res.stderr
+    assert _relations(db) == before
+
+
+def test_15_sqlite_file_as_db_is_named_and_no_extension_is_fetched(tmp_path):
+    import sqlite3
+
+    db = tmp_path / "s.db"
+    c = sqlite3.connect(db)
+    c.execute("CREATE TABLE t (a)")
+    c.commit()
+    c.close()
+    size = db.stat().st_size
+    res = _cli("query", "--db", db)
+    assert res.returncode == 2 and "a SQLite database" in res.stderr and "Traceback" not in res.stderr
+    assert "extension" not in res.stderr.lower() and db.stat().st_size == size
