@@ -70,8 +70,10 @@ def register(app: typer.Typer) -> None:
                 page = build_report(con, chosen, results, conclusion=conclusion)
             finally:
                 con.close()
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(page, encoding="utf-8")
+            from .outfile import atomic_output
+
+            with atomic_output(out) as f:
+                f.write(page.encode("utf-8"))
         except (SlowcardError, FileNotFoundError) as exc:
             _fail(str(exc), 2)
         except OSError as exc:

@@ -290,3 +290,64 @@ def test_15_sqlite_file_as_db_is_named_and_no_extension_is_fetched(tmp_path):
     res = _cli("query", "--db", db)
     assert res.returncode == 2 and "a SQLite database" in res.stderr and "Traceback" not in res.stderr
     assert "extension" not in res.stderr.lower() and db.stat().st_size == size
+
+
+# --- 4: --out never replaces a link, a FIFO or a device -------------------------------------------
+
+def _drain(fifo: Path, got: list) -> None:
+    with open(fifo, "rb") as f:
+        got.append(f.read())
+
+
+def test_4_atomic_output_keeps_links_fifos_and_devices(tmp_path):
+    import stat as st_
+
+    from slowcard.outfile import atomic_output
+
+    real = tmp_path / "real.json"
+    real.write_text("old")
+    real.chmod(0o640)
+    link = tmp_path / "link.json"
+    link.symlink_to(real)
+    with atomic_output(link) as f:
+        f.write(b"new")
+    assert link.is_symlink() and real.read_text() == "new" and st_.S_IMODE(real.stat().st_mode) == 0o640
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=_drain, args=(fifo, got))
+    reader.start()
+    with atomic_output(fifo) as f:
+        f.write(b"streamed")
+    reader.join(10)
+    assert got == [b"streamed"] and st_.S_ISFIFO(os.lstat(fifo).st_mode)
+
+    with atomic_output("/dev/null") as f:
+        f.write(b"x")
+    assert st_.S_ISCHR(os.lstat("/dev/null").st_mode)
+
+    with pytest.raises(RuntimeError):
+        with atomic_output(real) as f:
+            f.write(b"half")
+            raise RuntimeError("writer failed")
+    assert real.read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.json", "pipe", "real.json"]
+
+
+def test_4_annotate_out_to_a_fifo_streams_into_it(tmp_path, run4):
+    _, paths = run4
+    db = tmp_path / "a.duckdb"
+    assert _cli("ingest", *paths, "--db", db, "--run", "r", "-q").returncode == 0
+    fifo = tmp_path / "trace.fifo"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=_drain, args=(fifo, got))
+    reader.start()
+    res = _cli("annotate", "--db", db, "--out", fifo, timeout=120)
+    reader.join(30)
+    assert res.returncode == 0, res.stderr
+    import json
+    assert json.loads(got[0])["traceEvents"]
+    assert os.path.exists(fifo) and not os.path.isfile(fifo)
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".part")] == []
