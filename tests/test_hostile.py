@@ -351,3 +351,25 @@ def test_4_annotate_out_to_a_fifo_streams_into_it(tmp_path, run4):
     assert json.loads(got[0])["traceEvents"]
     assert os.path.exists(fifo) and not os.path.isfile(fifo)
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".part")] == []
+
+
+# --- 2: an over-long CSV row is a counted drop, not a silent loss --------------------------------
+
+_KD_HEADER = ("Step Id,Model ID,Task ID,Stream ID,Name,Type,OP State,Accelerator Core,Start Time(us),"
+              "Duration(us),Wait Time(us),Block Dim\n")
+
+
+def test_2_csv_row_over_the_line_limit_is_dropped_with_its_line(tmp_path):
+    f = tmp_path / "kernel_details.csv"
+    rows = [f"1,0,{i},1,{'X' * (3 << 20) if i == 2 else f'op{i}'},MatMul,dynamic,AI_CORE,{1000 + i * 10},5,0,8\n"
+            for i in range(5)]
+    f.write_text(_KD_HEADER + "".join(rows))
+    db = tmp_path / "c.duckdb"
+    res = _cli("ingest", f, "--db", db, "-q")
+    assert res.returncode == 1 and "line too long" in res.stderr and "line 4" in res.stderr, res.stderr
+    con = duckdb.connect(str(db), read_only=True)
+    assert con.execute("SELECT status, rows_seen, rows_kept, rows_dropped FROM sources").fetchone() == \
+        ("salvaged", 5, 4, 1)
+    assert con.execute("SELECT n_rows, position FROM source_drops").fetchall() == [(1, "line 4")]
+    assert [r[0] for r in con.execute("SELECT line_no FROM op_rows ORDER BY 1").fetchall()] == [2, 3, 5, 6]
+    con.close()
