@@ -373,3 +373,20 @@ def test_2_csv_row_over_the_line_limit_is_dropped_with_its_line(tmp_path):
     assert con.execute("SELECT n_rows, position FROM source_drops").fetchall() == [(1, "line 4")]
     assert [r[0] for r in con.execute("SELECT line_no FROM op_rows ORDER BY 1").fetchall()] == [2, 3, 5, 6]
     con.close()
+
+
+# --- 14: values of the wrong JSON type are not read as numbers ----------------------------------
+
+def test_14_boolean_rank_and_times_are_not_numbers(tmp_path):
+    f = tmp_path / "t.json"
+    f.write_text('{"distributedInfo": {"rank": true, "world_size": true}, "traceEvents": ['
+                 '{"ph":"X","name":"a","ts":true,"dur":2,"pid":1,"tid":1},'
+                 '{"ph":"X","name":"b","ts":5,"dur":false,"pid":1,"tid":1},'
+                 '{"ph":"X","name":"c","ts":7,"dur":1,"pid":1,"tid":1}]}')
+    db = tmp_path / "t.duckdb"
+    res = _cli("ingest", f, "--db", db, "-q")
+    assert res.returncode == 1 and "ts is not a number" in res.stderr and "dur is not a finite number" in res.stderr
+    con = duckdb.connect(str(db), read_only=True)
+    assert con.execute("SELECT rank, world_size, rows_kept, rows_dropped FROM sources").fetchone() == (None, None, 1, 2)
+    assert con.execute("SELECT name, ts_ns, dur_ns FROM event_rows").fetchall() == [("c", 7000, 1000)]
+    con.close()
