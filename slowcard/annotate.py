@@ -37,6 +37,7 @@ import orjson
 from . import findings as findings_mod
 from . import queries as queries_mod
 from .errors import UsageError
+from .outfile import atomic_output
 from .verdict import Status, severity
 
 VERDICT_PID = 999_999          # the "slowcard verdicts" process
@@ -401,26 +402,19 @@ def write_annotated(con, run: str, out: str | Path, results: dict | None = None,
             con.executemany("INSERT INTO _ann_anchor VALUES (?, ?, ?, ?)",
                             [(*k, a) for k, a in marks.anchor_ids.items()])
 
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(out.name + ".part")
-        try:
-            with open(tmp, "wb") as f:
-                w = _Writer(f)
-                w.raw(b'{"displayTimeUnit":"ms","traceEvents":[\n')
-                _write_metadata(w, srcs, threads, src_pid, src_host)
-                stats.verdicts = _write_verdicts(w, results, t1 - t0)
-                stats.events = _write_events(con, w, t0, threads, markers, marks, batch_rows)
-                while markers:
-                    marks.emit(w, heapq.heappop(markers)[2])
-                for m in threads.late_meta:
-                    w.event(m)
-                other = {"slowcard": {"run": run, "t0_ns": t0, "clock_offsets_ns": stats.clock_offsets_ns,
-                                      "slow_ranks": {str(k): v for k, v in slow.items()}}}
-                w.raw(b'\n],\n"otherData":' + orjson.dumps(other) + b"}\n")
-            os.replace(tmp, out)
-        finally:
-            if tmp.exists():
-                tmp.unlink()
+        with atomic_output(out) as f:
+            w = _Writer(f)
+            w.raw(b'{"displayTimeUnit":"ms","traceEvents":[\n')
+            _write_metadata(w, srcs, threads, src_pid, src_host)
+            stats.verdicts = _write_verdicts(w, results, t1 - t0)
+            stats.events = _write_events(con, w, t0, threads, markers, marks, batch_rows)
+            while markers:
+                marks.emit(w, heapq.heappop(markers)[2])
+            for m in threads.late_meta:
+                w.event(m)
+            other = {"slowcard": {"run": run, "t0_ns": t0, "clock_offsets_ns": stats.clock_offsets_ns,
+                                  "slow_ranks": {str(k): v for k, v in slow.items()}}}
+            w.raw(b'\n],\n"otherData":' + orjson.dumps(other) + b"}\n")
     finally:
         con.execute("DROP TABLE IF EXISTS _ann_src")
         con.execute("DROP TABLE IF EXISTS _ann_threads")

@@ -274,7 +274,7 @@ def export(
             written = export_parquet(con, parquet, runs=run, tables=table)
         finally:
             con.close()
-    except duckdb.Error as exc:
+    except (duckdb.Error, OSError) as exc:
         _fail(f"{parquet}: export failed ({str(exc).splitlines()[0]})", 2)
     for name, n in written.items():
         typer.echo(f"{name}: {n} rows -> {parquet / name}")
@@ -290,7 +290,16 @@ def main():
     if "--debug" in sys.argv:
         sys.argv.remove("--debug")
         os.environ["SLOWCARD_DEBUG"] = "1"
+    _env_warnings()
     app()
+
+
+def _env_warnings():
+    """Bad environment settings are reported and replaced by their defaults (issue 16)."""
+    from .store import LOCK_WAIT_WARNING
+
+    if LOCK_WAIT_WARNING:
+        typer.echo(f"warning: {LOCK_WAIT_WARNING}", err=True)
 
 
 if __name__ == "__main__":

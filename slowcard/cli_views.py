@@ -8,6 +8,7 @@ errors reach the group's error boundary, ``cli_common.Commands``).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import List, Optional
 
 import typer
 
@@ -49,8 +50,8 @@ def register(app: typer.Typer) -> None:
 
     @app.command("show-taxonomy")
     def show_taxonomy(
-        db: Path = typer.Option(DEFAULT_DB, "--db", help="DuckDB database file."),
-        run: Optional[str] = typer.Option(None, "--run", help="Run name (default: the latest run)."),
+        db: DbOption = Path(DEFAULT_DB),
+        run: RunOption = None,
         name: Optional[List[str]] = typer.Option(None, "--name", help="Only classify these op/kernel names (repeatable); no run needed."),
         taxonomy_file: Optional[Path] = typer.Option(None, "--taxonomy", help="With --name: also apply this user taxonomy CSV (pattern,op_class,coll_kind,priority)."),
         unmatched: int = typer.Option(15, "--unmatched", help="Also list the N costliest unclassified kernels / cpu_ops / annotations of the run (0: none)."),
@@ -70,31 +71,28 @@ def register(app: typer.Typer) -> None:
         from . import taxonomy as taxonomy_mod
 
         if fmt not in ("table", "csv", "json"):
-            _fail(f"--format must be table, csv or json, not {fmt!r}")
-        try:
-            if name:
-                if taxonomy_file is not None or not db.exists():
-                    # a scratch database: the built-in rows, plus the user file when given
-                    con = store.open_db(":memory:")
-                    if taxonomy_file is not None:
-                        taxonomy_mod.load_user_taxonomy(con, taxonomy_file)
-                else:
-                    con = queries_mod.open_readonly(db)
-                try:
-                    cols, rows = taxonomy_mod.classify_names(con, list(name))
-                finally:
-                    con.close()
-                typer.echo(_table(cols, rows, fmt))
-                raise typer.Exit(0)
-            con = queries_mod.open_readonly(db)
+            fail(f"--format must be table, csv or json, not {fmt!r}")
+        if name:
+            if taxonomy_file is not None or not db.exists():
+                # a scratch database: the built-in rows, plus the user file when given
+                con = store.open_db(":memory:")
+                if taxonomy_file is not None:
+                    store.load_user_taxonomy(con, taxonomy_file)
+            else:
+                con = queries_mod.open_readonly(db)
             try:
-                chosen = _pick_run(con, run)
-                cols, rows = taxonomy_mod.usage(con, chosen, include_unused=all_rows)
-                extra = taxonomy_mod.unmatched(con, chosen, unmatched) if unmatched > 0 else None
+                cols, rows = taxonomy_mod.classify_names(con, list(name))
             finally:
                 con.close()
-        except (SlowcardError, FileNotFoundError) as exc:
-            _fail(str(exc), 2)
+            typer.echo(_table(cols, rows, fmt))
+            raise typer.Exit(0)
+        con = queries_mod.open_readonly(db)
+        try:
+            chosen = pick_run(con, run)
+            cols, rows = taxonomy_mod.usage(con, chosen, include_unused=all_rows)
+            extra = taxonomy_mod.unmatched(con, chosen, unmatched) if unmatched > 0 else None
+        finally:
+            con.close()
         if fmt == "json" and extra is not None:
             import json
 
@@ -135,8 +133,10 @@ def register(app: typer.Typer) -> None:
         finally:
             con.close()
         try:
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(page, encoding="utf-8")
+            from .outfile import atomic_output
+
+            with atomic_output(out) as f:
+                f.write(page.encode("utf-8"))
         except OSError as exc:
             fail(f"{out}: cannot write the report ({exc.strerror or exc})", 2)
         bad = sorted(r.query for r in results.values() if r.status == "ERROR")

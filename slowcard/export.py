@@ -8,7 +8,11 @@ underscore (events, ops, sources, moe_layer_facts, batches, expert_load, …). R
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from pathlib import Path
+from urllib.parse import unquote
 
 from .errors import UsageError
 
@@ -28,33 +32,85 @@ def exportable(con) -> list[tuple[str, bool]]:
 
 def export_parquet(con, out_dir: str | Path, runs: list[str] | None = None,
                    tables: list[str] | None = None) -> dict[str, int]:
-    """Write the tables; returns rows written per table. ``runs`` None means every run."""
+    """Write the tables; returns rows written per table. ``runs`` None means every run.
+
+    What is exported replaces what the folder held for it, never adds to it: without ``runs``
+    each ``<dir>/<table>`` is replaced whole; with ``runs`` its ``run=…`` partitions of those runs
+    (other runs' partitions stay). Each table is written into a staging folder inside ``out_dir``
+    first and moved into place when complete, so a failed export leaves the previous one intact.
+    """
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    _prepare_folder(out)
     available = dict(exportable(con))
     chosen = tables or list(available)
     unknown = [t for t in chosen if t not in available]
     if unknown:
         raise UsageError(f"cannot export {', '.join(unknown)}; exportable: {', '.join(available)}")
     written = {}
-    for table in chosen:
-        where = ""
-        params: list = []
-        if runs:
-            where = "WHERE run IN (SELECT unnest(?))"
-            params = [runs]
-        n = con.execute(f'SELECT count(*) FROM "{table}" {where}', params).fetchone()[0]
-        if n == 0:
-            continue
-        parts = "run, rank" if available[table] else "run"
-        target = out / table
-        con.execute(
-            f"""COPY (SELECT * FROM "{table}" {where}) TO '{_quote(target)}'
-                (FORMAT PARQUET, PARTITION_BY ({parts}), OVERWRITE_OR_IGNORE TRUE, COMPRESSION ZSTD)""",
-            params,
-        )
-        written[table] = n
+    stage = Path(tempfile.mkdtemp(prefix=".slowcard-export-", dir=out))
+    try:
+        for table in chosen:
+            where = ""
+            params: list = []
+            if runs:
+                where = "WHERE run IN (SELECT unnest(?))"
+                params = [runs]
+            n = con.execute(f'SELECT count(*) FROM "{table}" {where}', params).fetchone()[0]
+            parts = "run, rank" if available[table] else "run"
+            staged = stage / table
+            if n:
+                con.execute(
+                    f"""COPY (SELECT * FROM "{table}" {where}) TO '{_quote(staged)}'
+                        (FORMAT PARQUET, PARTITION_BY ({parts}), COMPRESSION ZSTD)""",
+                    params,
+                )
+                written[table] = n
+            _replace(out / table, staged, runs)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
     return written
+
+
+def _prepare_folder(out: Path) -> None:
+    """The output folder exists and is writable, or a UsageError says why not."""
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"{out}: is a file, not a folder; --parquet takes a folder (it is created "
+                         "when missing)")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except (NotADirectoryError, FileExistsError):
+        raise UsageError(f"{out}: cannot create the folder: a part of the path is a file") from None
+    except OSError as exc:
+        raise UsageError(f"{out}: cannot create the folder ({exc.strerror or exc})") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise UsageError(f"{out}: the folder is not writable; choose another --parquet folder")
+
+
+def _run_of(partition: str) -> str | None:
+    """The run a ``run=…`` partition folder holds (DuckDB percent-encodes special characters)."""
+    return unquote(partition[4:]) if partition.startswith("run=") else None
+
+
+def _replace(target: Path, staged: Path, runs: list[str] | None) -> None:
+    """Move what was staged for one table into place, removing what it replaces."""
+    if runs is None:
+        old = None
+        if target.exists():
+            old = target.with_name(f".{target.name}.old-{os.getpid()}")
+            os.replace(target, old)
+        if staged.exists():
+            os.replace(staged, target)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+        return
+    if target.is_dir():
+        for part in list(target.iterdir()):
+            if _run_of(part.name) in runs:
+                shutil.rmtree(part, ignore_errors=True)
+    if staged.exists():
+        target.mkdir(exist_ok=True)
+        for part in staged.iterdir():
+            os.replace(part, target / part.name)
 
 
 def _quote(path: Path) -> str:

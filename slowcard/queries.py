@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.resources as resources
+import math
 import re
 import time
 from dataclasses import dataclass, field
@@ -123,9 +124,20 @@ def _coerce(value: str, typ: str, where: str):
             if low not in ("true", "false", "1", "0", "yes", "no"):
                 raise ValueError(value)
             return low in ("true", "1", "yes")
-        return TYPES[typ](value.strip().strip("'") if typ == "VARCHAR" else value)
+        out = TYPES[typ](value.strip().strip("'") if typ == "VARCHAR" else value)
+        _check_finite(out)
+        return out
     except (ValueError, TypeError):
         raise UsageError(f"{where}: {value!r} is not a valid {typ}") from None
+
+
+def _check_finite(value) -> None:
+    """nan, inf and 1e400 (inf once parsed) make every comparison false or true, so a FAIL turns
+    into a PASS; integers beyond BIGINT fail inside DuckDB. Both are refused as bad values."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(value)
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 2 ** 63:
+        raise ValueError(value)
 
 
 def parse_query(path: Path, text: str | None = None) -> Query:

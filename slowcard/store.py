@@ -11,6 +11,8 @@ import hashlib
 import importlib.resources as resources
 import json
 import os
+import signal
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -22,9 +24,49 @@ from . import taxonomy
 from .errors import DatabaseBusy, UsageError
 
 SCHEMA_VERSION = "1"
+DEFAULT_LOCK_WAIT_S = 30.0
+
+
+def lock_wait_from_env(raw: str | None) -> tuple[float, str | None]:
+    """(seconds, warning) from SLOWCARD_LOCK_WAIT. A bad value must not kill every command at
+    import (`--help` included): it falls back to the default and says so."""
+    if raw is None or raw.strip() == "":
+        return DEFAULT_LOCK_WAIT_S, None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not (0 <= value < 1e9):           # also refuses nan and inf
+        return DEFAULT_LOCK_WAIT_S, (f"SLOWCARD_LOCK_WAIT={raw!r} is not a number of seconds >= 0; "
+                                     f"using {DEFAULT_LOCK_WAIT_S:.0f} s")
+    return value, None
+
+
 # How long to wait for another process's lock on the database before giving up (seconds);
-# SLOWCARD_LOCK_WAIT overrides it.
-LOCK_WAIT_S = float(os.environ.get("SLOWCARD_LOCK_WAIT", "30"))
+# SLOWCARD_LOCK_WAIT overrides it (a bad value is reported by the CLI, see LOCK_WAIT_WARNING).
+LOCK_WAIT_S, LOCK_WAIT_WARNING = lock_wait_from_env(os.environ.get("SLOWCARD_LOCK_WAIT"))
+
+# Source ids are handed out under this lock: the id is max(sequence, ids in use) + 1, and two
+# threads reading it before either registers its id would share one (issue 16: after a crash
+# the sequence is behind, and one file's failure cleanup then deleted the other file's rows).
+_SID_LOCK = threading.Lock()
+_FAULT_LOCK = threading.Lock()
+_FAULT_HITS: dict[str, int] = {}
+
+
+def fault_point(name: str) -> None:
+    """Crash-test hook: SLOWCARD_FAULT=NAME:N kills this process (SIGKILL) the Nth time it
+    reaches the point NAME, so a test kills an ingest exactly where it means to (no sleeps)."""
+    spec = os.environ.get("SLOWCARD_FAULT")
+    if not spec:
+        return
+    want, _, nth = spec.partition(":")
+    if want != name:
+        return
+    with _FAULT_LOCK:
+        _FAULT_HITS[name] = _FAULT_HITS.get(name, 0) + 1
+        if _FAULT_HITS[name] == int(nth or 1):
+            os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _package_sql(folder: str | None) -> list[tuple[str, str]]:
@@ -67,11 +109,15 @@ def connect(path: str | Path, read_only: bool = False, wait_s: float | None = No
         DatabaseBusy: still locked after the wait; the message names the database and the holder.
     """
     wait_s = LOCK_WAIT_S if wait_s is None else wait_s
+    check_duckdb_file(path)
+    # Never fetch or load extensions on the user's behalf: a SQLite or Postgres file given as --db
+    # would otherwise make DuckDB download one (issue 16).
+    config = {"autoinstall_known_extensions": False, "autoload_known_extensions": False, **(config or {})}
     deadline = time.monotonic() + wait_s
     delay = 0.05
     while True:
         try:
-            con = duckdb.connect(str(path), read_only=read_only, config=config or {})
+            con = duckdb.connect(str(path), read_only=read_only, config=config)
             # DuckDB draws a progress bar on stdout for queries over ~2 s: stdout is the result
             con.execute("SET enable_progress_bar = false")
             if not read_only:
@@ -96,6 +142,52 @@ def connect(path: str | Path, read_only: bool = False, wait_s: float | None = No
         except duckdb.Error as exc:
             raise UsageError(f"{path}: cannot open the database ({str(exc).splitlines()[0]}); "
                              "is it a slowcard DuckDB file?") from None
+
+
+# What other files given as --db start with, for a message that says what the file is.
+_OTHER_MAGIC = ((b"SQLite format 3\x00", "a SQLite database"), (b"PAR1", "a Parquet file"),
+                (b"\x1f\x8b", "a gzip file"), (b"PK\x03\x04", "a zip file"))
+
+
+def check_duckdb_file(path: str | Path) -> None:
+    """Refuse, before DuckDB opens it, an existing file that is not a DuckDB database (DuckDB
+    would try to load an extension for it, or fail with an internal message)."""
+    if str(path) == ":memory:":
+        return
+    try:
+        with open(path, "rb") as f:
+            head = f.read(16)
+    except FileNotFoundError:
+        return                                   # a new database
+    except IsADirectoryError:
+        raise UsageError(f"{path}: is a folder; --db takes a DuckDB file") from None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read the database ({exc.strerror or exc})") from None
+    if not head or head[8:12] == b"DUCK":
+        return
+    what = next((name for magic, name in _OTHER_MAGIC if head.startswith(magic)), "not a DuckDB database")
+    raise UsageError(f"{path}: {what}, not a slowcard DuckDB database; give another --db "
+                     "(a new file name creates one)")
+
+
+def check_ours(con, path: str | Path) -> None:
+    """Refuse a DuckDB database that slowcard did not create, before anything writes to it: its
+    tables are someone else's (an `events` table of theirs is not ours), and opening it must not
+    add slowcard's 69 tables and views to it. An empty database is ours to fill."""
+    names = [r[0] for r in con.execute(
+        "SELECT table_name FROM information_schema.tables "
+        "WHERE table_catalog = current_database() ORDER BY 1").fetchall()]
+    if not names:
+        return
+    if "meta" in names:
+        try:
+            if con.execute("SELECT 1 FROM meta WHERE key = 'schema_version'").fetchone():
+                return
+        except duckdb.Error:
+            pass
+    shown = ", ".join(names[:5]) + (" …" if len(names) > 5 else "")
+    raise UsageError(f"{path}: this DuckDB database was not created by slowcard (it holds {shown}); "
+                     "slowcard does not write into other databases: give another --db")
 
 
 def apply_schema(con: duckdb.DuckDBPyConnection) -> None:
@@ -145,6 +237,11 @@ def open_db(path: str | Path, read_only: bool = False, wait_s: float | None = No
             raise FileNotFoundError(f"{path}: no such database; run `slowcard ingest PATH --db {path}` first")
         con = connect(path, read_only=True, wait_s=wait_s)
         try:
+            check_ours(con, path)
+        except UsageError:
+            con.close()
+            raise
+        try:
             row = con.execute("SELECT value FROM meta WHERE key = 'ddl_fingerprint'").fetchone()
         except duckdb.CatalogException:
             row = None
@@ -156,6 +253,11 @@ def open_db(path: str | Path, read_only: bool = False, wait_s: float | None = No
             con = connect(path, read_only=True, wait_s=wait_s)
         return con
     con = connect(path, wait_s=wait_s)
+    try:
+        check_ours(con, path)
+    except UsageError:
+        con.close()
+        raise
     apply_schema(con)
     clean_pending(con)
     return con
@@ -203,18 +305,25 @@ def new_source_id(con) -> int:
     only pending rows that the next write-open removes.
     """
     # A sequence value handed out before a crash can be handed out again after it (DuckDB does
-    # not persist uncommitted sequence steps), so never go below what is already in use.
-    sid = con.execute(
-        """SELECT greatest(nextval('source_id_seq'),
-                           (SELECT coalesce(max(source_id), 0) + 1 FROM sources),
-                           (SELECT coalesce(max(source_id), 0) + 1 FROM pending_sources))"""
-    ).fetchone()[0]
-    con.execute("INSERT INTO pending_sources VALUES (?, now())", [sid])
+    # not persist uncommitted sequence steps), so never go below what is already in use. Read
+    # and registered (autocommit) under one lock: the next thread sees this id as in use.
+    with _SID_LOCK:
+        sid = con.execute(
+            """SELECT greatest(nextval('source_id_seq'),
+                               (SELECT coalesce(max(source_id), 0) + 1 FROM sources),
+                               (SELECT coalesce(max(source_id), 0) + 1 FROM pending_sources))"""
+        ).fetchone()[0]
+        con.execute("INSERT INTO pending_sources VALUES (?, now())", [sid])
+    fault_point("pending")
     return sid
 
 
 def discard_source(con, sid: int) -> None:
-    """Remove every row written under a source id that will not be committed."""
+    """Remove every row written under a source id that will not be committed. An id that is
+    committed in `sources` is never touched (a cleanup must not delete someone's rows)."""
+    if con.execute("SELECT 1 FROM sources WHERE source_id = ?", [sid]).fetchone():
+        con.execute("DELETE FROM pending_sources WHERE source_id = ?", [sid])
+        return
     for table in row_tables(con):
         con.execute(f'DELETE FROM "{table}" WHERE source_id = ?', [sid])
     con.execute("DELETE FROM pending_sources WHERE source_id = ?", [sid])
@@ -313,10 +422,12 @@ def commit_source(con, sid: int, run: str, path: str, size: int, fingerprint: st
         for table, macro in DERIVED:
             con.execute(f"INSERT INTO {table} SELECT * FROM {macro}(?)", [sid])
         con.execute("DELETE FROM pending_sources WHERE source_id = ?", [sid])
+        fault_point("commit")
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")
         raise
+    fault_point("committed")
 
 
 def load_user_taxonomy(con, path: str | Path) -> int:

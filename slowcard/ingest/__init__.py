@@ -8,10 +8,12 @@ and missing ranks). It parses no format itself and never prints: progress goes t
 
 from __future__ import annotations
 
+import errno
 import glob as globlib
 import importlib
 import os
 import pkgutil
+import stat
 import threading
 import time
 import zlib
@@ -173,6 +175,17 @@ def run_batches(paths: list[str | Path], run: str | None,
     return batches, notes
 
 
+def _resolve(p: Path) -> Path:
+    """The real path, or the path as named when it leads nowhere (a dangling link, a link loop):
+    then ingest_file reports the link itself, not a target that does not exist."""
+    if not os.path.exists(p):
+        return Path(os.path.abspath(p))
+    try:
+        return p.resolve()
+    except (RuntimeError, OSError):
+        return Path(os.path.abspath(p))
+
+
 def expand_paths(paths: list[str | Path]) -> list[tuple[Path, bool]]:
     """Files to ingest, each with whether the user named it explicitly (True) or it was found by
     walking a folder or a glob (False: unknown formats there are skipped, not failed)."""
@@ -180,7 +193,7 @@ def expand_paths(paths: list[str | Path]) -> list[tuple[Path, bool]]:
     seen: set[Path] = set()
 
     def add(p: Path, explicit: bool):
-        rp = p.resolve()
+        rp = _resolve(p)
         if rp not in seen:
             seen.add(rp)
             out.append((rp, explicit))
@@ -205,15 +218,49 @@ def expand_paths(paths: list[str | Path]) -> list[tuple[Path, bool]]:
                     add(mp, False)
                 elif mp.is_dir():
                     out.extend(x for x in expand_paths([mp]) if x[0] not in seen and not seen.add(x[0]))
+        elif os.path.lexists(p):
+            add(p, True)                     # a FIFO, device, dangling link or loop: ingest_file says which
         else:
             raise UsageError(f"{raw}: no such file or folder")
     return out
 
 
+def file_problem(path: Path) -> str | None:
+    """Why a path cannot be ingested as a file (None when it is a regular, readable file).
+
+    Checked before the file is opened: opening a FIFO waits for a writer forever, a device such as
+    /dev/zero never ends, and a dangling link or a link loop would be a traceback."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        if os.path.islink(path):
+            return f"a dangling symbolic link (its target {os.readlink(path)!r} does not exist)"
+        return "no such file (removed while the ingest ran?)"
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "a symbolic link loop (the link points back to itself)"
+        return f"cannot be read ({exc.strerror or exc})"
+    if stat.S_ISREG(st.st_mode):
+        if not os.access(path, os.R_OK):
+            return "cannot be read (permission denied)"
+        return None
+    kind = ("a named pipe (FIFO)" if stat.S_ISFIFO(st.st_mode) else
+            "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else
+            "a socket" if stat.S_ISSOCK(st.st_mode) else "not a file")
+    return f"{kind}, not a regular file; copy its content to a file and ingest that"
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size if file_problem(path) is None else 0
+    except OSError:
+        return 0
+
+
 def default_run_name(paths: list[str | Path]) -> str:
-    p = Path(paths[0]).resolve()
+    p = _resolve(Path(paths[0]))
     if any(ch in str(paths[0]) for ch in "*?["):
-        p = Path(str(paths[0]).split("*")[0]).resolve()
+        p = _resolve(Path(str(paths[0]).split("*")[0]))
     return (p if p.is_dir() else p.parent).name or "run"
 
 
@@ -274,8 +321,8 @@ def ingest_paths(db_path: str | Path, paths: list[str | Path], run: str | None =
     con = con or store.open_db(db_path)
     report = IngestReport(run=run, db_path=str(db_path))
     try:
-        store.ensure_run(con, run, str(Path(paths[0]).resolve()))
-        sizes = {p: p.stat().st_size for p, _ in files}
+        store.ensure_run(con, run, str(_resolve(Path(paths[0]))))
+        sizes = {p: _size(p) for p, _ in files}
         prog = _Progress(progress, len(files), sum(sizes.values()))
         work = [(p, explicit, sizes[p]) for p, explicit in files]
 
@@ -324,6 +371,11 @@ def ingest_file(con, path: Path, run: str, explicit: bool, size: int, opts: Inge
     if path.name.startswith(COMPANION) and path.suffix == ".json":
         result.status, result.message = "skipped", companion(path, b"")
         return result
+    problem = file_problem(path)
+    if problem:
+        result.status = "failed" if explicit else "skipped"
+        result.message = f"{path}: {problem}"
+        return result
     try:
         reader, fmt, head = _detect(path)
     except InputError as exc:
@@ -366,7 +418,7 @@ def ingest_file(con, path: Path, run: str, explicit: bool, size: int, opts: Inge
     except duckdb.Error as exc:
         result.message = f"{path}: the database refused the rows ({str(exc).splitlines()[0]})"
         return result
-    except (RecursionError, UnicodeError, ValueError, TypeError, OSError) as exc:
+    except Exception as exc:
         # A reader bug or an input nobody foresaw: fail this file, name it, and go on with the
         # others (never a traceback that loses the whole run).
         result.message = (f"{path}: could not be read ({type(exc).__name__}: {exc}); "

@@ -103,6 +103,7 @@ _INSERT = (
     "FROM read_json($files, format = 'array', columns = {columns}, maximum_object_size = 16777216)"
 )
 _TS_TEXT = re.compile(rb'"ts"\s*:\s*("?)\s*(-?[0-9][0-9.eE+-]*)')
+_BOOL_TIME = re.compile(rb'"(?:ts|dur)"\s*:\s*(?:true|false)')
 
 
 def _insert_sql(ts_type: str) -> str:
@@ -125,6 +126,8 @@ def _double_exact(text: str) -> bool:
 def _ts_mode(sample: bytes) -> str:
     """How to read ts in a part whose first bytes are ``sample``: 'DOUBLE', 'VARCHAR' or 'exact'
     (see _COLUMNS)."""
+    if _BOOL_TIME.search(sample):
+        return "exact"       # DuckDB would read true/false as 1/0 µs; the exact path drops them
     strings = False
     for m in _TS_TEXT.finditer(sample):
         if m.group(1):
@@ -978,6 +981,11 @@ class _Ingest:
                     self.status = "truncated"
                 return
             if text[i] == "}":
+                rest = text[i + 1:].strip(" \t\r\n\x00")
+                if rest:
+                    # JSON allows nothing after the top-level value: say so instead of ignoring it
+                    self.notes.append(f"{len(rest.encode('utf-8'))} bytes after the closing '}}' "
+                                      f"ignored (starting {rest[:20]!r}): not part of the trace")
                 return
             try:
                 key, i = _DECODER.raw_decode(text, i)
@@ -994,6 +1002,12 @@ class _Ingest:
                 if self.status == "ok":
                     self.status = "truncated"
                 return
+            if key == "traceEvents":
+                # A second events list: JSON readers keep the last value of a repeated key, this
+                # reader streamed the first. Neither is right to assume: count its events as dropped.
+                lost = len(value) if isinstance(value, list) else 1
+                self._drop("events of a second 'traceEvents' key (the first list was kept)", self.seen, lost)
+                continue
             self.trailer[key] = _clean(value)
 
     # -- driver ----------------------------------------------------------------------------------
@@ -1098,18 +1112,22 @@ def _next_boundary(text: str, i: int) -> int:
 def _base_ns(meta: dict) -> int:
     v = meta.get("baseTimeNanoseconds")
     try:
-        return int(v) if v is not None else 0
-    except (TypeError, ValueError):
+        base = int(v) if v is not None else 0
+    except (TypeError, ValueError, OverflowError):     # Infinity, NaN, a string, a list
         return 0
+    # Outside int64 it cannot be stored nor added to a ts: treated like any other unusable value.
+    return base if -(1 << 63) <= base < (1 << 63) else 0
 
 
 def _rank_hints(meta: dict) -> dict:
     hints: dict = {}
     di = meta.get("distributedInfo")
     if isinstance(di, dict):
-        if isinstance(di.get("rank"), int):
+        # type() not isinstance(): JSON true is a Python int, and must not become rank 1 (issue 16);
+        # values outside INTEGER would fail the file's commit instead of being ignored.
+        if type(di.get("rank")) is int and 0 <= di["rank"] < (1 << 31):
             hints["rank"] = di["rank"]
-        if isinstance(di.get("world_size"), int):
+        if type(di.get("world_size")) is int and 0 < di["world_size"] < (1 << 31):
             hints["world_size"] = di["world_size"]
     if isinstance(meta.get("host_name"), str):
         hints["host"] = meta["host_name"]

@@ -362,7 +362,10 @@ class OpCsvReader:
                                WHEN 'INVALID ENCODING' THEN 'not UTF-8 text'
                                WHEN 'LINE SIZE OVER MAXIMUM' THEN 'line too long'
                                ELSE coalesce(lower(error_type), 'unreadable row') END
-                           || coalesce(' (' || error_message || ')', ''), column_idx) AS reason
+                           || coalesce(' (' || error_message || ')', ''),
+                           -- a line-size reject has no column: arg_min would skip it, and the
+                           -- dropped line then counted as kept (issue 16)
+                           coalesce(column_idx, -1)) AS reason
             FROM {_REJ} GROUP BY line, line_byte_position""")
         n_rejected, unknown = con.execute(
             f"SELECT count(*), count(*) FILTER (WHERE rec IS NULL) FROM {_EXC}").fetchone()

@@ -1,0 +1,392 @@
+"""Issue 16: what a hostile or careless user broke. One test (or more) per item; the item number
+is in each test's name or docstring."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import duckdb
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+import synth_kineto  # noqa: E402
+
+from slowcard import store  # noqa: E402
+
+CLI = [sys.executable, "-m", "slowcard"]
+
+
+def _cli(*args, env=None, timeout=300, **kw):
+    return subprocess.run(CLI + [str(a) for a in args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=timeout, **kw)
+
+
+@pytest.fixture(scope="module")
+def run4(tmp_path_factory):
+    d = tmp_path_factory.mktemp("run4")
+    paths = synth_kineto.write_ep_run(d, ranks=4, steps=2, layers=2, gz=False)
+    return d, paths
+
+
+def _state(db: Path) -> dict[str, tuple[str, int, int]]:
+    """path -> (status, rows_kept in sources, rows visible in events)."""
+    con = store.open_db(db)
+    try:
+        return {p: (st, kept, n) for p, st, kept, n in con.execute(
+            """SELECT s.path, s.status, s.rows_kept,
+                      (SELECT count(*) FROM events e WHERE e.source_id = s.source_id)
+               FROM sources s""").fetchall()}
+    finally:
+        con.close()
+
+
+# --- 1: source ids never collide ----------------------------------------------------------------
+
+def test_1_source_ids_are_unique_across_threads_when_the_sequence_is_behind(tmp_path):
+    db = tmp_path / "ids.duckdb"
+    con = store.open_db(db)
+    # After a crash the sequence can be behind the ids in use: max()+1 is what protects them.
+    con.execute("INSERT INTO sources (source_id, run, path, status) "
+                "SELECT i, 'r', 'p' || i, 'ok' FROM range(1, 51) t(i)")
+    ids, lock, barrier = [], threading.Lock(), threading.Barrier(4)
+
+    def worker():
+        cur = con.cursor()
+        barrier.wait()
+        for _ in range(30):
+            sid = store.new_source_id(cur)
+            with lock:
+                ids.append(sid)
+        cur.close()
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    con.close()
+    assert len(ids) == 120 and len(set(ids)) == 120
+    assert min(ids) > 50
+
+
+def test_1_discard_never_deletes_a_committed_source(tmp_path, run4):
+    _, paths = run4
+    db = tmp_path / "d.duckdb"
+    assert _cli("ingest", paths[0], "--db", db, "-q").returncode == 0
+    con = store.open_db(db)
+    sid, kept = con.execute("SELECT source_id, rows_kept FROM sources").fetchone()
+    store.discard_source(con, sid)          # a failing file's cleanup holding a colliding id
+    assert con.execute("SELECT count(*) FROM events WHERE source_id = ?", [sid]).fetchone()[0] == kept
+    con.close()
+
+
+@pytest.mark.parametrize("point", ["committed:1", "commit:2", "pending:3", "committed:3"])
+def test_1_jobs2_killed_at_a_known_point_then_rerun_keeps_every_committed_row(tmp_path, run4, point):
+    folder, paths = run4
+    db = tmp_path / "k.duckdb"
+    killed = _cli("ingest", folder, "--db", db, "--run", "r", "--jobs", "2", "-q",
+                  env={"SLOWCARD_FAULT": point})
+    assert killed.returncode == -9, f"the kill at {point} did not land: {killed.returncode} {killed.stderr}"
+    name, n = point.split(":")
+    n = int(n)
+    before = _state(db)
+    committed_min = {"committed": n, "commit": n - 1, "pending": n - 2}[name]
+    assert committed_min <= len(before) < len(paths), (point, before)
+    for path, (_st, kept, visible) in before.items():
+        assert kept == visible, (point, path)
+    for _ in range(2):                     # the re-run, and one more on a database that is whole
+        again = _cli("ingest", folder, "--db", db, "--run", "r", "--jobs", "2", "-q")
+        assert again.returncode == 0, again.stderr
+        after = _state(db)
+        assert sorted(after) == sorted(str(p.resolve()) for p in paths)
+        for path, (st, kept, visible) in after.items():
+            assert st == "ok" and kept == visible and kept > 0, (point, path, st, kept, visible)
+    con = duckdb.connect(str(db))
+    assert con.execute("SELECT count(*) FROM event_rows WHERE source_id NOT IN "
+                       "(SELECT source_id FROM sources)").fetchone()[0] == 0
+    con.close()
+
+
+# --- 9: a bad SLOWCARD_LOCK_WAIT ----------------------------------------------------------------
+
+@pytest.mark.parametrize("value", ["", "abc", "nan", "-1", "inf"])
+def test_9_bad_lock_wait_falls_back_with_a_warning(value):
+    res = _cli("--help", env={"SLOWCARD_LOCK_WAIT": value})
+    assert res.returncode == 0, res.stderr
+    assert "Traceback" not in res.stderr
+    if value:
+        assert "SLOWCARD_LOCK_WAIT" in res.stderr and "using 30 s" in res.stderr
+    assert store.lock_wait_from_env(value)[0] == 30.0
+    assert store.lock_wait_from_env("2.5") == (2.5, None)
+
+
+# --- 13: parameters that are not finite numbers ---------------------------------------------------
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e400", "NaN"])
+def test_13_non_finite_parameter_is_refused(tmp_path, value):
+    from slowcard import queries
+    from slowcard.errors import UsageError
+
+    q = queries.find(queries.load_catalog(None), "ep-slow-rank")
+    with pytest.raises(UsageError, match="min_token_ratio"):
+        queries.bind_params(q, {"min_token_ratio": value})
+    res = _cli("query", "ep-slow-rank", "-p", f"min_token_ratio={value}", "--db", tmp_path / "none.duckdb")
+    assert res.returncode == 2 and "not a valid DOUBLE" in res.stderr, res.stderr
+    assert queries.bind_params(q, {"min_token_ratio": "1.5"})["min_token_ratio"] == 1.5
+
+
+# --- 7: inputs that tracebacked or hung ----------------------------------------------------------
+
+_ONE_EVENT = '"traceEvents": [{"ph":"X","name":"a","ts":1,"dur":2,"pid":1,"tid":1}]}'
+
+
+@pytest.mark.parametrize("base", ["Infinity", "-Infinity", "NaN", "1e400", "99999999999999999999999"])
+def test_7_unusable_base_time_is_ignored_not_a_traceback(tmp_path, base):
+    f = tmp_path / "t.json"
+    f.write_text('{"baseTimeNanoseconds": ' + base + ", " + _ONE_EVENT)
+    res = _cli("ingest", f, "--db", tmp_path / "b.duckdb", "-q")
+    assert "Traceback" not in res.stderr and res.returncode == 0, res.stderr
+    state = _state(tmp_path / "b.duckdb")
+    assert [v[:2] for v in state.values()] == [("ok", 1)]
+
+
+@pytest.fixture
+def odd_folder(tmp_path):
+    d = tmp_path / "odd"
+    d.mkdir()
+    (d / "good.json").write_text("{" + _ONE_EVENT)
+    (d / "dangling.json").symlink_to("nowhere.json")
+    (d / "loop1").symlink_to("loop2")
+    (d / "loop2").symlink_to("loop1")
+    os.mkfifo(d / "pipe.json")
+    return d
+
+
+def test_7_folder_with_dangling_link_loop_and_fifo_ingests_the_rest(tmp_path, odd_folder):
+    res = _cli("ingest", odd_folder, "--db", tmp_path / "o.duckdb", timeout=60)
+    assert "Traceback" not in res.stderr and res.returncode == 0, res.stderr
+    out = res.stdout
+    assert "dangling symbolic link" in out and "symbolic link loop" in out and "named pipe (FIFO)" in out
+    assert "1 ok, 4 skipped" in out
+    assert [v[:2] for v in _state(tmp_path / "o.duckdb").values()] == [("ok", 1)]
+
+
+@pytest.mark.parametrize("name,phrase", [("pipe.json", "named pipe (FIFO)"), ("loop1", "symbolic link loop"),
+                                         ("dangling.json", "dangling symbolic link"), ("/dev/zero", "a device")])
+def test_7_15_special_file_named_explicitly_fails_with_what_it_is(tmp_path, odd_folder, name, phrase):
+    target = name if name.startswith("/") else odd_folder / name
+    res = _cli("ingest", target, "--db", tmp_path / "e.duckdb", "-q", timeout=60)
+    assert res.returncode == 1 and phrase in res.stderr and str(target) in res.stderr, res.stderr
+    assert "no such file" not in res.stderr and "Traceback" not in res.stderr
+
+
+# --- 3, 10: export replaces what it exports; bad targets are usage errors --------------------------
+
+def _ranks_in(out: Path, run: str | None = None) -> list:
+    con = duckdb.connect()
+    where = f"WHERE run = '{run}'" if run else ""
+    got = con.execute(f"SELECT DISTINCT run, rank FROM read_parquet('{out}/events/**/*.parquet', "
+                      f"hive_partitioning = true) {where} ORDER BY ALL").fetchall()
+    con.close()
+    return got
+
+
+@pytest.fixture(scope="module")
+def two_dbs(tmp_path_factory):
+    """The same run name with 4 ranks, then with 2; and a second run "other run/x"."""
+    root = tmp_path_factory.mktemp("exp")
+    four = synth_kineto.write_ep_run(root / "four", ranks=4, steps=1, layers=1, gz=False)
+    two = synth_kineto.write_ep_run(root / "two", ranks=2, steps=1, layers=1, gz=False)
+    db4, db2 = root / "four.duckdb", root / "two.duckdb"
+    assert _cli("ingest", *four, "--db", db4, "--run", "r", "-q").returncode == 0
+    assert _cli("ingest", *two[:1], "--db", db4, "--run", "other run/x", "-q").returncode == 0
+    assert _cli("ingest", *two, "--db", db2, "--run", "r", "-q").returncode == 0
+    return db4, db2
+
+
+def test_3_export_into_an_existing_folder_drops_stale_partitions(tmp_path, two_dbs):
+    db4, db2 = two_dbs
+    out = tmp_path / "pq"
+    assert _cli("export", "--parquet", out, "--db", db4).returncode == 0
+    assert _ranks_in(out, "r") == [("r", 0), ("r", 1), ("r", 2), ("r", 3)]
+    res = _cli("export", "--parquet", out, "--db", db2)
+    assert res.returncode == 0, res.stderr
+    assert _ranks_in(out) == [("r", 0), ("r", 1)]
+    assert not [p for p in out.iterdir() if p.name.startswith(".")], "staging left behind"
+
+
+def test_3_export_of_one_run_replaces_that_run_and_keeps_the_others(tmp_path, two_dbs):
+    db4, db2 = two_dbs
+    out = tmp_path / "pq"
+    assert _cli("export", "--parquet", out, "--db", db4).returncode == 0
+    res = _cli("export", "--parquet", out, "--db", db2, "--run", "r")
+    assert res.returncode == 0, res.stderr
+    assert _ranks_in(out) == [("other run/x", 0), ("r", 0), ("r", 1)]
+
+
+@pytest.mark.parametrize("kind", ["file", "under_file"])
+def test_10_export_to_a_file_or_under_a_file_is_a_usage_error(tmp_path, two_dbs, kind):
+    _, db2 = two_dbs
+    f = tmp_path / "plain.txt"
+    f.write_text("keep me")
+    target = f if kind == "file" else f / "sub"
+    res = _cli("export", "--parquet", target, "--db", db2)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    assert str(target) in res.stderr and ("is a file" in res.stderr or "a part of the path is a file" in res.stderr)
+    assert f.read_text() == "keep me"
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_10_export_to_a_read_only_folder_is_a_usage_error(tmp_path, two_dbs):
+    _, db2 = two_dbs
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    res = _cli("export", "--parquet", ro, "--db", db2)
+    assert res.returncode == 2 and "not writable" in res.stderr and "Traceback" not in res.stderr
+
+
+# --- 5, 10, 15: databases that are not slowcard's --------------------------------------------------
+
+def _relations(db: Path) -> list[str]:
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return [r[0] for r in con.execute("SELECT table_name FROM information_schema.tables ORDER BY 1").fetchall()]
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize("command", [["query"], ["query", "ep-slow-rank"], ["report", "--out", "{tmp}/r.html"],
+                                     ["export", "--parquet", "{tmp}/pq"], ["ingest", "{file}"],
+                                     ["diagnose"], ["annotate", "--out", "{tmp}/a.json"]])
+def test_5_10_foreign_duckdb_is_refused_and_left_untouched(tmp_path, run4, command):
+    db = tmp_path / "theirs.duckdb"
+    con = duckdb.connect(str(db))
+    con.execute("CREATE TABLE events (a INTEGER)")
+    con.execute("INSERT INTO events VALUES (1)")
+    con.execute("CREATE VIEW mine AS SELECT 1")
+    con.close()
+    before = _relations(db)
+    args = [a.format(tmp=tmp_path, file=run4[1][0]) for a in command]
+    res = _cli(*args, "--db", db)
+    assert res.returncode == 2, res.stderr
+    assert "not created by slowcard" in res.stderr and str(db) in res.stderr and "Traceback" not in res.stderr
+    assert _relations(db) == before
+
+
+def test_15_sqlite_file_as_db_is_named_and_no_extension_is_fetched(tmp_path):
+    import sqlite3
+
+    db = tmp_path / "s.db"
+    c = sqlite3.connect(db)
+    c.execute("CREATE TABLE t (a)")
+    c.commit()
+    c.close()
+    size = db.stat().st_size
+    res = _cli("query", "--db", db)
+    assert res.returncode == 2 and "a SQLite database" in res.stderr and "Traceback" not in res.stderr
+    assert "extension" not in res.stderr.lower() and db.stat().st_size == size
+
+
+# --- 4: --out never replaces a link, a FIFO or a device -------------------------------------------
+
+def _drain(fifo: Path, got: list) -> None:
+    with open(fifo, "rb") as f:
+        got.append(f.read())
+
+
+def test_4_atomic_output_keeps_links_fifos_and_devices(tmp_path):
+    import stat as st_
+
+    from slowcard.outfile import atomic_output
+
+    real = tmp_path / "real.json"
+    real.write_text("old")
+    real.chmod(0o640)
+    link = tmp_path / "link.json"
+    link.symlink_to(real)
+    with atomic_output(link) as f:
+        f.write(b"new")
+    assert link.is_symlink() and real.read_text() == "new" and st_.S_IMODE(real.stat().st_mode) == 0o640
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=_drain, args=(fifo, got))
+    reader.start()
+    with atomic_output(fifo) as f:
+        f.write(b"streamed")
+    reader.join(10)
+    assert got == [b"streamed"] and st_.S_ISFIFO(os.lstat(fifo).st_mode)
+
+    with atomic_output("/dev/null") as f:
+        f.write(b"x")
+    assert st_.S_ISCHR(os.lstat("/dev/null").st_mode)
+
+    with pytest.raises(RuntimeError):
+        with atomic_output(real) as f:
+            f.write(b"half")
+            raise RuntimeError("writer failed")
+    assert real.read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.json", "pipe", "real.json"]
+
+
+def test_4_annotate_out_to_a_fifo_streams_into_it(tmp_path, run4):
+    _, paths = run4
+    db = tmp_path / "a.duckdb"
+    assert _cli("ingest", *paths, "--db", db, "--run", "r", "-q").returncode == 0
+    fifo = tmp_path / "trace.fifo"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=_drain, args=(fifo, got))
+    reader.start()
+    res = _cli("annotate", "--db", db, "--out", fifo, timeout=120)
+    reader.join(30)
+    assert res.returncode == 0, res.stderr
+    import json
+    assert json.loads(got[0])["traceEvents"]
+    assert os.path.exists(fifo) and not os.path.isfile(fifo)
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".part")] == []
+
+
+# --- 2: an over-long CSV row is a counted drop, not a silent loss --------------------------------
+
+_KD_HEADER = ("Step Id,Model ID,Task ID,Stream ID,Name,Type,OP State,Accelerator Core,Start Time(us),"
+              "Duration(us),Wait Time(us),Block Dim\n")
+
+
+def test_2_csv_row_over_the_line_limit_is_dropped_with_its_line(tmp_path):
+    f = tmp_path / "kernel_details.csv"
+    rows = [f"1,0,{i},1,{'X' * (3 << 20) if i == 2 else f'op{i}'},MatMul,dynamic,AI_CORE,{1000 + i * 10},5,0,8\n"
+            for i in range(5)]
+    f.write_text(_KD_HEADER + "".join(rows))
+    db = tmp_path / "c.duckdb"
+    res = _cli("ingest", f, "--db", db, "-q")
+    assert res.returncode == 1 and "line too long" in res.stderr and "line 4" in res.stderr, res.stderr
+    con = duckdb.connect(str(db), read_only=True)
+    assert con.execute("SELECT status, rows_seen, rows_kept, rows_dropped FROM sources").fetchone() == \
+        ("salvaged", 5, 4, 1)
+    assert con.execute("SELECT n_rows, position FROM source_drops").fetchall() == [(1, "line 4")]
+    assert [r[0] for r in con.execute("SELECT line_no FROM op_rows ORDER BY 1").fetchall()] == [2, 3, 5, 6]
+    con.close()
+
+
+# --- 14: values of the wrong JSON type are not read as numbers ----------------------------------
+
+def test_14_boolean_rank_and_times_are_not_numbers(tmp_path):
+    f = tmp_path / "t.json"
+    f.write_text('{"distributedInfo": {"rank": true, "world_size": true}, "traceEvents": ['
+                 '{"ph":"X","name":"a","ts":true,"dur":2,"pid":1,"tid":1},'
+                 '{"ph":"X","name":"b","ts":5,"dur":false,"pid":1,"tid":1},'
+                 '{"ph":"X","name":"c","ts":7,"dur":1,"pid":1,"tid":1}]}')
+    db = tmp_path / "t.duckdb"
+    res = _cli("ingest", f, "--db", db, "-q")
+    assert res.returncode == 1 and "ts is not a number" in res.stderr and "dur is not a finite number" in res.stderr
+    con = duckdb.connect(str(db), read_only=True)
+    assert con.execute("SELECT rank, world_size, rows_kept, rows_dropped FROM sources").fetchone() == (None, None, 1, 2)
+    assert con.execute("SELECT name, ts_ns, dur_ns FROM event_rows").fetchall() == [("c", 7000, 1000)]
+    con.close()
