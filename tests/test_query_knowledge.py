@@ -230,3 +230,28 @@ def test_a_new_verdict_query_is_one_sql_file(ep_db, tmp_path):
     trace = json.loads(out.read_text(encoding="utf-8"))
     assert trace["otherData"]["slowcard"]["slow_ranks"] == {"3": "busy-rank@v1: user-flagged"}
     assert any(e.get("name") == "busy-rank@v1 FAIL" for e in trace["traceEvents"])
+
+
+# ---------------------------------------------------------------- docs/queries.md from the headers
+
+def test_docs_queries_md_is_generated_from_the_headers():
+    from slowcard.catalog_doc import catalog_markdown
+
+    doc = PACKAGE.parent / "docs" / "queries.md"
+    want = catalog_markdown(CATALOG)
+    assert doc.read_text(encoding="utf-8") == want, (
+        "docs/queries.md differs from the query headers; rewrite it with "
+        "`python -m slowcard list --format markdown > docs/queries.md`")
+    res = CliRunner().invoke(app, ["list", "--format", "markdown"])
+    assert res.exit_code == 0 and res.stdout == want
+    for q in CATALOG.values():          # every query has its section, with its version and rule
+        assert f"## {q.name} (v{q.version}, {q.role})" in want and q.rule_text in want
+
+
+def test_changelog_lists_every_query_version():
+    """Each query's current version above 1 is explained under "Query versions" in CHANGELOG.md."""
+    text = (PACKAGE.parent / "CHANGELOG.md").read_text(encoding="utf-8")
+    assert "### Query versions" in text
+    missing = [f"`{q.name}` v{q.version}" for q in CATALOG.values()
+               if q.version > 1 and f"`{q.name}` v{q.version}" not in text]
+    assert not missing, "CHANGELOG.md: add these under 'Query versions': " + ", ".join(missing)
