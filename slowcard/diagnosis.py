@@ -71,13 +71,13 @@ def conclude(results: dict) -> dict:
     ran = [r for r in results.values() if r.status not in (Status.SKIP, Status.ERROR)]
     errors = [f"{r.query}: {r.summary}" for r in results.values() if r.status == Status.ERROR]
     if not ran:
-        return {"status": "SKIP", "headline": "Nothing to diagnose: no query found its tables in this run",
+        return {"status": str(Status.SKIP), "headline": "Nothing to diagnose: no query found its tables in this run",
                 "slow_cards": [], "cause": None, "evidence": "; ".join(errors),
                 "next_step": "ingest traces (Kineto / Ascend), operator CSVs, service CSVs or expert data",
                 "query": None}
     speakers = [r for r in ran if r.spec is not None and r.spec.is_verdict and r.spec.priority is not None]
     reports = [r.query for r in ran if r.spec is not None and not r.spec.is_verdict]
-    return {"status": "PASS", "headline": "No slow card: no verdict query flags a rank, DP domain or expert",
+    return {"status": str(Status.PASS), "headline": "No slow card: no verdict query flags a rank, DP domain or expert",
             "slow_cards": [], "cause": None,
             "evidence": "; ".join(f"{r.query}@v{r.version} {r.status}" for r in speakers),
             "next_step": "if the service is still slow, look outside MoE/DP balance (host overhead, "
