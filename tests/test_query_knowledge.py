@@ -231,6 +231,11 @@ def test_a_new_verdict_query_is_one_sql_file(ep_db, tmp_path):
     assert trace["otherData"]["slowcard"]["slow_ranks"] == {"3": "busy-rank@v1: user-flagged"}
     assert any(e.get("name") == "busy-rank@v1 FAIL" for e in trace["traceEvents"])
 
+    cmp = runner.invoke(app, ["compare", "bal", "bal", "--db", str(db), "--sql-dir", str(sql), "-f", "json"])
+    doc = json.loads(cmp.stdout)
+    assert doc["slow_cards_a"] == doc["slow_cards_b"] == ["rank 3 user-flagged"]
+    assert doc["verdicts"][0]["query"] == "busy-rank@v1" and doc["verdicts"][0]["flagged_b"] == ["rank 3 user-flagged"]
+
 
 # ---------------------------------------------------------------- docs/queries.md from the headers
 
