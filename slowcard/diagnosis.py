@@ -33,7 +33,7 @@ class Diagnosis:
 
     def to_dict(self) -> dict:
         return {"run": self.run, "status": str(self.status), "conclusion": self.conclusion,
-                "results": [r.to_dict() for r in self.results.values()]}
+                "results": [findings_mod.result_dict(r) for r in self.results.values()]}
 
 
 def ordered(catalog: dict) -> list:

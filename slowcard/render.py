@@ -70,7 +70,9 @@ def totals_line(results) -> str:
 
 def render_results(results, fmt: str = "table", limit: int = 20) -> str:
     if fmt == "json":
-        return to_json([r.to_dict() for r in results])
+        from .findings import result_dict
+
+        return to_json([result_dict(r) for r in results])
     if fmt == "csv":
         out = io.StringIO()
         w = csv.writer(out)

@@ -212,6 +212,9 @@ def test_a_new_verdict_query_is_one_sql_file(ep_db, tmp_path):
     doc = json.loads(diag.stdout)
     assert diag.exit_code == 1
     assert doc["results"][0]["query"] == "busy-rank" and doc["results"][0]["status"] == "FAIL"
+    assert [(f["level"], f["subject"], f["cause"]) for f in doc["results"][0]["findings"]] == [
+        ("FAIL", {"rank": 3}, "user-flagged")]
+    assert all("findings" not in r for r in doc["results"] if r["rule"] == "none")
     assert doc["conclusion"]["query"] == "busy-rank@v1" and doc["conclusion"]["slow_cards"] == ["rank 3"]
     assert doc["conclusion"]["cause"] == "user-flagged" and doc["conclusion"]["next_step"] == "ask the user"
 
