@@ -76,10 +76,17 @@ def conclude(results: dict) -> dict:
                 "next_step": "ingest traces (Kineto / Ascend), operator CSVs, service CSVs or expert data",
                 "query": None}
     speakers = [r for r in ran if r.spec is not None and r.spec.is_verdict and r.spec.priority is not None]
-    reports = [r.query for r in ran if r.spec is not None and not r.spec.is_verdict]
+    # the reports behind the report's figures that have data for this run
+    reports = [r.query for r in ran if r.spec is not None and not r.spec.is_verdict
+               and any(s.startswith("report.") for s in r.spec.shows)]
     return {"status": str(Status.PASS), "headline": "No slow card: no verdict query flags a rank, DP domain or expert",
             "slow_cards": [], "cause": None,
             "evidence": "; ".join(f"{r.query}@v{r.version} {r.status}" for r in speakers),
             "next_step": "if the service is still slow, look outside MoE/DP balance (host overhead, "
-                         "scheduling, memory) — see " + (", ".join(reports) or "the report queries"),
+                         "scheduling, memory) — see " + (_and(reports) or "the report queries"),
             "query": None}
+
+
+def _and(items: list[str]) -> str:
+    """"a", "a and b", "a, b and c"."""
+    return " and ".join([", ".join(items[:-1]), items[-1]]) if len(items) > 1 else "".join(items)

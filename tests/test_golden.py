@@ -63,6 +63,9 @@ CASES = {
     "real_ep_noise_hot_r5_w6": ("realdata", "kineto_cpu_ep_noise/hot_r5_w6"),
     "real_ep_noise_slow_r3_w4": ("realdata", "kineto_cpu_ep_noise/slow_r3_w4"),
     "real_ep_noise_bal_w4": ("realdata", "kineto_cpu_ep_noise/bal_w4"),
+    "real_ep_noise_bal_w6": ("realdata", "kineto_cpu_ep_noise/bal_w6"),
+    "real_ep_noise_mild15_r0_w4": ("realdata", "kineto_cpu_ep_noise/mild15_r0_w4"),
+    "real_ep_noise_mild25_r2_w6": ("realdata", "kineto_cpu_ep_noise/mild25_r2_w6"),
 }
 
 RESULT_KEYS = ("query", "version", "status", "summary", "columns", "rows", "params", "rule")
