@@ -123,7 +123,26 @@ def golden_path(case: str) -> Path:
 
 
 def dump(doc: dict) -> str:
-    return json.dumps(doc, indent=1, ensure_ascii=False, sort_keys=False) + "\n"
+    """JSON with one line per query field and per row, so a changed row is a one-line diff."""
+    def j(v):
+        return json.dumps(v, ensure_ascii=False)
+
+    out = ["{", f' "run": {j(doc["run"])},', f' "status": {j(doc["status"])},',
+           ' "conclusion": ' + json.dumps(doc["conclusion"], indent=1, ensure_ascii=False).replace("\n", "\n ") + ",",
+           ' "results": {']
+    names = list(doc["results"])
+    for i, name in enumerate(names):
+        res = doc["results"][name]
+        out.append(f"  {j(name)}: {{")
+        out += [f"   {j(k)}: {j(v)}," for k, v in res.items() if k != "rows"]
+        rows = res["rows"]
+        out.append('   "rows": [' + ("" if rows else "]"))
+        out += [f"    {j(r)}{',' if n < len(rows) - 1 else ''}" for n, r in enumerate(rows)]
+        if rows:
+            out.append("   ]")
+        out.append("  }" + ("," if i < len(names) - 1 else ""))
+    out += [" }", "}"]
+    return "\n".join(out) + "\n"
 
 
 @pytest.mark.parametrize("case", list(CASES))
