@@ -142,14 +142,25 @@ def _print_catalog(catalog):
 
 
 @app.command("list")
-def list_queries(sql_dir: SqlDirOption = None):
+def list_queries(
+    sql_dir: SqlDirOption = None,
+    fmt: str = typer.Option("table", "--format", "-f", help="table | markdown (the page docs/queries.md)"),
+):
     """List every query with its version, role, verdict rule, subject, priority, where it shows,
     and description (in diagnosis order).
 
     Example:
         slowcard list
+        slowcard list --format markdown > docs/queries.md
     """
-    _print_catalog(queries_mod.load_catalog(sql_dir))
+    check_format(fmt, ("table", "markdown"))
+    catalog = queries_mod.load_catalog(sql_dir)
+    if fmt == "markdown":
+        from .catalog_doc import catalog_markdown
+
+        typer.echo(catalog_markdown(catalog), nl=False)
+    else:
+        _print_catalog(catalog)
 
 
 @app.command()

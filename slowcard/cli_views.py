@@ -14,6 +14,7 @@ import typer
 
 from . import queries as queries_mod
 from .cli_common import DEFAULT_DB, DbOption, RunOption, SqlDirOption, fail, pick_run
+from .verdict import Status
 
 
 def _results(con, run: str, sql_dir) -> tuple[dict, dict, dict]:
@@ -139,7 +140,7 @@ def register(app: typer.Typer) -> None:
                 f.write(page.encode("utf-8"))
         except OSError as exc:
             fail(f"{out}: cannot write the report ({exc.strerror or exc})", 2)
-        bad = sorted(r.query for r in results.values() if r.status == "ERROR")
+        bad = sorted(r.query for r in results.values() if r.status == Status.ERROR)
         typer.echo(f"wrote {out} (run {chosen!r}, {len(page) / 1e6:.1f} MB)")
         if bad:
             typer.echo(f"warning: these queries ended in ERROR and show as such in the report: {', '.join(bad)}",

@@ -33,7 +33,7 @@ class Diagnosis:
 
     def to_dict(self) -> dict:
         return {"run": self.run, "status": str(self.status), "conclusion": self.conclusion,
-                "results": [r.to_dict() for r in self.results.values()]}
+                "results": [findings_mod.result_dict(r) for r in self.results.values()]}
 
 
 def ordered(catalog: dict) -> list:
@@ -71,15 +71,22 @@ def conclude(results: dict) -> dict:
     ran = [r for r in results.values() if r.status not in (Status.SKIP, Status.ERROR)]
     errors = [f"{r.query}: {r.summary}" for r in results.values() if r.status == Status.ERROR]
     if not ran:
-        return {"status": "SKIP", "headline": "Nothing to diagnose: no query found its tables in this run",
+        return {"status": str(Status.SKIP), "headline": "Nothing to diagnose: no query found its tables in this run",
                 "slow_cards": [], "cause": None, "evidence": "; ".join(errors),
                 "next_step": "ingest traces (Kineto / Ascend), operator CSVs, service CSVs or expert data",
                 "query": None}
     speakers = [r for r in ran if r.spec is not None and r.spec.is_verdict and r.spec.priority is not None]
-    reports = [r.query for r in ran if r.spec is not None and not r.spec.is_verdict]
-    return {"status": "PASS", "headline": "No slow card: no verdict query flags a rank, DP domain or expert",
+    # the reports behind the report's figures that have data for this run
+    reports = [r.query for r in ran if r.spec is not None and not r.spec.is_verdict
+               and any(s.startswith("report.") for s in r.spec.shows)]
+    return {"status": str(Status.PASS), "headline": "No slow card: no verdict query flags a rank, DP domain or expert",
             "slow_cards": [], "cause": None,
             "evidence": "; ".join(f"{r.query}@v{r.version} {r.status}" for r in speakers),
             "next_step": "if the service is still slow, look outside MoE/DP balance (host overhead, "
-                         "scheduling, memory) — see " + (", ".join(reports) or "the report queries"),
+                         "scheduling, memory) — see " + (_and(reports) or "the report queries"),
             "query": None}
+
+
+def _and(items: list[str]) -> str:
+    """"a", "a and b", "a, b and c"."""
+    return " and ".join([", ".join(items[:-1]), items[-1]]) if len(items) > 1 else "".join(items)

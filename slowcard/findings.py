@@ -118,6 +118,16 @@ def slow_ranks(results: dict, shown_in: str | None = None) -> dict[int, Finding]
     return out
 
 
+def result_dict(result) -> dict:
+    """``result.to_dict()`` plus, for a verdict, its ``findings`` (level, subject, label, cause,
+    next step, cost): the JSON of `slowcard query` and `slowcard diagnose`."""
+    out = result.to_dict()
+    spec = getattr(result, "spec", None)
+    if spec is not None and spec.is_verdict:
+        out["findings"] = [f.to_dict() for f in findings(result)]
+    return out
+
+
 def evidence(f: Finding, subject_columns) -> str:
     """The finding's numbers as ``col=value, …`` (subject and text columns left out)."""
     from .verdict import fmt_value

@@ -325,7 +325,7 @@ class Result:
     query: str
     version: int
     run: str
-    status: str
+    status: verdict_mod.Status      # a str too: "PASS", "FAIL", …
     summary: str
     columns: list[str] = field(default_factory=list)
     rows: list[dict] = field(default_factory=list)

@@ -11,6 +11,8 @@ from decimal import Decimal
 
 from tabulate import tabulate
 
+from .verdict import Status
+
 FORMATS = ("table", "json", "csv", "markdown")
 
 
@@ -59,15 +61,18 @@ def result_table(res, fmt: str = "simple", limit: int = 20) -> str:
 
 
 def totals_line(results) -> str:
-    counts = {s: 0 for s in ("PASS", "WARN", "FAIL", "ERROR", "SKIP", "INFO")}
+    """``FAIL=1 ERROR=0 WARN=0 PASS=2 INFO=3 SKIP=4``: how many results per status, worst first."""
+    counts = {str(s): 0 for s in Status}
     for r in results:
-        counts[r.status] = counts.get(r.status, 0) + 1
+        counts[str(r.status)] = counts.get(str(r.status), 0) + 1
     return " ".join(f"{k}={v}" for k, v in counts.items())
 
 
 def render_results(results, fmt: str = "table", limit: int = 20) -> str:
     if fmt == "json":
-        return to_json([r.to_dict() for r in results])
+        from .findings import result_dict
+
+        return to_json([result_dict(r) for r in results])
     if fmt == "csv":
         out = io.StringIO()
         w = csv.writer(out)

@@ -47,9 +47,7 @@ def test_debug_reraises_the_library_error():
 def test_debug_anywhere_through_the_console_entry_point(monkeypatch):
     from slowcard import cli
 
-    # setenv first: main() sets SLOWCARD_DEBUG=1 for the process, and monkeypatch must undo it
-    # (delenv of an unset variable records nothing to restore, and the later tests would re-raise)
-    monkeypatch.setenv("SLOWCARD_DEBUG", "0")
+    monkeypatch.setenv("SLOWCARD_DEBUG", "0")      # main() sets it to 1; undone after the test
     monkeypatch.setattr(sys, "argv", ["slowcard", "query", "ep-slow-rnak", "--debug"])
     with pytest.raises(UsageError):
         cli.main()

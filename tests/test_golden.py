@@ -63,6 +63,9 @@ CASES = {
     "real_ep_noise_hot_r5_w6": ("realdata", "kineto_cpu_ep_noise/hot_r5_w6"),
     "real_ep_noise_slow_r3_w4": ("realdata", "kineto_cpu_ep_noise/slow_r3_w4"),
     "real_ep_noise_bal_w4": ("realdata", "kineto_cpu_ep_noise/bal_w4"),
+    "real_ep_noise_bal_w6": ("realdata", "kineto_cpu_ep_noise/bal_w6"),
+    "real_ep_noise_mild15_r0_w4": ("realdata", "kineto_cpu_ep_noise/mild15_r0_w4"),
+    "real_ep_noise_mild25_r2_w6": ("realdata", "kineto_cpu_ep_noise/mild25_r2_w6"),
 }
 
 RESULT_KEYS = ("query", "version", "status", "summary", "columns", "rows", "params", "rule")
@@ -120,7 +123,26 @@ def golden_path(case: str) -> Path:
 
 
 def dump(doc: dict) -> str:
-    return json.dumps(doc, indent=1, ensure_ascii=False, sort_keys=False) + "\n"
+    """JSON with one line per query field and per row, so a changed row is a one-line diff."""
+    def j(v):
+        return json.dumps(v, ensure_ascii=False)
+
+    out = ["{", f' "run": {j(doc["run"])},', f' "status": {j(doc["status"])},',
+           ' "conclusion": ' + json.dumps(doc["conclusion"], indent=1, ensure_ascii=False).replace("\n", "\n ") + ",",
+           ' "results": {']
+    names = list(doc["results"])
+    for i, name in enumerate(names):
+        res = doc["results"][name]
+        out.append(f"  {j(name)}: {{")
+        out += [f"   {j(k)}: {j(v)}," for k, v in res.items() if k != "rows"]
+        rows = res["rows"]
+        out.append('   "rows": [' + ("" if rows else "]"))
+        out += [f"    {j(r)}{',' if n < len(rows) - 1 else ''}" for n, r in enumerate(rows)]
+        if rows:
+            out.append("   ]")
+        out.append("  }" + ("," if i < len(names) - 1 else ""))
+    out += [" }", "}"]
+    return "\n".join(out) + "\n"
 
 
 @pytest.mark.parametrize("case", list(CASES))

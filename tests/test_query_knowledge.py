@@ -64,8 +64,6 @@ def test_every_builtin_query_declares_role_order_and_verdict_metadata():
     for q in CATALOG.values():
         assert q.order < queries.DEFAULT_ORDER, f"{q.name}: no `-- order:`"
         assert q.role == ("report" if q.rule is None else "verdict")
-        if q.is_verdict and q.priority is not None:
-            assert q.subject or q.name, q.name
     verdicts = [q for q in CATALOG.values() if q.is_verdict and q.priority is not None]
     assert len({q.priority for q in verdicts}) == len(verdicts), "two verdicts share a priority"
     assert len({q.order for q in CATALOG.values()}) == len(CATALOG), "two queries share an order"
@@ -212,6 +210,9 @@ def test_a_new_verdict_query_is_one_sql_file(ep_db, tmp_path):
     doc = json.loads(diag.stdout)
     assert diag.exit_code == 1
     assert doc["results"][0]["query"] == "busy-rank" and doc["results"][0]["status"] == "FAIL"
+    assert [(f["level"], f["subject"], f["cause"]) for f in doc["results"][0]["findings"]] == [
+        ("FAIL", {"rank": 3}, "user-flagged")]
+    assert all("findings" not in r for r in doc["results"] if r["rule"] == "none")
     assert doc["conclusion"]["query"] == "busy-rank@v1" and doc["conclusion"]["slow_cards"] == ["rank 3"]
     assert doc["conclusion"]["cause"] == "user-flagged" and doc["conclusion"]["next_step"] == "ask the user"
 
@@ -230,3 +231,33 @@ def test_a_new_verdict_query_is_one_sql_file(ep_db, tmp_path):
     trace = json.loads(out.read_text(encoding="utf-8"))
     assert trace["otherData"]["slowcard"]["slow_ranks"] == {"3": "busy-rank@v1: user-flagged"}
     assert any(e.get("name") == "busy-rank@v1 FAIL" for e in trace["traceEvents"])
+
+    cmp = runner.invoke(app, ["compare", "bal", "bal", "--db", str(db), "--sql-dir", str(sql), "-f", "json"])
+    doc = json.loads(cmp.stdout)
+    assert doc["slow_cards_a"] == doc["slow_cards_b"] == ["rank 3 user-flagged"]
+    assert doc["verdicts"][0]["query"] == "busy-rank@v1" and doc["verdicts"][0]["flagged_b"] == ["rank 3 user-flagged"]
+
+
+# ---------------------------------------------------------------- docs/queries.md from the headers
+
+def test_docs_queries_md_is_generated_from_the_headers():
+    from slowcard.catalog_doc import catalog_markdown
+
+    doc = PACKAGE.parent / "docs" / "queries.md"
+    want = catalog_markdown(CATALOG)
+    assert doc.read_text(encoding="utf-8") == want, (
+        "docs/queries.md differs from the query headers; rewrite it with "
+        "`python -m slowcard list --format markdown > docs/queries.md`")
+    res = CliRunner().invoke(app, ["list", "--format", "markdown"])
+    assert res.exit_code == 0 and res.stdout == want
+    for q in CATALOG.values():          # every query has its section, with its version and rule
+        assert f"## {q.name} (v{q.version}, {q.role})" in want and q.rule_text in want
+
+
+def test_changelog_lists_every_query_version():
+    """Each query's current version above 1 is explained under "Query versions" in CHANGELOG.md."""
+    text = (PACKAGE.parent / "CHANGELOG.md").read_text(encoding="utf-8")
+    assert "### Query versions" in text
+    missing = [f"`{q.name}` v{q.version}" for q in CATALOG.values()
+               if q.version > 1 and f"`{q.name}` v{q.version}" not in text]
+    assert not missing, "CHANGELOG.md: add these under 'Query versions': " + ", ".join(missing)
