@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import random
 import resource
 import signal
 import subprocess
@@ -42,36 +41,42 @@ def _committed(db: Path) -> dict[str, tuple[int, int]]:
         con.close()
 
 
+# Kill points (store.fault_point, SLOWCARD_FAULT=NAME:N): the Nth time the ingest reaches NAME it
+# SIGKILLs itself, so each kill lands exactly where the test means it to, never after a guessed
+# sleep. (point, n, files committed when it dies): "pending" is before a file's rows are written,
+# "commit" inside its commit transaction, "committed" just after the commit.
+KILL_POINTS = [("pending", 1, 0), ("pending", 4, 3), ("commit", 2, 1), ("committed", 5, 5), ("commit", 8, 7)]
+
+
 def test_kill_9_mid_ingest_keeps_exactly_the_committed_files(tmp_path, many_files):
     folder, paths = many_files
     db = tmp_path / "k.duckdb"
-    rng = random.Random(7)
-    for attempt in range(4):
-        proc = subprocess.Popen(CLI + ["ingest", str(folder), "--db", str(db), "--run", "r", "-q"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(0.8, 3.0))
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-        if not db.exists():
-            continue
+    for point, n, committed in KILL_POINTS:
+        if db.exists():
+            db.unlink()
+        env = {**os.environ, "SLOWCARD_FAULT": f"{point}:{n}"}
+        proc = subprocess.run(CLI + ["ingest", str(folder), "--db", str(db), "--run", "r", "-q"],
+                              env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == -signal.SIGKILL, (point, n, proc.returncode, proc.stderr)
         state = _committed(db)           # opens: WAL replayed, pending rows of the dead ingest removed
+        assert len(state) == committed, (point, n, sorted(state))
         for path, (kept, visible) in state.items():
-            assert kept == visible, f"attempt {attempt}: {path} has {visible} rows visible, {kept} committed"
+            assert kept == visible and kept > 0, f"{point}:{n}: {path} has {visible} rows visible, {kept} committed"
         con = duckdb.connect(str(db))
         orphans = con.execute("SELECT count(*) FROM event_rows WHERE source_id NOT IN "
                               "(SELECT source_id FROM sources)").fetchone()[0]
         con.close()
-        assert orphans == 0
-    # Re-running the same ingest completes the rest, without duplicates.
-    done = subprocess.run(CLI + ["ingest", str(folder), "--db", str(db), "--run", "r", "-q"],
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    state = _committed(db)
-    assert sorted(state) == sorted(str(p.resolve()) for p in paths)
-    assert all(kept == visible and kept > 0 for kept, visible in state.values())
-    con = store.open_db(db)
-    assert con.execute("SELECT count(*) FROM sources WHERE run = 'r'").fetchone()[0] == len(paths)
-    con.close()
+        assert orphans == 0, (point, n)
+        # Re-running the same ingest completes the rest, without duplicates.
+        done = subprocess.run(CLI + ["ingest", str(folder), "--db", str(db), "--run", "r", "-q"],
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        state = _committed(db)
+        assert sorted(state) == sorted(str(p.resolve()) for p in paths)
+        assert all(kept == visible and kept > 0 for kept, visible in state.values())
+        con = store.open_db(db)
+        assert con.execute("SELECT count(*) FROM sources WHERE run = 'r'").fetchone()[0] == len(paths)
+        con.close()
 
 
 HOLD = """
@@ -121,9 +126,18 @@ def test_writer_that_frees_the_lock_in_time_is_waited_for(tmp_path, many_files):
     store.open_db(db).close()
     holder = _hold_lock(db, 1.5)
     try:
+        t0 = time.monotonic()
         con = store.connect(db, wait_s=30)
+        waited = time.monotonic() - t0
+        # it got the database only once the holder had let go: the holder has exited by now
+        # (the lock goes with its process), and the connect waited for it rather than failing
+        assert holder.wait(timeout=10) == 0
+        assert waited >= 1.0, waited
+        assert con.execute("SELECT count(*) FROM sources").fetchone()[0] == 0
         con.close()
     finally:
+        if holder.poll() is None:
+            holder.kill()
         holder.wait()
         holder.stdout.close()
     with pytest.raises(DatabaseBusy):
