@@ -9,6 +9,7 @@ Exit codes (the contract the README documents):
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -377,7 +378,16 @@ def main():
         sys.argv.remove("--debug")
         os.environ["SLOWCARD_DEBUG"] = "1"
     _env_warnings()
+    signal.signal(signal.SIGINT, _on_interrupt)
     app()
+
+
+def _on_interrupt(signum, frame):
+    """Ctrl-C: one line, then typer exits with 130 (the code of SIGINT, not 1 "a file failed");
+    what committed before stays, and the file being written is removed at the next open."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)     # a second Ctrl-C is not delayed
+    sys.stderr.write("interrupted (Ctrl-C); what was committed before it is kept\n")
+    raise KeyboardInterrupt
 
 
 def _env_warnings():

@@ -390,3 +390,78 @@ def test_14_boolean_rank_and_times_are_not_numbers(tmp_path):
     assert con.execute("SELECT rank, world_size, rows_kept, rows_dropped FROM sources").fetchone() == (None, None, 1, 2)
     assert con.execute("SELECT name, ts_ns, dur_ns FROM event_rows").fetchall() == [("c", 7000, 1000)]
     con.close()
+
+
+# --- 12: a query is one statement and leaves nothing behind -------------------------------------
+
+_USER_QUERY = """-- name: {name}
+-- version: 1
+-- description: a user query
+-- requires: events
+-- verdict: warn if rows > 0
+-- summary: rank {{rank}}
+{body}
+"""
+
+
+def _user_query(folder: Path, name: str, body: str):
+    from slowcard import queries
+
+    folder.mkdir(exist_ok=True)
+    p = folder / f"{name}.sql"
+    p.write_text(_USER_QUERY.format(name=name, body=body))
+    return queries.parse_query(p)
+
+
+def test_12_several_statements_are_refused_and_temp_objects_do_not_survive(tmp_path, run4):
+    from slowcard import queries
+
+    _, paths = run4
+    db = tmp_path / "q.duckdb"
+    assert _cli("ingest", *paths, "--db", db, "--run", "r", "-q").returncode == 0
+    user = tmp_path / "mine"
+    multi = _user_query(user, "two-statements",
+                        "CREATE TEMP TABLE moe_layer_facts AS SELECT * FROM moe_layer_facts WHERE false;\n"
+                        "SELECT rank FROM events WHERE run = $run LIMIT 0")
+    shadow = _user_query(user, "shadow",
+                         "CREATE TEMP TABLE moe_layer_facts AS SELECT * FROM moe_layer_facts WHERE false AND $run = ''")
+    macro = _user_query(user, "macro", "CREATE TEMP MACRO slow_rank() AS 1 + length($run)")
+    builtin = queries.find(queries.load_catalog(None), "ep-slow-rank")
+    con = queries.open_readonly(db)
+    try:
+        before = queries.run_query(con, builtin, "r")
+        res = queries.run_query(con, multi, "r")
+        assert res.status == "ERROR" and "2 SQL statements" in res.summary
+        queries.run_query(con, shadow, "r")
+        queries.run_query(con, macro, "r")
+        after = queries.run_query(con, builtin, "r")
+        assert (after.status, after.rows) == (before.status, before.rows) and after.status != "SKIP"
+        assert not con.execute("SELECT count(*) FROM duckdb_tables() WHERE temporary").fetchone()[0]
+        assert not con.execute("SELECT count(*) FROM duckdb_functions() WHERE function_name = 'slow_rank'"
+                               ).fetchone()[0]
+    finally:
+        con.close()
+
+
+# --- 8: a query stops at its time limit and on Ctrl-C ---------------------------------------------
+
+_HEAVY = "SELECT count(*) AS rank FROM range(200000) a, range(200000) b WHERE hash(a.range + b.range) = 0 AND $run <> ''"
+
+
+def test_8_query_time_limit_and_ctrl_c(tmp_path, run4):
+    import time
+
+    _, paths = run4
+    db = tmp_path / "q.duckdb"
+    assert _cli("ingest", *paths, "--db", db, "--run", "r", "-q").returncode == 0
+    _user_query(tmp_path / "mine", "heavy", _HEAVY)
+    t0 = time.monotonic()
+    res = _cli("query", "heavy", "--sql-dir", tmp_path / "mine", "--db", db,
+               env={"SLOWCARD_QUERY_TIMEOUT": "1"})
+    assert res.returncode == 1 and "stopped after 1 s (SLOWCARD_QUERY_TIMEOUT" in res.stdout, res.stdout + res.stderr
+    assert time.monotonic() - t0 < 30
+    # Ctrl-C while DuckDB runs the statement (the hook sends SIGINT right after it started)
+    t0 = time.monotonic()
+    res = _cli("query", "heavy", "--sql-dir", tmp_path / "mine", "--db", db, env={"SLOWCARD_FAULT": "query:1:INT"})
+    assert res.returncode == 130 and "interrupted" in res.stderr and "Traceback" not in res.stderr, res.stderr
+    assert time.monotonic() - t0 < 30
