@@ -364,6 +364,13 @@ def isolated_select(con, body: str, params: dict) -> tuple[list[str], list]:
     return out["columns"], out["rows"]
 
 
+def _query_memory() -> str:
+    import os
+
+    value = os.environ.get("SLOWCARD_QUERY_MEMORY", "").strip() or "4GB"
+    return value.replace("'", "")
+
+
 def _stop(cur, worker) -> None:
     """Interrupt the cursor until its thread ends (an interrupt that comes before DuckDB has
     started the statement is lost, so one is not enough)."""
@@ -390,6 +397,13 @@ def open_readonly(db_path: str | Path):
     from . import store
 
     con = store.open_db(db_path, read_only=True)
+    # A bound on what one query may hold in memory (DuckDB spills or fails the query past it,
+    # instead of growing to 80% of RAM); SLOWCARD_QUERY_MEMORY overrides it (e.g. 8GB).
+    try:
+        con.execute(f"SET memory_limit = '{_query_memory()}'")
+    except duckdb.Error as exc:
+        con.close()
+        raise UsageError(f"SLOWCARD_QUERY_MEMORY: {str(exc).splitlines()[0]}") from None
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
     return con

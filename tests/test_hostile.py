@@ -465,3 +465,15 @@ def test_8_query_time_limit_and_ctrl_c(tmp_path, run4):
     res = _cli("query", "heavy", "--sql-dir", tmp_path / "mine", "--db", db, env={"SLOWCARD_FAULT": "query:1:INT"})
     assert res.returncode == 130 and "interrupted" in res.stderr and "Traceback" not in res.stderr, res.stderr
     assert time.monotonic() - t0 < 30
+
+
+def test_8_query_memory_limit(tmp_path, run4):
+    _, paths = run4
+    db = tmp_path / "q.duckdb"
+    assert _cli("ingest", *paths[:1], "--db", db, "--run", "r", "-q").returncode == 0
+    _user_query(tmp_path / "mine", "greedy",
+                "SELECT length(string_agg(repeat('x', 1000), ',')) AS rank FROM range(2000000) WHERE $run <> ''")
+    res = _cli("query", "greedy", "--sql-dir", tmp_path / "mine", "--db", db, env={"SLOWCARD_QUERY_MEMORY": "64MB"})
+    assert res.returncode == 1 and "ERROR" in res.stdout and "memory" in res.stdout.lower(), res.stdout + res.stderr
+    bad = _cli("query", "--db", db, env={"SLOWCARD_QUERY_MEMORY": "lots"})
+    assert bad.returncode == 2 and "SLOWCARD_QUERY_MEMORY" in bad.stderr and "Traceback" not in bad.stderr
