@@ -20,7 +20,7 @@ from pathlib import Path
 
 import duckdb
 
-from . import taxonomy
+from . import taxonomy, tempspace
 from .errors import DatabaseBusy, UsageError
 
 SCHEMA_VERSION = "1"
@@ -262,6 +262,8 @@ def open_db(path: str | Path, read_only: bool = False, wait_s: float | None = No
         raise
     apply_schema(con)
     clean_pending(con)
+    # Temp folders of killed ingests: part files in /dev/shm, Dask staging beside the database.
+    tempspace.clean_stale(tempspace.default_roots() + [path.resolve().parent])
     return con
 
 

@@ -477,3 +477,31 @@ def test_8_query_memory_limit(tmp_path, run4):
     assert res.returncode == 1 and "ERROR" in res.stdout and "memory" in res.stdout.lower(), res.stdout + res.stderr
     bad = _cli("query", "--db", db, env={"SLOWCARD_QUERY_MEMORY": "lots"})
     assert bad.returncode == 2 and "SLOWCARD_QUERY_MEMORY" in bad.stderr and "Traceback" not in bad.stderr
+
+
+# --- 11: temp space of a killed process is cleaned at the next start ----------------------------
+
+def test_11_temp_folders_of_a_killed_ingest_are_removed_at_the_next_start(tmp_path, run4):
+    import glob
+
+    from slowcard import tempspace
+
+    _, paths = run4
+    db = tmp_path / "t.duckdb"
+    proc = subprocess.Popen(CLI + ["ingest", str(paths[0]), "--db", str(db), "-q"],
+                            env={**os.environ, "SLOWCARD_FAULT": "parts:1"},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    assert proc.wait(120) == -9
+    roots = [str(r) for r in tempspace.default_roots()]
+    left = [p for r in roots for p in glob.glob(f"{r}/slowcard-part-*-{proc.pid}-*")]
+    assert left, "the kill did not land while the part folder existed"
+    # a stale folder of a dead process beside the database (a killed Dask ingest's staging)
+    stale = tmp_path / f".slowcard-dask-{tempspace._host()}-{proc.pid}-abc123"
+    stale.mkdir()
+    (stale / "part.parquet").write_bytes(b"x" * 1000)
+    # ... and a folder of a live process, which must stay
+    live = tempspace.make_dir("part", tmp_path)
+    assert _cli("ingest", paths[1], "--db", db, "-q").returncode == 0
+    assert not [p for p in left if os.path.exists(p)] and not stale.exists()
+    assert live.exists()
+    live.rmdir()
