@@ -505,3 +505,16 @@ def test_11_temp_folders_of_a_killed_ingest_are_removed_at_the_next_start(tmp_pa
     assert not [p for p in left if os.path.exists(p)] and not stale.exists()
     assert live.exists()
     live.rmdir()
+
+
+# --- 6: resources stay bounded -------------------------------------------------------------------
+
+def test_6_huge_world_size_is_reported_without_building_every_rank(tmp_path):
+    import resource
+
+    f = tmp_path / "t.json"
+    f.write_text('{"distributedInfo": {"rank": 3, "world_size": 1000000000}, ' + _ONE_EVENT)
+    res = _cli("ingest", f, "--db", tmp_path / "w.duckdb", "-q", timeout=60,
+               preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30)))
+    assert res.returncode == 0, res.stderr
+    assert "world_size is 1000000000 but 999999999 ranks are missing (0, 1, 2, 4, 5" in res.stderr
