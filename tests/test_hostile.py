@@ -518,3 +518,41 @@ def test_6_huge_world_size_is_reported_without_building_every_rank(tmp_path):
                preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30)))
     assert res.returncode == 0, res.stderr
     assert "world_size is 1000000000 but 999999999 ranks are missing (0, 1, 2, 4, 5" in res.stderr
+
+
+_MAXRSS = """
+import resource, runpy, sys
+sys.argv = ["slowcard"] + sys.argv[1:]
+try:
+    runpy.run_module("slowcard", run_name="__main__")
+finally:
+    sys.stderr.write("maxrss_kb=%d\\n" % resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+def _bomb(path: Path, filler: bytes, inside_string: bool, mb: int = 256) -> None:
+    import gzip
+
+    ev = b'{"ph":"X","name":"a","ts":1,"dur":2,"pid":1,"tid":1}'
+    with gzip.open(path, "wb", compresslevel=1) as f:
+        f.write(b'{"traceEvents":[' + ev + b"," + (b'{"ph":"X","name":"' if inside_string else b""))
+        chunk = filler * (1 << 20)
+        for _ in range(mb):
+            f.write(chunk)
+        f.write((b'","ts":3,"dur":1,"pid":1,"tid":1},' if inside_string else b"") + ev + b"]}")
+
+
+@pytest.mark.parametrize("filler,inside_string", [(b" ", False), (b"A", True)])
+def test_6_gzip_bombs_stay_bounded_and_say_where_they_stopped(tmp_path, filler, inside_string):
+    f = tmp_path / "bomb.json.gz"
+    _bomb(f, filler, inside_string)
+    assert f.stat().st_size < 2 << 20
+    res = subprocess.run([sys.executable, "-c", _MAXRSS, "ingest", str(f), "--db", str(tmp_path / "b.duckdb"), "-q"],
+                         capture_output=True, text=True, timeout=120, env={**os.environ, "SLOWCARD_MAX_EVENT_MB": "32"})
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+    assert "no event boundary within 32 MB" in res.stderr and "SLOWCARD_MAX_EVENT_MB" in res.stderr
+    assert "slowcard-part" not in res.stderr          # no internal temp file named
+    rss_mb = int(res.stderr.split("maxrss_kb=")[1].split()[0]) / 1024
+    assert rss_mb < 1024, rss_mb
+    state = _state(tmp_path / "b.duckdb")
+    assert [v[0] for v in state.values()] == ["truncated"]

@@ -414,6 +414,7 @@ class _Ingest:
         self.carry_index = 0
         self.part_info: dict[str, tuple[bytes, str]] = {}   # part file -> (stripped separator, ts mode)
         self.max_abs_us = Decimal((1 << 63) - 1) / 1000
+        self.oversize: int | None = None     # byte where an event over options.max_event_bytes starts
 
     # -- bookkeeping -------------------------------------------------------------------------
     def _drop(self, reason: str, index: int, n: int = 1) -> None:
@@ -507,6 +508,10 @@ class _Ingest:
                 if cut <= 0:
                     if s.eof and hi >= len(s.buf):
                         break
+                    if want - target >= self.ctx.options.max_event_bytes:
+                        self.oversize = s.base         # stop here: memory stays bounded
+                        s.drop(len(s.buf))
+                        break
                     want += target     # no boundary before the target (one huge event): take more
                     continue
                 want = target
@@ -549,6 +554,9 @@ class _Ingest:
                 cut = _last_boundary(window, 0)
             if cut + lo <= 0:
                 if hi >= size - pos:
+                    break
+                if want - target >= self.ctx.options.max_event_bytes:
+                    self.oversize = pos                # stop here: memory stays bounded
                     break
                 want += target     # no boundary before the target (one huge event): take more
                 continue
@@ -1001,11 +1009,19 @@ class _Ingest:
                 size = os.fstat(fd).st_size
                 plain_parts, tail_at = self._plain_parts(fd, s.base + start, size)
                 self._insert_plain(fd, plain_parts)
-                tail = os.pread(fd, size - tail_at, tail_at)
+                tail = os.pread(fd, size - tail_at, tail_at) if self.oversize is None else b""
             store.fault_point("parts")           # crash tests: the temp folder exists here
             # Trailer keys can change the time base only if they come after the events
             # (on-demand Kineto): re-base what was inserted.
-            self._tail(tail or b"", object_form)
+            if self.oversize is None:
+                self._tail(tail or b"", object_form)
+            else:
+                self.carry = ""
+                self.status = "truncated"
+                self.notes.append(
+                    f"no event boundary within {self.ctx.options.max_event_bytes >> 20} MB after byte "
+                    f"{self.oversize} (one event or value that large, or a run of padding): the file "
+                    "was read up to there; SLOWCARD_MAX_EVENT_MB raises the limit")
             if s.error:
                 self.status = "truncated"
                 self.notes.append(f"{s.error}; kept what decompressed")
