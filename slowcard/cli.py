@@ -84,6 +84,10 @@ def ingest(
         _fail("--run and --run-per-folder exclude each other: with --run-per-folder each sub-folder names its run")
     try:
         batches = _run_batches(paths, run, run_per_folder)
+        from .ingest import prepare_batch
+
+        for batch_run, batch_paths in batches:     # usage errors before the database is created
+            prepare_batch(batch_paths, batch_run, rank_pattern, rank_map)
         reports = []
         for batch_run, batch_paths in batches:
             if executor == "dask":

@@ -556,3 +556,32 @@ def test_6_gzip_bombs_stay_bounded_and_say_where_they_stopped(tmp_path, filler, 
     assert rss_mb < 1024, rss_mb
     state = _state(tmp_path / "b.duckdb")
     assert [v[0] for v in state.values()] == ["truncated"]
+
+
+# --- 15: messages that say what the file is and what to do ----------------------------------------
+
+@pytest.mark.parametrize("kind,phrase", [("bz2", "bzip2-compressed"), ("xz", "xz-compressed"),
+                                         ("zlib", "raw zlib data"), ("utf16", "UTF-16 text"),
+                                         ("utf16le", "UTF-16 text")])
+def test_15_unknown_format_says_what_the_file_really_is(tmp_path, kind, phrase):
+    import bz2
+    import lzma
+    import zlib
+
+    text = "{" + _ONE_EVENT
+    data = {"bz2": lambda: bz2.compress(text.encode()), "xz": lambda: lzma.compress(text.encode()),
+            "zlib": lambda: zlib.compress(text.encode()), "utf16": lambda: text.encode("utf-16"),
+            "utf16le": lambda: text.encode("utf-16-le")}[kind]()
+    f = tmp_path / ("t.json" if kind.startswith("utf") else "t.json.gz")
+    f.write_bytes(data)
+    res = _cli("ingest", f, "--db", tmp_path / "u.duckdb", "-q")
+    assert res.returncode == 1 and phrase in res.stderr and str(f) in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize("args", [["{tmp}/missing.json"], ["{file}", "--rank-pattern", "("],
+                                  ["{file}", "--rank-map", "{tmp}/missing.csv"]])
+def test_15_usage_error_creates_no_database(tmp_path, run4, args):
+    db = tmp_path / "new.duckdb"
+    res = _cli("ingest", *[a.format(tmp=tmp_path, file=run4[1][0]) for a in args], "--db", db)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    assert not db.exists()

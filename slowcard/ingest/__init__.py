@@ -74,6 +74,32 @@ def read_head(path: Path, n: int = 1 << 16) -> bytes:
         return bytes(out)
 
 
+# Leading bytes of what a file may really be when no reader claims it (a .gz that is not gzip).
+_OTHER_CONTENT = ((b"BZh", "bzip2-compressed: decompress it with bunzip2"),
+                  (b"\xfd7zXZ\x00", "xz-compressed: decompress it with unxz"),
+                  (b"\x28\xb5\x2f\xfd", "zstd-compressed: decompress it with unzstd"),
+                  (b"PK\x03\x04", "a zip archive: unzip it"),
+                  (b"\xff\xfe", "UTF-16 text: convert it with iconv -f UTF-16 -t UTF-8"),
+                  (b"\xfe\xff", "UTF-16 text: convert it with iconv -f UTF-16 -t UTF-8"))
+
+
+def content_hint(path: Path) -> str:
+    """What the file looks like when no reader claims it, with what to do ('' when nothing)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+    except OSError:
+        return ""
+    for magic, what in _OTHER_CONTENT:
+        if head.startswith(magic):
+            return f"the file is {what}"
+    if len(head) >= 2 and head[0] == 0x78 and (head[0] << 8 | head[1]) % 31 == 0:
+        return "the file is raw zlib data (no gzip header): decompress it with pigz -dz or zlib.decompress in Python"
+    if len(head) >= 8 and (head[1::2].count(0) >= len(head) // 4 or head[0::2].count(0) >= len(head) // 4):
+        return "the file looks like UTF-16 text: convert it with iconv -f UTF-16 -t UTF-8"
+    return ""
+
+
 def detect(path: Path) -> tuple[object | None, str | None]:
     """(reader, format name) for a file, by its content; (None, None) when nothing claims it.
 
@@ -337,8 +363,9 @@ def ingest_file(con, path: Path, run: str, explicit: bool, size: int, opts: Inge
         msg = (f"{path}: unknown format; expected a Chrome trace JSON (.json/.json.gz), an Ascend "
                "kernel_details/op_summary CSV, an msServiceProfiler CSV, an msprof-analyze cluster "
                "output or expert-load data (README, Input formats)")
+        hint = content_hint(path)
         result.status = "failed" if explicit else "skipped"
-        result.message = msg
+        result.message = f"{msg}; {hint}" if hint else msg
         return result
     result.format = fmt
     sid = store.new_source_id(con)
