@@ -585,3 +585,37 @@ def test_15_usage_error_creates_no_database(tmp_path, run4, args):
     res = _cli("ingest", *[a.format(tmp=tmp_path, file=run4[1][0]) for a in args], "--db", db)
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
     assert not db.exists()
+
+
+# --- 16: names cannot drive the terminal or a spreadsheet -----------------------------------------
+
+def test_16_control_characters_in_names_are_escaped_in_every_output(tmp_path):
+    folder = tmp_path / "run\x1b[31mred"
+    folder.mkdir()
+    evil = "a\x1b]0;pwned\x07\nforged row ok\u202e\x9b2K.json"
+    (folder / evil).write_text('{"distributedInfo": {"rank": 0}, ' + _ONE_EVENT)
+    db = tmp_path / "e.duckdb"
+    res = _cli("ingest", folder, "--db", db)
+    for out in (res.stdout, res.stderr):
+        assert not any(c in out for c in "\x1b\x07\x9b\u202e"), repr(out)
+    rows = [line for line in res.stdout.splitlines() if "json" in line]
+    assert len(rows) == 1 and "\\u001b]0;pwned\\u0007\\u000aforged row" in rows[0]
+    q = _cli("query", "--db", db, "--all-runs")
+    # (click itself strips colour sequences when stdout is not a terminal; the rest is escaped)
+    assert "\x1b" not in q.stdout + q.stderr and "[run run" in q.stdout
+
+
+def test_16_csv_cells_that_a_spreadsheet_would_run_are_quoted_as_text(tmp_path, run4):
+    import csv
+    import io
+
+    _, paths = run4
+    db = tmp_path / "c.duckdb"
+    assert _cli("ingest", paths[0], "--db", db, "--run", "=cmd|'/c calc'!A1", "-q").returncode == 0
+    _user_query(tmp_path / "mine", "cells",
+                "SELECT '=HYPERLINK(\"http://x\")' AS rank, '@SUM(A1)' AS a, '-2.5' AS b, -3 AS c, '+x' AS d "
+                "WHERE $run <> ''")
+    res = _cli("query", "cells", "--sql-dir", tmp_path / "mine", "--db", db, "-f", "csv")
+    rows = list(csv.reader(io.StringIO(res.stdout)))
+    assert rows[1][2] == "'=cmd|'/c calc'!A1"
+    assert rows[1][4:] == ["'=HYPERLINK(\"http://x\")", "'@SUM(A1)", "-2.5", "-3", "'+x"]
