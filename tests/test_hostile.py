@@ -619,3 +619,37 @@ def test_16_csv_cells_that_a_spreadsheet_would_run_are_quoted_as_text(tmp_path, 
     rows = list(csv.reader(io.StringIO(res.stdout)))
     assert rows[1][2] == "'=cmd|'/c calc'!A1"
     assert rows[1][4:] == ["'=HYPERLINK(\"http://x\")", "'@SUM(A1)", "-2.5", "-3", "'+x"]
+
+
+# --- 8: Ctrl-C during an ingest -------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def piped_run(tmp_path_factory):
+    """Two ranks of ~9 MB: each file goes to DuckDB in several parts through named pipes."""
+    d = tmp_path_factory.mktemp("piped")
+    paths = synth_kineto.write_ep_run(d, ranks=2, steps=2, layers=2, gz=False, events_per_rank=20000)
+    assert all(p.stat().st_size > 8 << 20 for p in paths)
+    return d, paths
+
+
+@pytest.mark.parametrize("point,jobs", [("feed:1:INT", 1), ("feed:2:INT", 2), ("committed:1:INT", 2),
+                                        ("pending:2:INT", 1)])
+def test_8_ctrl_c_during_ingest_is_one_line_exit_130_and_keeps_the_database_whole(tmp_path, piped_run, point, jobs):
+    import time
+
+    folder, paths = piped_run
+    db = tmp_path / "i.duckdb"
+    t0 = time.monotonic()
+    res = _cli("ingest", folder, "--db", db, "--run", "r", "--jobs", jobs, "-q", env={"SLOWCARD_FAULT": point},
+               timeout=120)
+    assert res.returncode == 130, (res.returncode, res.stderr)
+    assert res.stderr.strip().splitlines() == ["interrupted (Ctrl-C); what was committed before it is kept"]
+    assert time.monotonic() - t0 < 60
+    before = _state(db)
+    lo, hi = {"feed:1:INT": (0, 0), "feed:2:INT": (0, 1), "committed:1:INT": (1, 2), "pending:2:INT": (1, 1)}[point]
+    assert lo <= len(before) <= hi, before
+    for path, (st, kept, visible) in before.items():
+        assert st == "ok" and kept == visible
+    again = _cli("ingest", folder, "--db", db, "--run", "r", "--jobs", jobs, "-q")
+    assert again.returncode == 0, again.stderr
+    assert sorted(_state(db)) == sorted(str(p.resolve()) for p in paths)

@@ -302,11 +302,17 @@ def ingest_paths(db_path: str | Path, paths: list[str | Path], run: str | None =
         store.ensure_run(con, run, str(_resolve(Path(paths[0]))))
         sizes = {p: _size(p) for p, _ in files}
         prog = _Progress(progress, len(files), sum(sizes.values()))
+        stopping = threading.Event()
         work = [(p, explicit, sizes[p]) for p, explicit in files]
+
+        cursors: set = set()            # of the files being ingested, to interrupt on Ctrl-C
 
         def one(item):
             p, explicit, size = item
+            if stopping.is_set():
+                raise KeyboardInterrupt
             cur = con.cursor()
+            cursors.add(cur)
             cur.execute("SET enable_progress_bar = false")   # a cursor has its own settings; stdout is ours
             seen = [0]          # bytes of this file already reported by its reader's threads
             seen_lock = threading.Lock()
@@ -321,6 +327,7 @@ def ingest_paths(db_path: str | Path, paths: list[str | Path], run: str | None =
                 prog.update(current=str(p))
                 res = ingest_file(cur, p, run, explicit, size, opts, rank_pattern, rmap, on_bytes)
             finally:
+                cursors.discard(cur)
                 cur.close()
             prog.update(files_done=1, bytes_done=size - seen[0], events=res.rows_kept)
             return res
@@ -331,7 +338,20 @@ def ingest_paths(db_path: str | Path, paths: list[str | Path], run: str | None =
             # with threads split between jobs, 8 files of 90 MB took 4.3 s at --jobs 2 against
             # 3.6 s at --jobs 1; shared, 3.5-3.8 s, and 64 small files 3.0 s against 4.4 s.
             with ThreadPoolExecutor(max_workers=jobs) as pool:
-                report.files = list(pool.map(one, work))
+                try:
+                    report.files = list(pool.map(one, work))
+                except KeyboardInterrupt:
+                    # Ctrl-C reaches the main thread only: stop the workers' statements too,
+                    # instead of waiting for every queued file to finish.
+                    stopping.set()
+                    while cursors:
+                        for c in list(cursors):
+                            try:
+                                c.interrupt()
+                            except duckdb.Error:
+                                pass
+                        time.sleep(0.05)
+                    raise
         else:
             report.files = [one(item) for item in work]
         report.warnings = run_checks(con, run)
@@ -385,10 +405,14 @@ def ingest_file(con, path: Path, run: str, explicit: bool, size: int, opts: Inge
     except InputError as exc:
         result.message = str(exc)
         return result
+    except duckdb.InterruptException:
+        raise KeyboardInterrupt from None       # Ctrl-C inside DuckDB: stop the batch, not this file
     except duckdb.Error as exc:
         result.message = f"{path}: the database refused the rows ({str(exc).splitlines()[0]})"
         return result
     except Exception as exc:
+        if isinstance(exc, RuntimeError) and str(exc) == "Query interrupted":
+            raise KeyboardInterrupt from None   # how DuckDB reports a Ctrl-C that reached it
         # A reader bug or an input nobody foresaw: fail this file, name it, and go on with the
         # others (never a traceback that loses the whole run).
         result.message = (f"{path}: could not be read ({type(exc).__name__}: {exc}); "
