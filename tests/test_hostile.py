@@ -94,7 +94,8 @@ def test_1_jobs2_killed_at_a_known_point_then_rerun_keeps_every_committed_row(tm
     name, n = point.split(":")
     n = int(n)
     before = _state(db)
-    committed_min = {"committed": n, "commit": n - 1, "pending": n - 2}[name]
+    # with two threads, the other one's commit may or may not have gone through at the kill
+    committed_min = {"committed": n, "commit": max(0, n - 2), "pending": 0}[name]
     assert committed_min <= len(before) < len(paths), (point, before)
     for path, (_st, kept, visible) in before.items():
         assert kept == visible, (point, path)
