@@ -13,6 +13,7 @@ in ``cli_common``.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -301,8 +302,39 @@ def main():
     if "--debug" in sys.argv:
         sys.argv.remove("--debug")
         os.environ["SLOWCARD_DEBUG"] = "1"
+    sys.stdout = _TerminalSafe(sys.stdout)
+    sys.stderr = _TerminalSafe(sys.stderr)
     _env_warnings()
+    signal.signal(signal.SIGINT, _on_interrupt)
     app()
+
+
+class _TerminalSafe:
+    """stdout / stderr with the control characters of names and messages escaped (issue 16):
+    every line the CLI prints passes here. The progress bar's leading carriage return on a
+    terminal is the one control character kept."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text):
+        if isinstance(text, str):
+            cr = text.startswith("\r") and self._stream.isatty()
+            text = ("\r" if cr else "") + render.terminal_safe(text[1:] if cr else text)
+        return self._stream.write(text)
+
+    def __getattr__(self, name):
+        if name == "buffer":      # click would write bytes straight to it, around this filter
+            raise AttributeError(name)
+        return getattr(self._stream, name)
+
+
+def _on_interrupt(signum, frame):
+    """Ctrl-C: one line, then typer exits with 130 (the code of SIGINT, not 1 "a file failed");
+    what committed before stays, and the file being written is removed at the next open."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)     # a second Ctrl-C is not delayed
+    sys.stderr.write("interrupted (Ctrl-C); what was committed before it is kept\n")
+    raise KeyboardInterrupt
 
 
 def _env_warnings():

@@ -29,14 +29,13 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 import time
 import uuid
 from pathlib import Path
 
 import duckdb
 
-from . import store
+from . import store, tempspace
 from .errors import UsageError
 from .ingest import FileResult, IngestReport, ingest_file, prepare_batch, run_checks
 from .ingest.base import IngestOptions
@@ -75,7 +74,7 @@ def _template_db(stage_dir: str) -> Path:
     key = (store.ddl_fingerprint(), stage_dir)
     path = _TEMPLATE.get(key)
     if path is None or not path.exists():
-        folder = Path(tempfile.mkdtemp(prefix="slowcard-template-"))
+        folder = tempspace.make_dir("template")
         path = folder / "template.duckdb"
         con = store.open_db(path)
         try:
@@ -120,7 +119,7 @@ def ingest_one_file(path: str, run: str, explicit: bool, size: int, options: Ing
     """Task body (runs on a worker): ingest one file into a private temporary database and stage
     its rows as Parquet in ``stage_dir``. Returns the small dict the coordinator registers."""
     t0 = time.perf_counter()
-    work = Path(tempfile.mkdtemp(prefix="slowcard-worker-"))
+    work = tempspace.make_dir("worker")
     out: dict = {"source": None, "drops": [], "parquet": {}, "columns": {}}
     try:
         db = work / "file.duckdb"
@@ -265,7 +264,7 @@ def ingest_paths_dask(db_path: str | Path, paths: list[str | Path], run: str | N
     base = Path(shared_dir) if shared_dir else db_path.resolve().parent
     try:
         base.mkdir(parents=True, exist_ok=True)
-        stage = Path(tempfile.mkdtemp(prefix=".slowcard-dask-", dir=base))
+        stage = tempspace.make_dir("dask", base, hidden=True)
     except OSError as exc:
         raise UsageError(f"{base}: cannot create the Parquet staging folder ({exc}); "
                          "give --shared-dir a writable folder every worker can reach") from None

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from urllib.parse import unquote
 
+from . import tempspace
 from .errors import UsageError
 
 
@@ -47,7 +47,8 @@ def export_parquet(con, out_dir: str | Path, runs: list[str] | None = None,
     if unknown:
         raise UsageError(f"cannot export {', '.join(unknown)}; exportable: {', '.join(available)}")
     written = {}
-    stage = Path(tempfile.mkdtemp(prefix=".slowcard-export-", dir=out))
+    tempspace.clean_stale([out])             # staging of an export that was killed
+    stage = tempspace.make_dir("export", out, hidden=True)
     try:
         for table in chosen:
             where = ""
@@ -65,7 +66,7 @@ def export_parquet(con, out_dir: str | Path, runs: list[str] | None = None,
                     params,
                 )
                 written[table] = n
-            _replace(out / table, staged, runs)
+            _replace(out / table, staged, runs, stage / f"old-{table}")
     finally:
         shutil.rmtree(stage, ignore_errors=True)
     return written
@@ -91,13 +92,14 @@ def _run_of(partition: str) -> str | None:
     return unquote(partition[4:]) if partition.startswith("run=") else None
 
 
-def _replace(target: Path, staged: Path, runs: list[str] | None) -> None:
-    """Move what was staged for one table into place, removing what it replaces."""
+def _replace(target: Path, staged: Path, runs: list[str] | None, old: Path) -> None:
+    """Move what was staged for one table into place; what it replaces goes to ``old`` (inside
+    the staging folder, removed with it)."""
     if runs is None:
-        old = None
         if target.exists():
-            old = target.with_name(f".{target.name}.old-{os.getpid()}")
             os.replace(target, old)
+        else:
+            old = None
         if staged.exists():
             os.replace(staged, target)
         if old is not None:

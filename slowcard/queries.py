@@ -415,9 +415,12 @@ def run_query(con, query: Query, run: str, params: dict | None = None) -> Result
         # Bind exactly the parameters the body uses (DuckDB rejects unused named parameters).
         used = set(_DOLLAR.findall(_strip_comments_and_strings(query.body)))
         bound = {k: v for k, v in {"run": run, **values}.items() if k in used}
-        cur = con.execute(query.body, bound)
-        res.columns = [d[0] for d in cur.description]
-        res.rows = [dict(zip(res.columns, _plain(r))) for r in cur.fetchall()]
+        res.columns, rows = isolated_select(con, query.body, bound)
+        res.rows = [dict(zip(res.columns, _plain(r))) for r in rows]
+    except QueryAborted as exc:
+        res.status = "ERROR"
+        res.summary = f"{query.path.name}: {exc}"
+        return res
     except duckdb.Error as exc:
         res.status = verdict_mod.Status.ERROR
         res.summary = f"{query.path.name}: {str(exc).splitlines()[0]}"
@@ -427,6 +430,87 @@ def run_query(con, query: Query, run: str, params: dict | None = None) -> Result
     res.status = verdict_mod.evaluate(res.rows, query.rule)
     res.summary = verdict_mod.summarise(res.status, res.rows, query.summary, query.pass_text, values)
     return res
+
+
+class QueryAborted(Exception):
+    """A query body that is not one SELECT, or that ran past its time limit."""
+
+
+# Wall-clock limit of one query (seconds; 0 = none): SLOWCARD_QUERY_TIMEOUT overrides it.
+QUERY_TIMEOUT_S = 600.0
+
+
+def _query_timeout() -> float:
+    import os
+
+    try:
+        value = float(os.environ.get("SLOWCARD_QUERY_TIMEOUT", QUERY_TIMEOUT_S))
+    except ValueError:
+        return QUERY_TIMEOUT_S
+    return value if math.isfinite(value) and value > 0 else 0.0
+
+
+def isolated_select(con, body: str, params: dict) -> tuple[list[str], list]:
+    """(columns, rows) of one query body, run so that nothing it does outlives it (issue 16).
+
+    - exactly one statement (the contract): a body that also created a temp table, view or macro
+      changed the verdicts of the queries run after it;
+    - on its own cursor (a DuckDB connection of its own: temp objects and session settings die
+      with it; the read-only database, disabled file access and locked configuration hold);
+    - in a worker thread, so that Ctrl-C (KeyboardInterrupt in the main thread) and the time
+      limit interrupt DuckDB instead of waiting for the statement to finish.
+    """
+    import threading
+
+    statements = duckdb.extract_statements(body)
+    if len(statements) != 1:
+        raise QueryAborted(f"the query body holds {len(statements)} SQL statements; a query is exactly "
+                           "one statement, a SELECT (see docs/contract.md)")
+    cur = con.cursor()
+    out: dict = {}
+
+    def work():
+        try:
+            c = cur.execute(body, params)
+            out["columns"] = [d[0] for d in c.description]
+            out["rows"] = c.fetchall()
+        except BaseException as exc:          # handed to the caller's thread
+            out["error"] = exc
+
+    from .store import fault_point
+
+    worker = threading.Thread(target=work, name="slowcard-query", daemon=True)
+    limit = _query_timeout()
+    try:
+        worker.start()
+        fault_point("query")
+        worker.join(limit or None)
+        if worker.is_alive():
+            _stop(cur, worker)
+            raise QueryAborted(f"stopped after {limit:g} s (SLOWCARD_QUERY_TIMEOUT, seconds)")
+    except KeyboardInterrupt:
+        _stop(cur, worker)
+        raise
+    finally:
+        cur.close()
+    if "error" in out:
+        raise out["error"]
+    return out["columns"], out["rows"]
+
+
+def _query_memory() -> str:
+    import os
+
+    value = os.environ.get("SLOWCARD_QUERY_MEMORY", "").strip() or "4GB"
+    return value.replace("'", "")
+
+
+def _stop(cur, worker) -> None:
+    """Interrupt the cursor until its thread ends (an interrupt that comes before DuckDB has
+    started the statement is lost, so one is not enough)."""
+    while worker.is_alive():
+        cur.interrupt()
+        worker.join(0.05)
 
 
 def _plain(row) -> list:
@@ -447,6 +531,13 @@ def open_readonly(db_path: str | Path):
     from . import store
 
     con = store.open_db(db_path, read_only=True)
+    # A bound on what one query may hold in memory (DuckDB spills or fails the query past it,
+    # instead of growing to 80% of RAM); SLOWCARD_QUERY_MEMORY overrides it (e.g. 8GB).
+    try:
+        con.execute(f"SET memory_limit = '{_query_memory()}'")
+    except duckdb.Error as exc:
+        con.close()
+        raise UsageError(f"SLOWCARD_QUERY_MEMORY: {str(exc).splitlines()[0]}") from None
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
     return con

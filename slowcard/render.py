@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import math
+import re
 from datetime import date, datetime
 from decimal import Decimal
 
@@ -14,6 +15,27 @@ from tabulate import tabulate
 from .verdict import Status
 
 FORMATS = ("table", "json", "csv", "markdown")
+
+# Characters that a terminal acts on instead of showing: C0 controls, DEL, C1 controls (CSI
+# 0x9b…), and the bidi overrides that reorder what is shown. File, host and run names can hold
+# them; printed raw they set titles, hyperlinks, colours or clear lines (issue 16).
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_CONTROL_BUT_LINES = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]|\r(?!\n)")
+
+
+def _escape(m: re.Match) -> str:
+    return "\\u%04x" % ord(m.group())
+
+
+def safe_field(text: str) -> str:
+    """A name or message shown in one table cell or line: every control character escaped
+    (a newline in a file name must not forge a row)."""
+    return _CONTROL.sub(_escape, text)
+
+
+def terminal_safe(text: str) -> str:
+    """Whole output text: control characters escaped, line breaks (LF, CRLF) and tabs kept."""
+    return _CONTROL_BUT_LINES.sub(_escape, text)
 
 
 def _jsonable(v):
@@ -35,6 +57,8 @@ def to_json(obj) -> str:
 
 
 def _cell(v):
+    if isinstance(v, str):
+        v = safe_field(v)
     if isinstance(v, str) and len(v) > 120:
         return v[:117] + "..."
     if isinstance(v, dict):
@@ -82,9 +106,9 @@ def render_results(results, fmt: str = "table", limit: int = 20) -> str:
         w.writerow(["query", "version", "run", "status"] + cols)
         for r in results:
             for row in r.rows:
-                w.writerow([r.query, r.version, r.run, r.status] + [_csvcell(row.get(c)) for c in cols])
+                w.writerow([r.query, r.version, _csvcell(r.run), r.status] + [_csvcell(row.get(c)) for c in cols])
             if not r.rows:
-                w.writerow([r.query, r.version, r.run, r.status] + [""] * len(cols))
+                w.writerow([r.query, r.version, _csvcell(r.run), r.status] + [""] * len(cols))
         return out.getvalue().rstrip("\n")
     tablefmt = "github" if fmt == "markdown" else "simple"
     blocks = [result_table(r, tablefmt, limit) for r in results]
@@ -95,15 +119,23 @@ def _csvcell(v):
     if v is None:
         return ""
     if isinstance(v, (dict, list)):
-        return json.dumps(_jsonable(v))
+        v = json.dumps(_jsonable(v))
+    if isinstance(v, str) and v[:1] in _FORMULA_START and not _NUMBER.fullmatch(v):
+        # A spreadsheet runs a cell starting with = + - @ (or tab / CR before one) as a formula:
+        # a quote makes it text (OWASP CSV injection). Numbers written as text stay as they are.
+        return "'" + v
     return v
+
+
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 
 
 def ingest_table(report) -> str:
     """The per-file summary printed at the end of `slowcard ingest`."""
     rows = []
     for f in report.files:
-        rows.append([f.path, f.format or "-", "NULL" if f.rank is None else f.rank, f.rows_kept,
+        rows.append([safe_field(f.path), f.format or "-", "NULL" if f.rank is None else f.rank, f.rows_kept,
                      f.rows_dropped, f.status, _cell(f.message) if f.message else ""])
     table = tabulate(rows, headers=["file", "format", "rank", "kept", "dropped", "status", "message"],
                      tablefmt="simple")

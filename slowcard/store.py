@@ -20,7 +20,7 @@ from pathlib import Path
 
 import duckdb
 
-from . import taxonomy
+from . import taxonomy, tempspace
 from .errors import DatabaseBusy, UsageError
 
 SCHEMA_VERSION = "1"
@@ -55,18 +55,20 @@ _FAULT_HITS: dict[str, int] = {}
 
 
 def fault_point(name: str) -> None:
-    """Crash-test hook: SLOWCARD_FAULT=NAME:N kills this process (SIGKILL) the Nth time it
-    reaches the point NAME, so a test kills an ingest exactly where it means to (no sleeps)."""
+    """Crash-test hook: SLOWCARD_FAULT=NAME:N[:SIG] sends this process SIG (default KILL; INT is
+    Ctrl-C) the Nth time it reaches the point NAME, so a test kills or interrupts a command
+    exactly where it means to (no sleeps)."""
     spec = os.environ.get("SLOWCARD_FAULT")
     if not spec:
         return
-    want, _, nth = spec.partition(":")
+    want, _, rest = spec.partition(":")
     if want != name:
         return
+    nth, _, sig = rest.partition(":")
     with _FAULT_LOCK:
         _FAULT_HITS[name] = _FAULT_HITS.get(name, 0) + 1
         if _FAULT_HITS[name] == int(nth or 1):
-            os.kill(os.getpid(), signal.SIGKILL)
+            os.kill(os.getpid(), getattr(signal, f"SIG{sig or 'KILL'}"))
 
 
 def _package_sql(folder: str | None) -> list[tuple[str, str]]:
@@ -260,6 +262,8 @@ def open_db(path: str | Path, read_only: bool = False, wait_s: float | None = No
         raise
     apply_schema(con)
     clean_pending(con)
+    # Temp folders of killed ingests: part files in /dev/shm, Dask staging beside the database.
+    tempspace.clean_stale(tempspace.default_roots() + [path.resolve().parent])
     return con
 
 

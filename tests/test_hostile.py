@@ -94,7 +94,8 @@ def test_1_jobs2_killed_at_a_known_point_then_rerun_keeps_every_committed_row(tm
     name, n = point.split(":")
     n = int(n)
     before = _state(db)
-    committed_min = {"committed": n, "commit": n - 1, "pending": n - 2}[name]
+    # with two threads, the other one's commit may or may not have gone through at the kill
+    committed_min = {"committed": n, "commit": max(0, n - 2), "pending": 0}[name]
     assert committed_min <= len(before) < len(paths), (point, before)
     for path, (_st, kept, visible) in before.items():
         assert kept == visible, (point, path)
@@ -390,3 +391,266 @@ def test_14_boolean_rank_and_times_are_not_numbers(tmp_path):
     assert con.execute("SELECT rank, world_size, rows_kept, rows_dropped FROM sources").fetchone() == (None, None, 1, 2)
     assert con.execute("SELECT name, ts_ns, dur_ns FROM event_rows").fetchall() == [("c", 7000, 1000)]
     con.close()
+
+
+# --- 12: a query is one statement and leaves nothing behind -------------------------------------
+
+_USER_QUERY = """-- name: {name}
+-- version: 1
+-- description: a user query
+-- requires: events
+-- verdict: warn if rows > 0
+-- summary: rank {{rank}}
+{body}
+"""
+
+
+def _user_query(folder: Path, name: str, body: str):
+    from slowcard import queries
+
+    folder.mkdir(exist_ok=True)
+    p = folder / f"{name}.sql"
+    p.write_text(_USER_QUERY.format(name=name, body=body))
+    return queries.parse_query(p)
+
+
+def test_12_several_statements_are_refused_and_temp_objects_do_not_survive(tmp_path, run4):
+    from slowcard import queries
+
+    _, paths = run4
+    db = tmp_path / "q.duckdb"
+    assert _cli("ingest", *paths, "--db", db, "--run", "r", "-q").returncode == 0
+    user = tmp_path / "mine"
+    multi = _user_query(user, "two-statements",
+                        "CREATE TEMP TABLE moe_layer_facts AS SELECT * FROM moe_layer_facts WHERE false;\n"
+                        "SELECT rank FROM events WHERE run = $run LIMIT 0")
+    shadow = _user_query(user, "shadow",
+                         "CREATE TEMP TABLE moe_layer_facts AS SELECT * FROM moe_layer_facts WHERE false AND $run = ''")
+    macro = _user_query(user, "macro", "CREATE TEMP MACRO slow_rank() AS 1 + length($run)")
+    builtin = queries.find(queries.load_catalog(None), "ep-slow-rank")
+    con = queries.open_readonly(db)
+    try:
+        before = queries.run_query(con, builtin, "r")
+        res = queries.run_query(con, multi, "r")
+        assert res.status == "ERROR" and "2 SQL statements" in res.summary
+        queries.run_query(con, shadow, "r")
+        queries.run_query(con, macro, "r")
+        after = queries.run_query(con, builtin, "r")
+        assert (after.status, after.rows) == (before.status, before.rows) and after.status != "SKIP"
+        assert not con.execute("SELECT count(*) FROM duckdb_tables() WHERE temporary").fetchone()[0]
+        assert not con.execute("SELECT count(*) FROM duckdb_functions() WHERE function_name = 'slow_rank'"
+                               ).fetchone()[0]
+    finally:
+        con.close()
+
+
+# --- 8: a query stops at its time limit and on Ctrl-C ---------------------------------------------
+
+_HEAVY = "SELECT count(*) AS rank FROM range(200000) a, range(200000) b WHERE hash(a.range + b.range) = 0 AND $run <> ''"
+
+
+def test_8_query_time_limit_and_ctrl_c(tmp_path, run4):
+    import time
+
+    _, paths = run4
+    db = tmp_path / "q.duckdb"
+    assert _cli("ingest", *paths, "--db", db, "--run", "r", "-q").returncode == 0
+    _user_query(tmp_path / "mine", "heavy", _HEAVY)
+    t0 = time.monotonic()
+    res = _cli("query", "heavy", "--sql-dir", tmp_path / "mine", "--db", db,
+               env={"SLOWCARD_QUERY_TIMEOUT": "1"})
+    assert res.returncode == 1 and "stopped after 1 s (SLOWCARD_QUERY_TIMEOUT" in res.stdout, res.stdout + res.stderr
+    assert time.monotonic() - t0 < 30
+    # Ctrl-C while DuckDB runs the statement (the hook sends SIGINT right after it started)
+    t0 = time.monotonic()
+    res = _cli("query", "heavy", "--sql-dir", tmp_path / "mine", "--db", db, env={"SLOWCARD_FAULT": "query:1:INT"})
+    assert res.returncode == 130 and "interrupted" in res.stderr and "Traceback" not in res.stderr, res.stderr
+    assert time.monotonic() - t0 < 30
+
+
+def test_8_query_memory_limit(tmp_path, run4):
+    _, paths = run4
+    db = tmp_path / "q.duckdb"
+    assert _cli("ingest", *paths[:1], "--db", db, "--run", "r", "-q").returncode == 0
+    _user_query(tmp_path / "mine", "greedy",
+                "SELECT length(string_agg(repeat('x', 1000), ',')) AS rank FROM range(2000000) WHERE $run <> ''")
+    res = _cli("query", "greedy", "--sql-dir", tmp_path / "mine", "--db", db, env={"SLOWCARD_QUERY_MEMORY": "64MB"})
+    assert res.returncode == 1 and "ERROR" in res.stdout and "memory" in res.stdout.lower(), res.stdout + res.stderr
+    bad = _cli("query", "--db", db, env={"SLOWCARD_QUERY_MEMORY": "lots"})
+    assert bad.returncode == 2 and "SLOWCARD_QUERY_MEMORY" in bad.stderr and "Traceback" not in bad.stderr
+
+
+# --- 11: temp space of a killed process is cleaned at the next start ----------------------------
+
+def test_11_temp_folders_of_a_killed_ingest_are_removed_at_the_next_start(tmp_path, run4):
+    import glob
+
+    from slowcard import tempspace
+
+    _, paths = run4
+    db = tmp_path / "t.duckdb"
+    proc = subprocess.Popen(CLI + ["ingest", str(paths[0]), "--db", str(db), "-q"],
+                            env={**os.environ, "SLOWCARD_FAULT": "parts:1"},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    assert proc.wait(120) == -9
+    roots = [str(r) for r in tempspace.default_roots()]
+    left = [p for r in roots for p in glob.glob(f"{r}/slowcard-part-*-{proc.pid}-*")]
+    assert left, "the kill did not land while the part folder existed"
+    # a stale folder of a dead process beside the database (a killed Dask ingest's staging)
+    stale = tmp_path / f".slowcard-dask-{tempspace._host()}-{proc.pid}-abc123"
+    stale.mkdir()
+    (stale / "part.parquet").write_bytes(b"x" * 1000)
+    # ... and a folder of a live process, which must stay
+    live = tempspace.make_dir("part", tmp_path)
+    assert _cli("ingest", paths[1], "--db", db, "-q").returncode == 0
+    assert not [p for p in left if os.path.exists(p)] and not stale.exists()
+    assert live.exists()
+    live.rmdir()
+
+
+# --- 6: resources stay bounded -------------------------------------------------------------------
+
+def test_6_huge_world_size_is_reported_without_building_every_rank(tmp_path):
+    import resource
+
+    f = tmp_path / "t.json"
+    f.write_text('{"distributedInfo": {"rank": 3, "world_size": 1000000000}, ' + _ONE_EVENT)
+    res = _cli("ingest", f, "--db", tmp_path / "w.duckdb", "-q", timeout=60,
+               preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30)))
+    assert res.returncode == 0, res.stderr
+    assert "world_size is 1000000000 but 999999999 ranks are missing (0, 1, 2, 4, 5" in res.stderr
+
+
+_MAXRSS = """
+import resource, runpy, sys
+sys.argv = ["slowcard"] + sys.argv[1:]
+try:
+    runpy.run_module("slowcard", run_name="__main__")
+finally:
+    sys.stderr.write("maxrss_kb=%d\\n" % resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+def _bomb(path: Path, filler: bytes, inside_string: bool, mb: int = 256) -> None:
+    import gzip
+
+    ev = b'{"ph":"X","name":"a","ts":1,"dur":2,"pid":1,"tid":1}'
+    with gzip.open(path, "wb", compresslevel=1) as f:
+        f.write(b'{"traceEvents":[' + ev + b"," + (b'{"ph":"X","name":"' if inside_string else b""))
+        chunk = filler * (1 << 20)
+        for _ in range(mb):
+            f.write(chunk)
+        f.write((b'","ts":3,"dur":1,"pid":1,"tid":1},' if inside_string else b"") + ev + b"]}")
+
+
+@pytest.mark.parametrize("filler,inside_string", [(b" ", False), (b"A", True)])
+def test_6_gzip_bombs_stay_bounded_and_say_where_they_stopped(tmp_path, filler, inside_string):
+    f = tmp_path / "bomb.json.gz"
+    _bomb(f, filler, inside_string)
+    assert f.stat().st_size < 2 << 20
+    res = subprocess.run([sys.executable, "-c", _MAXRSS, "ingest", str(f), "--db", str(tmp_path / "b.duckdb"), "-q"],
+                         capture_output=True, text=True, timeout=120, env={**os.environ, "SLOWCARD_MAX_EVENT_MB": "32"})
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+    assert "no event boundary within 32 MB" in res.stderr and "SLOWCARD_MAX_EVENT_MB" in res.stderr
+    assert "slowcard-part" not in res.stderr          # no internal temp file named
+    rss_mb = int(res.stderr.split("maxrss_kb=")[1].split()[0]) / 1024
+    assert rss_mb < 1024, rss_mb
+    state = _state(tmp_path / "b.duckdb")
+    assert [v[0] for v in state.values()] == ["truncated"]
+
+
+# --- 15: messages that say what the file is and what to do ----------------------------------------
+
+@pytest.mark.parametrize("kind,phrase", [("bz2", "bzip2-compressed"), ("xz", "xz-compressed"),
+                                         ("zlib", "raw zlib data"), ("utf16", "UTF-16 text"),
+                                         ("utf16le", "UTF-16 text")])
+def test_15_unknown_format_says_what_the_file_really_is(tmp_path, kind, phrase):
+    import bz2
+    import lzma
+    import zlib
+
+    text = "{" + _ONE_EVENT
+    data = {"bz2": lambda: bz2.compress(text.encode()), "xz": lambda: lzma.compress(text.encode()),
+            "zlib": lambda: zlib.compress(text.encode()), "utf16": lambda: text.encode("utf-16"),
+            "utf16le": lambda: text.encode("utf-16-le")}[kind]()
+    f = tmp_path / ("t.json" if kind.startswith("utf") else "t.json.gz")
+    f.write_bytes(data)
+    res = _cli("ingest", f, "--db", tmp_path / "u.duckdb", "-q")
+    assert res.returncode == 1 and phrase in res.stderr and str(f) in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize("args", [["{tmp}/missing.json"], ["{file}", "--rank-pattern", "("],
+                                  ["{file}", "--rank-map", "{tmp}/missing.csv"]])
+def test_15_usage_error_creates_no_database(tmp_path, run4, args):
+    db = tmp_path / "new.duckdb"
+    res = _cli("ingest", *[a.format(tmp=tmp_path, file=run4[1][0]) for a in args], "--db", db)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    assert not db.exists()
+
+
+# --- 16: names cannot drive the terminal or a spreadsheet -----------------------------------------
+
+def test_16_control_characters_in_names_are_escaped_in_every_output(tmp_path):
+    folder = tmp_path / "run\x1b[31mred"
+    folder.mkdir()
+    evil = "a\x1b]0;pwned\x07\nforged row ok\u202e\x9b2K.json"
+    (folder / evil).write_text('{"distributedInfo": {"rank": 0}, ' + _ONE_EVENT)
+    db = tmp_path / "e.duckdb"
+    res = _cli("ingest", folder, "--db", db)
+    for out in (res.stdout, res.stderr):
+        assert not any(c in out for c in "\x1b\x07\x9b\u202e"), repr(out)
+    rows = [line for line in res.stdout.splitlines() if "json" in line]
+    assert len(rows) == 1 and "\\u001b]0;pwned\\u0007\\u000aforged row" in rows[0]
+    q = _cli("query", "--db", db, "--all-runs")
+    # (click itself strips colour sequences when stdout is not a terminal; the rest is escaped)
+    assert "\x1b" not in q.stdout + q.stderr and "[run run" in q.stdout
+
+
+def test_16_csv_cells_that_a_spreadsheet_would_run_are_quoted_as_text(tmp_path, run4):
+    import csv
+    import io
+
+    _, paths = run4
+    db = tmp_path / "c.duckdb"
+    assert _cli("ingest", paths[0], "--db", db, "--run", "=cmd|'/c calc'!A1", "-q").returncode == 0
+    _user_query(tmp_path / "mine", "cells",
+                "SELECT '=HYPERLINK(\"http://x\")' AS rank, '@SUM(A1)' AS a, '-2.5' AS b, -3 AS c, '+x' AS d "
+                "WHERE $run <> ''")
+    res = _cli("query", "cells", "--sql-dir", tmp_path / "mine", "--db", db, "-f", "csv")
+    rows = list(csv.reader(io.StringIO(res.stdout)))
+    assert rows[1][2] == "'=cmd|'/c calc'!A1"
+    assert rows[1][4:] == ["'=HYPERLINK(\"http://x\")", "'@SUM(A1)", "-2.5", "-3", "'+x"]
+
+
+# --- 8: Ctrl-C during an ingest -------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def piped_run(tmp_path_factory):
+    """Two ranks of ~9 MB: each file goes to DuckDB in several parts through named pipes."""
+    d = tmp_path_factory.mktemp("piped")
+    paths = synth_kineto.write_ep_run(d, ranks=2, steps=2, layers=2, gz=False, events_per_rank=20000)
+    assert all(p.stat().st_size > 8 << 20 for p in paths)
+    return d, paths
+
+
+@pytest.mark.parametrize("point,jobs", [("feed:1:INT", 1), ("feed:2:INT", 2), ("committed:1:INT", 2),
+                                        ("pending:2:INT", 1)])
+def test_8_ctrl_c_during_ingest_is_one_line_exit_130_and_keeps_the_database_whole(tmp_path, piped_run, point, jobs):
+    import time
+
+    folder, paths = piped_run
+    db = tmp_path / "i.duckdb"
+    t0 = time.monotonic()
+    res = _cli("ingest", folder, "--db", db, "--run", "r", "--jobs", jobs, "-q", env={"SLOWCARD_FAULT": point},
+               timeout=120)
+    assert res.returncode == 130, (res.returncode, res.stderr)
+    assert res.stderr.strip().splitlines() == ["interrupted (Ctrl-C); what was committed before it is kept"]
+    assert time.monotonic() - t0 < 60
+    before = _state(db)
+    lo, hi = {"feed:1:INT": (0, 0), "feed:2:INT": (0, 1), "committed:1:INT": (1, 2), "pending:2:INT": (1, 1)}[point]
+    assert lo <= len(before) <= hi, before
+    for path, (st, kept, visible) in before.items():
+        assert st == "ok" and kept == visible
+    again = _cli("ingest", folder, "--db", db, "--run", "r", "--jobs", jobs, "-q")
+    assert again.returncode == 0, again.stderr
+    assert sorted(_state(db)) == sorted(str(p.resolve()) for p in paths)

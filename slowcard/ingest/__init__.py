@@ -76,6 +76,32 @@ def read_head(path: Path, n: int = 1 << 16) -> bytes:
         return bytes(out)
 
 
+# Leading bytes of what a file may really be when no reader claims it (a .gz that is not gzip).
+_OTHER_CONTENT = ((b"BZh", "bzip2-compressed: decompress it with bunzip2"),
+                  (b"\xfd7zXZ\x00", "xz-compressed: decompress it with unxz"),
+                  (b"\x28\xb5\x2f\xfd", "zstd-compressed: decompress it with unzstd"),
+                  (b"PK\x03\x04", "a zip archive: unzip it"),
+                  (b"\xff\xfe", "UTF-16 text: convert it with iconv -f UTF-16 -t UTF-8"),
+                  (b"\xfe\xff", "UTF-16 text: convert it with iconv -f UTF-16 -t UTF-8"))
+
+
+def content_hint(path: Path) -> str:
+    """What the file looks like when no reader claims it, with what to do ('' when nothing)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+    except OSError:
+        return ""
+    for magic, what in _OTHER_CONTENT:
+        if head.startswith(magic):
+            return f"the file is {what}"
+    if len(head) >= 2 and head[0] == 0x78 and (head[0] << 8 | head[1]) % 31 == 0:
+        return "the file is raw zlib data (no gzip header): decompress it with pigz -dz or zlib.decompress in Python"
+    if len(head) >= 8 and (head[1::2].count(0) >= len(head) // 4 or head[0::2].count(0) >= len(head) // 4):
+        return "the file looks like UTF-16 text: convert it with iconv -f UTF-16 -t UTF-8"
+    return ""
+
+
 def detect(path: Path) -> tuple[object | None, str | None]:
     """(reader, format name) for a file, by its content; (None, None) when nothing claims it.
 
@@ -324,11 +350,17 @@ def ingest_paths(db_path: str | Path, paths: list[str | Path], run: str | None =
         store.ensure_run(con, run, str(_resolve(Path(paths[0]))))
         sizes = {p: _size(p) for p, _ in files}
         prog = _Progress(progress, len(files), sum(sizes.values()))
+        stopping = threading.Event()
         work = [(p, explicit, sizes[p]) for p, explicit in files]
+
+        cursors: set = set()            # of the files being ingested, to interrupt on Ctrl-C
 
         def one(item):
             p, explicit, size = item
+            if stopping.is_set():
+                raise KeyboardInterrupt
             cur = con.cursor()
+            cursors.add(cur)
             cur.execute("SET enable_progress_bar = false")   # a cursor has its own settings; stdout is ours
             seen = [0]          # bytes of this file already reported by its reader's threads
             seen_lock = threading.Lock()
@@ -343,6 +375,7 @@ def ingest_paths(db_path: str | Path, paths: list[str | Path], run: str | None =
                 prog.update(current=str(p))
                 res = ingest_file(cur, p, run, explicit, size, opts, rank_pattern, rmap, on_bytes)
             finally:
+                cursors.discard(cur)
                 cur.close()
             prog.update(files_done=1, bytes_done=size - seen[0], events=res.rows_kept)
             return res
@@ -353,7 +386,20 @@ def ingest_paths(db_path: str | Path, paths: list[str | Path], run: str | None =
             # with threads split between jobs, 8 files of 90 MB took 4.3 s at --jobs 2 against
             # 3.6 s at --jobs 1; shared, 3.5-3.8 s, and 64 small files 3.0 s against 4.4 s.
             with ThreadPoolExecutor(max_workers=jobs) as pool:
-                report.files = list(pool.map(one, work))
+                try:
+                    report.files = list(pool.map(one, work))
+                except KeyboardInterrupt:
+                    # Ctrl-C reaches the main thread only: stop the workers' statements too,
+                    # instead of waiting for every queued file to finish.
+                    stopping.set()
+                    while cursors:
+                        for c in list(cursors):
+                            try:
+                                c.interrupt()
+                            except duckdb.Error:
+                                pass
+                        time.sleep(0.05)
+                    raise
         else:
             report.files = [one(item) for item in work]
         report.warnings = run_checks(con, run)
@@ -390,8 +436,9 @@ def ingest_file(con, path: Path, run: str, explicit: bool, size: int, opts: Inge
                "kernel_details/op_summary CSV, an msServiceProfiler CSV, an msprof-analyze cluster "
                "output, an Ascend step_trace_time.csv / communication(_matrix).json or expert-load data "
                "(README, Input formats)")
+        hint = content_hint(path)
         result.status = "failed" if explicit else "skipped"
-        result.message = msg
+        result.message = f"{msg}; {hint}" if hint else msg
         return result
     result.format = fmt
     guess = getattr(reader, "guess_note", None)
@@ -415,10 +462,14 @@ def ingest_file(con, path: Path, run: str, explicit: bool, size: int, opts: Inge
     except InputError as exc:
         result.message = str(exc)
         return result
+    except duckdb.InterruptException:
+        raise KeyboardInterrupt from None       # Ctrl-C inside DuckDB: stop the batch, not this file
     except duckdb.Error as exc:
         result.message = f"{path}: the database refused the rows ({str(exc).splitlines()[0]})"
         return result
     except Exception as exc:
+        if isinstance(exc, RuntimeError) and str(exc) == "Query interrupted":
+            raise KeyboardInterrupt from None   # how DuckDB reports a Ctrl-C that reached it
         # A reader bug or an input nobody foresaw: fail this file, name it, and go on with the
         # others (never a traceback that loses the whole run).
         result.message = (f"{path}: could not be read ({type(exc).__name__}: {exc}); "
@@ -450,9 +501,17 @@ def run_checks(con, run: str) -> list[str]:
             WHERE run = ? AND format IN ({fmts}) AND rank IS NOT NULL GROUP BY format""", [run]
     ).fetchall():
         if ws and len(have) < ws:
-            missing = sorted(set(range(ws)) - set(have))
-            shown = ", ".join(map(str, missing[:20])) + (" …" if len(missing) > 20 else "")
-            warnings.append(f"run {run!r}: {fmt} world_size is {ws} but {len(missing)} ranks are "
+            # Never build the set of all ranks: a header saying world_size 1e9 would take GBs.
+            present = set(have)
+            n_missing = ws - sum(1 for r in present if 0 <= r < ws)
+            first = []
+            r = 0
+            while len(first) < 21 and r < ws:
+                if r not in present:
+                    first.append(r)
+                r += 1
+            shown = ", ".join(map(str, first[:20])) + (" …" if n_missing > 20 else "")
+            warnings.append(f"run {run!r}: {fmt} world_size is {ws} but {n_missing} ranks are "
                             f"missing ({shown})")
     n_null = con.execute(
         f"SELECT count(*) FROM sources WHERE run = ? AND rank IS NULL AND format IN ({fmts})", [run]

@@ -26,6 +26,20 @@ from typing import Callable, Protocol
 import duckdb
 
 
+def max_event_bytes_from_env() -> int:
+    """SLOWCARD_MAX_EVENT_MB (default 64): the largest single event / value a reader buffers.
+    A larger one (a 4 GB string, a run of GBs of whitespace in a gzip bomb) ends the read there
+    with a message instead of taking all memory."""
+    import math
+    import os
+
+    try:
+        mb = float(os.environ.get("SLOWCARD_MAX_EVENT_MB", "64"))
+    except ValueError:
+        mb = 64.0
+    return int(mb * (1 << 20)) if math.isfinite(mb) and mb >= 1 else 64 << 20
+
+
 @dataclass
 class IngestOptions:
     """User options that reach the format modules."""
@@ -34,6 +48,7 @@ class IngestOptions:
     part_bytes: int = 64 << 20           # target size of one JSON part handed to DuckDB
     threads: int = 2                     # DuckDB threads / parts per wave
     memory_limit: str = "512MB"          # DuckDB's buffer pool while ingesting (it caches what it writes)
+    max_event_bytes: int = field(default_factory=max_event_bytes_from_env)   # one event / value at most
 
 
 @dataclass

@@ -41,11 +41,13 @@ def ingest_runs(db, paths, run: str | None = None, *, run_per_folder: bool = Fal
         executor: ``local`` (``jobs`` threads) or ``dask`` (Dask workers; ``scheduler`` is
             ``tcp://HOST:PORT``, default a LocalCluster on loopback).
     """
-    from . import ingest_paths
+    from . import ingest_paths, prepare_batch
 
     if executor not in EXECUTORS:
         raise UsageError(f"--executor {executor!r}: expected one of {', '.join(EXECUTORS)}")
     batches, notes = run_batches(paths, run, run_per_folder)
+    for batch_run, batch_paths in batches:      # usage errors before the database is created
+        prepare_batch(batch_paths, batch_run, rank_pattern, rank_map)
     if taxonomy:
         con = store.open_db(db)
         try:
