@@ -24,10 +24,13 @@
 
 -- How it decides (the DP guide's steps, with statistics instead of fixed ratios on single windows;
 -- with ~4 requests per domain in a 5 s window a 1.5x ratio is what chance gives):
---  * request-skew: the domain's share of the run's requests against 1/n. Under a fair dispatcher
---    (even a random one) a domain's count is binomial(N, 1/n); z = (x - N/n) / sqrt(N/n (1 - 1/n)),
---    computed over the run after leaving out the domain's min_windows - 1 windows of largest excess
---    (a short burst then cannot carry it), and the ratio to the others' mean >= skew_ratio.
+--  * request-skew: the domain's requests against its fair share (1/n of each window's arrivals).
+--    With >= 10 windows, a one-sample t-test of its per-window excess (n_w - N_w/n) over the
+--    windows: the spread is measured, so it holds for a random dispatcher (binomial counts) and is
+--    far more sensitive under a balancing one (round robin: counts within one of the share). With
+--    fewer windows, the binomial z = (x - N/n) / sqrt(N/n (1 - 1/n)). Both leave out the domain's
+--    min_windows - 1 windows of largest excess (a short burst cannot carry it), and the ratio to
+--    the others' mean must reach skew_ratio.
 --  * token-skew: prompt+output lengths are heavy-tailed (lognormal), so token SUMS are tested on the
 --    log scale: Welch's z of the mean log(tokens) per request of the domain vs the other domains'
 --    requests (same leave-out), required together with a token-sum ratio >= token_ratio. Only when
@@ -95,6 +98,9 @@ req_test AS (
            sum(tok) AS tokens, sum(tok_all) - sum(tok) AS others_tokens,
            sum(n) FILTER (WHERE req_rank >= $min_windows) AS x_kept,
            sum(n_all) FILTER (WHERE req_rank >= $min_windows) AS n_kept,
+           count(*) FILTER (WHERE req_rank >= $min_windows) AS w_kept,
+           avg(n - n_all / k) FILTER (WHERE req_rank >= $min_windows) AS excess_mean,
+           stddev_samp(n - n_all / k) FILTER (WHERE req_rank >= $min_windows) AS excess_sd,
            count(*) FILTER (WHERE n > n_all / k) AS req_hot_windows,
            count(*) FILTER (WHERE tok > tok_all / k) AS tok_hot_windows
     FROM ranked GROUP BY dp_rank
@@ -149,7 +155,19 @@ tests AS (
     SELECT r.dp_rank, r.k, c.z_crit, r.requests, r.tokens, r.req_hot_windows, r.tok_hot_windows,
            r.requests / nullif(r.others_requests / (r.k - 1.0), 0) AS requests_ratio,
            r.tokens / nullif(r.others_tokens / (r.k - 1.0), 0) AS tokens_ratio,
-           (r.x_kept - r.n_kept / r.k) / nullif(sqrt(r.n_kept * (1.0 / r.k) * (1 - 1.0 / r.k)), 0) AS requests_z,
+           -- with >= 10 windows: a t-test on the per-window excess (variance from the windows, valid
+           -- whatever the dispatcher); counts are integers, so a spread below a quarter request is
+           -- rounding. With fewer windows: the binomial z.
+           CASE WHEN r.w_kept >= 10
+                THEN r.excess_mean / (greatest(r.excess_sd, 0.25) / sqrt(r.w_kept))
+                ELSE (r.x_kept - r.n_kept / r.k) / nullif(sqrt(r.n_kept * (1.0 / r.k) * (1 - 1.0 / r.k)), 0)
+           END AS requests_z,
+           -- the t critical value for w_kept - 1 degrees of freedom (Cornish-Fisher from z_crit)
+           CASE WHEN r.w_kept >= 10
+                THEN c.z_crit + (pow(c.z_crit, 3) + c.z_crit) / (4.0 * (r.w_kept - 1))
+                     + (5 * pow(c.z_crit, 5) + 16 * pow(c.z_crit, 3) + 3 * c.z_crit) / (96.0 * pow(r.w_kept - 1, 2))
+                ELSE c.z_crit
+           END AS requests_crit,
            (t.m1 - t.m0) / nullif(sqrt(t.v1 / t.n1 + t.v0 / t.n0), 0) AS tokens_z,
            e.median_ratio AS exec_ratio, e.above AS exec_above, e.nw AS exec_windows,
            (e.above - e.nw / 2.0 - 0.5) / nullif(sqrt(e.nw / 4.0), 0) AS exec_z,
@@ -167,10 +185,13 @@ tests AS (
 ),
 judged AS (
     SELECT *,
-           coalesce(requests_z >= z_crit AND requests_ratio >= $skew_ratio, false) AS sig_req,
+           coalesce(requests_z >= requests_crit AND requests_ratio >= $skew_ratio, false) AS sig_req,
            coalesce(tokens_z >= z_crit AND tokens_ratio >= $token_ratio, false) AS sig_tok,
            coalesce(exec_z >= z_crit AND exec_ratio >= $exec_ratio, false) AS sig_exec,
-           coalesce(kv_z >= z_crit AND kv_ratio >= $kv_ratio AND kv_usage - others_kv_usage >= $kv_min, false) AS sig_kv,
+           -- KV usage follows load: the ratio is asked of the KV usage per unit of load (the larger of
+           -- the request and token ratios), so a domain that is merely a little busier is not KV pressure
+           coalesce(kv_z >= z_crit AND kv_ratio >= $kv_ratio * greatest(requests_ratio, tokens_ratio, 1.0)
+                    AND kv_usage - others_kv_usage >= $kv_min, false) AS sig_kv,
            coalesce(total_blocks <> others_total_blocks, false) AS cfg_differs
     FROM tests
 ),
@@ -274,7 +295,7 @@ SELECT dp_rank,
        round(cost_ms_, 1) AS cost_ms,
        round(100.0 * cost_ms_ * n_own / nullif(instance_ttft_total_ms, 0), 1) AS cost_pct,
        CASE cause
-           WHEN 'request-skew' THEN round(requests_ratio, 2) || 'x requests (z ' || round(requests_z, 1) || ' >= ' || round(z_crit, 1) || ')'
+           WHEN 'request-skew' THEN round(requests_ratio, 2) || 'x requests (z ' || round(requests_z, 1) || ' >= ' || round(requests_crit, 1) || ')'
            WHEN 'token-skew' THEN round(tokens_ratio, 2) || 'x tokens, ' || round(requests_ratio, 2) || 'x requests (log-token z ' || round(tokens_z, 1) || ' >= ' || round(z_crit, 1) || ')'
            WHEN 'slow-execution' THEN round(exec_ratio, 2) || 'x execution time in ' || exec_above || ' of ' || exec_windows || ' windows, ' || round(requests_ratio, 2) || 'x requests, ' || round(tokens_ratio, 2) || 'x tokens'
            WHEN 'kv-pressure' THEN 'KV usage ' || round(kv_usage, 2) || ' vs ' || round(others_kv_usage, 2) || ' (' || round(kv_ratio, 1) || 'x) in ' || kv_above || ' of ' || kv_windows || ' windows, min free blocks ' || coalesce(CAST(min_free_blocks AS VARCHAR), '?') || ', ' || round(requests_ratio, 2) || 'x requests, ' || round(tokens_ratio, 2) || 'x tokens'
@@ -290,7 +311,7 @@ SELECT dp_rank,
        round(kv_usage, 3) AS kv_usage, round(others_kv_usage, 3) AS others_kv_usage,
        round(kv_ratio, 2) AS kv_ratio, round(kv_z, 2) AS kv_z, min_free_blocks,
        total_blocks, others_total_blocks,
-       round(z_crit, 2) AS z_crit,
+       round(z_crit, 2) AS z_crit, round(requests_crit, 2) AS requests_crit,
        round(queue_wait_ms, 1) AS queue_wait_ms, round(others_queue_wait_ms, 1) AS others_queue_wait_ms,
        round(ttft_mean_ms, 1) AS ttft_mean_ms, round(others_ttft_mean_ms, 1) AS others_ttft_mean_ms,
        round(ttft_p99_ms, 1) AS ttft_p99_ms, round(others_ttft_p99_ms, 1) AS others_ttft_p99_ms,
