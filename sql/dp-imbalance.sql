@@ -3,7 +3,7 @@
 -- description: Hot DP domains: a data-parallel domain that gets more requests, heavier requests, runs slower or sits under KV-cache pressure beyond what chance gives, why (request-skew, token-skew, slow-execution, kv-pressure; config-mismatch as evidence), what it costs the service in first-token time, and whether the instance's P95/P99 rises with it.
 -- requires: _dp_batches
 -- param: window_s DOUBLE = 5.0        -- window length in seconds: execution time and KV usage are compared within the same window
--- param: min_windows INTEGER = 3      -- persistence: a request or token excess must survive leaving out the domain's min_windows - 1 hottest windows
+-- param: min_windows INTEGER = 3      -- persistence: a request or token excess must survive leaving out its min_windows - 1 hottest windows (short runs: be above its share in min_windows windows)
 -- param: alpha DOUBLE = 0.01          -- false-alarm rate per run: each of the 4 tests on each domain must reach a one-sided p < alpha / (4 x domains)
 -- param: min_requests INTEGER = 40    -- fewer requests in the run cannot tell a hot domain from chance: SKIP
 -- param: skew_ratio DOUBLE = 1.2      -- request-skew also needs this many requests vs the other domains' mean
@@ -28,19 +28,23 @@
 --    With >= 10 windows, a one-sample t-test of its per-window excess (n_w - N_w/n) over the
 --    windows: the spread is measured, so it holds for a random dispatcher (binomial counts) and is
 --    far more sensitive under a balancing one (round robin: counts within one of the share). With
---    fewer windows, the binomial z = (x - N/n) / sqrt(N/n (1 - 1/n)). Both leave out the domain's
---    min_windows - 1 windows of largest excess (a short burst cannot carry it), and the ratio to
---    the others' mean must reach skew_ratio.
+--    fewer windows, the binomial z = (x - N/n) / sqrt(N/n (1 - 1/n)). Persistence: a long run
+--    leaves out the domain's min_windows - 1 windows of largest excess (a burst cannot carry it);
+--    a short one (< 10 windows after that) keeps them all and asks the domain to be above its
+--    share in min_windows windows. The ratio to the others' mean must reach skew_ratio.
 --  * token-skew: prompt+output lengths are heavy-tailed (lognormal), so token SUMS are tested on the
 --    log scale: Welch's z of the mean log(tokens) per request of the domain vs the other domains'
---    requests (same leave-out), required together with a token-sum ratio >= token_ratio. Only when
+--    requests (same persistence rule), required together with a token-sum ratio >= token_ratio. Only when
 --    requests are not significant (more requests AND more tokens is request-skew).
 --  * slow-execution: per window, the domain's mean batch execution time vs the other domains'
 --    median. Under no difference it is above in half of the windows (sign test over windows), and
---    the median ratio must reach exec_ratio. Only when requests and tokens are not significant.
+--    the median ratio must reach exec_ratio. Only when requests and tokens are not significant and
+--    similar (below skew_ratio and token_ratio).
 --  * kv-pressure: the same sign test on the mean KV usage per window, with the run's mean usage
 --    >= kv_ratio x the others' and kv_min above; only when requests, tokens and execution are not
---    significant (KV usage follows load; a domain that fills its KV on equal load has less of it).
+--    significant and similar (KV usage follows load; a domain that fills its KV on equal load has
+--    less of it): the KV ratio is asked per unit of load (divided by the larger of the request and
+--    token ratios).
 -- Each test is one-sided at alpha / (4 x domains) (Bonferroni over tests and domains), so a
 -- balanced run gives any finding with probability <= alpha. The critical z comes from alpha with
 -- Abramowitz & Stegun 26.2.23 (error < 5e-4).
@@ -86,21 +90,29 @@ shares AS (
     SELECT c.*, sum(n) OVER (PARTITION BY w) AS n_all, sum(tok) OVER (PARTITION BY w) AS tok_all
     FROM cnt c
 ),
+-- long runs (>= 10 windows once min_windows - 1 are left out) leave out each domain's min_windows - 1
+-- hottest windows; short runs keep every window (leaving out half of 4 windows would blind the test)
+-- and ask the domain to be above its share in min_windows windows instead
+regime AS (
+    SELECT count(DISTINCT w) AS n_windows,
+           CASE WHEN count(DISTINCT w) - ($min_windows - 1) >= 10 THEN $min_windows - 1 ELSE 0 END AS drop_n
+    FROM q
+),
 ranked AS (
-    SELECT s.*, nd.k,
+    SELECT s.*, nd.k, regime.drop_n,
            row_number() OVER (PARTITION BY dp_rank ORDER BY n - n_all / nd.k DESC, w) AS req_rank,
            row_number() OVER (PARTITION BY dp_rank ORDER BY tok - tok_all / nd.k DESC, w) AS tok_rank
-    FROM shares s, nd
+    FROM shares s, nd, regime
 ),
 req_test AS (
-    SELECT dp_rank, any_value(k) AS k,
+    SELECT dp_rank, any_value(k) AS k, any_value(drop_n) AS drop_n,
            sum(n) AS requests, sum(n_all) - sum(n) AS others_requests,
            sum(tok) AS tokens, sum(tok_all) - sum(tok) AS others_tokens,
-           sum(n) FILTER (WHERE req_rank >= $min_windows) AS x_kept,
-           sum(n_all) FILTER (WHERE req_rank >= $min_windows) AS n_kept,
-           count(*) FILTER (WHERE req_rank >= $min_windows) AS w_kept,
-           avg(n - n_all / k) FILTER (WHERE req_rank >= $min_windows) AS excess_mean,
-           stddev_samp(n - n_all / k) FILTER (WHERE req_rank >= $min_windows) AS excess_sd,
+           sum(n) FILTER (WHERE req_rank > drop_n) AS x_kept,
+           sum(n_all) FILTER (WHERE req_rank > drop_n) AS n_kept,
+           count(*) FILTER (WHERE req_rank > drop_n) AS w_kept,
+           avg(n - n_all / k) FILTER (WHERE req_rank > drop_n) AS excess_mean,
+           stddev_samp(n - n_all / k) FILTER (WHERE req_rank > drop_n) AS excess_sd,
            count(*) FILTER (WHERE n > n_all / k) AS req_hot_windows,
            count(*) FILTER (WHERE tok > tok_all / k) AS tok_hot_windows
     FROM ranked GROUP BY dp_rank
@@ -110,7 +122,7 @@ req_test AS (
 tok_kept AS (
     SELECT q.dp_rank AS own, o.dp_rank, ln(greatest(q.tok, 1)) AS lt
     FROM q JOIN ranked o ON o.w = q.w
-    WHERE o.tok_rank >= $min_windows
+    WHERE o.tok_rank > o.drop_n
 ),
 tok_test AS (
     SELECT dp_rank,
@@ -120,15 +132,22 @@ tok_test AS (
            count(*) FILTER (WHERE own <> dp_rank) AS n0
     FROM tok_kept GROUP BY dp_rank
 ),
--- per-window execution time and KV usage, each domain against the median of the others
+-- per-window execution time and KV usage, each domain against the median of the others. These
+-- windows are window_s long, or shorter when the arrivals span fewer than 20 of them (the domains
+-- run side by side while requests arrive): a sign test needs about 13 windows all one way to
+-- reach p < 0.01 / 16.
+pw AS (
+    SELECT least($window_s, greatest((max(q.arrival_ns) - any_value(t0.t0_ns)) / 1e9 / 20, 0.5)) AS pw_s
+    FROM q, t0
+),
 ex AS (
-    SELECT e.dp_rank, CAST(floor((e.start_ns - t0.t0_ns) / ($window_s * 1e9)) AS BIGINT) AS w, avg(e.during_ms) AS v
-    FROM _dp_exec e, t0 WHERE e.run = $run GROUP BY ALL
+    SELECT e.dp_rank, CAST(floor((e.start_ns - t0.t0_ns) / (pw.pw_s * 1e9)) AS BIGINT) AS w, avg(e.during_ms) AS v
+    FROM _dp_exec e, t0, pw WHERE e.run = $run GROUP BY ALL
 ),
 kvw AS (
-    SELECT k.dp_rank, CAST(floor((k.ts_ns - t0.t0_ns) / ($window_s * 1e9)) AS BIGINT) AS w,
+    SELECT k.dp_rank, CAST(floor((k.ts_ns - t0.t0_ns) / (pw.pw_s * 1e9)) AS BIGINT) AS w,
            avg(k.kv_usage) AS v, min(k.free_blocks) AS min_free
-    FROM _dp_kv k, t0 WHERE k.run = $run AND k.kv_usage IS NOT NULL GROUP BY ALL
+    FROM _dp_kv k, t0, pw WHERE k.run = $run AND k.kv_usage IS NOT NULL GROUP BY ALL
 ),
 paired AS (
     SELECT 'exec' AS metric, f.dp_rank, f.w, any_value(f.v) AS v, median(o.v) AS o_v
@@ -152,18 +171,18 @@ cfg_mode AS (
     GROUP BY total_blocks ORDER BY count(*) DESC, total_blocks DESC LIMIT 1
 ),
 tests AS (
-    SELECT r.dp_rank, r.k, c.z_crit, r.requests, r.tokens, r.req_hot_windows, r.tok_hot_windows,
+    SELECT r.dp_rank, r.k, r.drop_n, c.z_crit, r.requests, r.tokens, r.req_hot_windows, r.tok_hot_windows,
            r.requests / nullif(r.others_requests / (r.k - 1.0), 0) AS requests_ratio,
            r.tokens / nullif(r.others_tokens / (r.k - 1.0), 0) AS tokens_ratio,
            -- with >= 10 windows: a t-test on the per-window excess (variance from the windows, valid
            -- whatever the dispatcher); counts are integers, so a spread below a quarter request is
            -- rounding. With fewer windows: the binomial z.
-           CASE WHEN r.w_kept >= 10
+           CASE WHEN r.drop_n > 0 OR r.w_kept >= 10
                 THEN r.excess_mean / (greatest(r.excess_sd, 0.25) / sqrt(r.w_kept))
                 ELSE (r.x_kept - r.n_kept / r.k) / nullif(sqrt(r.n_kept * (1.0 / r.k) * (1 - 1.0 / r.k)), 0)
            END AS requests_z,
            -- the t critical value for w_kept - 1 degrees of freedom (Cornish-Fisher from z_crit)
-           CASE WHEN r.w_kept >= 10
+           CASE WHEN r.drop_n > 0 OR r.w_kept >= 10
                 THEN c.z_crit + (pow(c.z_crit, 3) + c.z_crit) / (4.0 * (r.w_kept - 1))
                      + (5 * pow(c.z_crit, 5) + 16 * pow(c.z_crit, 3) + 3 * c.z_crit) / (96.0 * pow(r.w_kept - 1, 2))
                 ELSE c.z_crit
@@ -185,8 +204,10 @@ tests AS (
 ),
 judged AS (
     SELECT *,
-           coalesce(requests_z >= requests_crit AND requests_ratio >= $skew_ratio, false) AS sig_req,
-           coalesce(tokens_z >= z_crit AND tokens_ratio >= $token_ratio, false) AS sig_tok,
+           coalesce(requests_z >= requests_crit AND requests_ratio >= $skew_ratio
+                    AND (drop_n > 0 OR req_hot_windows >= $min_windows), false) AS sig_req,
+           coalesce(tokens_z >= z_crit AND tokens_ratio >= $token_ratio
+                    AND (drop_n > 0 OR tok_hot_windows >= $min_windows), false) AS sig_tok,
            coalesce(exec_z >= z_crit AND exec_ratio >= $exec_ratio, false) AS sig_exec,
            -- KV usage follows load: the ratio is asked of the KV usage per unit of load (the larger of
            -- the request and token ratios), so a domain that is merely a little busier is not KV pressure
@@ -197,7 +218,9 @@ judged AS (
 ),
 -- the guide's order: more requests AND more tokens, then heavier requests, then slower, then KV
 causes AS (
+    -- (slower or fuller on SIMILAR load: requests and tokens below the ratios that count as more)
     SELECT *, CASE WHEN sig_req THEN 'request-skew' WHEN sig_tok THEN 'token-skew'
+                   WHEN requests_ratio >= $skew_ratio OR tokens_ratio >= $token_ratio THEN NULL
                    WHEN sig_exec THEN 'slow-execution' WHEN sig_kv THEN 'kv-pressure' END AS cause
     FROM judged
     UNION ALL
@@ -212,9 +235,12 @@ hot_w AS (
     SELECT f.dp_rank, f.cause, s.w FROM found f JOIN shares s ON s.dp_rank = f.dp_rank
     WHERE (f.cause = 'request-skew' AND s.n > s.n_all / f.k) OR (f.cause = 'token-skew' AND s.tok > s.tok_all / f.k)
     UNION ALL
-    SELECT f.dp_rank, f.cause, p.w FROM found f JOIN paired p ON p.dp_rank = f.dp_rank
-    WHERE p.v > p.o_v AND ((f.cause = 'slow-execution' AND p.metric = 'exec')
-                           OR (f.cause IN ('kv-pressure', 'config-mismatch') AND p.metric = 'kv'))
+    -- (paired windows may be shorter: a window_s window is hot when most of its paired ones are)
+    SELECT f.dp_rank, f.cause, CAST(floor(p.w * pw.pw_s / $window_s) AS BIGINT) AS w
+    FROM found f JOIN paired p ON p.dp_rank = f.dp_rank, pw
+    WHERE (f.cause = 'slow-execution' AND p.metric = 'exec')
+       OR (f.cause IN ('kv-pressure', 'config-mismatch') AND p.metric = 'kv')
+    GROUP BY ALL HAVING avg(CASE WHEN p.v > p.o_v THEN 1.0 ELSE 0.0 END) >= 0.5
 ),
 hot_span AS (
     SELECT dp_rank, cause, count(DISTINCT w) AS hot_windows, min(w) AS first_w, max(w) AS last_w

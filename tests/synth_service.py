@@ -141,7 +141,8 @@ def realistic_config(scenario: str = "balanced", **overrides) -> ServiceConfig:
 
 def small_config(scenario: str = "request_skew", **overrides) -> ServiceConfig:
     """The committed example's size: 4 domains, ~20 s, slow heavy iterations, short outputs."""
-    base = dict(duration_s=20.0, rate_rps=2.4, prompt_tokens=(1500, 2500), output_tokens=(2, 4),
+    # skew 3x: 48 requests are too few to tell a 2x skew from chance (binomial z 2.4, dp-imbalance v2)
+    base = dict(duration_s=20.0, rate_rps=2.4, skew_weight=3.0, prompt_tokens=(1500, 2500), output_tokens=(2, 4),
                 base_ms=350.0, prefill_ms_per_token=0.02, decode_ms_per_seq=10.0, sched_ms=3.0,
                 max_running=4, total_blocks=96, trace_batches=False)
     base.update(overrides)
