@@ -234,6 +234,9 @@ def test_dp_report_side_by_side(con, db):
         assert r["exec_row_name"] == "modelExec" and r["requests_in_several_domains"] == 0
         assert r["dp_source"] == "batch.csv" and r["kv_source"] == "batch.csv"
     assert run(con, "dp-report", "request_skew").status == "INFO"
+    # the KV pool of each domain: the configuration difference is visible side by side
+    pools = {r["dp_rank"]: r["total_blocks"] for r in run(con, "dp-report", "kv_pressure").rows}
+    assert pools == {0: 96, 1: 24, 2: 96, 3: 96}
 
 
 def test_dp_batch_windows_add_up_to_the_run(con):
@@ -250,6 +253,16 @@ def test_dp_batch_windows_add_up_to_the_run(con):
         assert all(r["window_start_s"] == r["window_no"] * 10.0 for r in mine)
     assert whole[1]["exec_p50_ms"] > 1.8 * whole[0]["exec_p50_ms"]
     assert whole[1]["queue_wait_p99_ms"] > whole[0]["queue_wait_p99_ms"]
+    # the instance's tail (all domains' requests), the same on every domain's row of a window
+    p99 = con.execute("SELECT quantile_cont(first_token_latency_ms, 0.99) FROM requests "
+                      "WHERE run = 'slow_execution'").fetchone()[0]
+    assert all(w["instance_ttft_p99_ms"] == pytest.approx(p99, abs=0.01) for w in whole.values())
+    for win in {r["window_no"] for r in windows}:
+        same = {(r["instance_ttft_p95_ms"], r["instance_ttft_p99_ms"], r["instance_e2e_p99_ms"])
+                for r in windows if r["window_no"] == win}
+        assert len(same) == 1
+        p95, p99, e2e = same.pop()
+        assert p99 is None or (p99 >= p95 and e2e >= p99)
 
 
 def test_committed_example_matches_the_generator_and_fails_on_dp1(tmp_path):
