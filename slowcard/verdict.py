@@ -105,8 +105,24 @@ def _truthy(v) -> bool:
     return bool(v)
 
 
+def skip_reason(rows: list[dict]) -> str | None:
+    """Why a query's data is not enough to decide, or None.
+
+    A query says so by returning rows that ALL carry a non-empty ``skip_reason`` column (e.g. one
+    row "only 1 DP domain: nothing to compare"): the result is then SKIP with the distinct reasons
+    as its summary, whatever its verdict rule. A result where only some rows carry one decides as
+    usual.
+    """
+    if not rows or not all(r.get("skip_reason") not in (None, "") for r in rows):
+        return None
+    return "; ".join(dict.fromkeys(str(r["skip_reason"]) for r in rows))
+
+
 def evaluate(rows: list[dict], rule: list[Clause] | None) -> Status:
-    """Status of a result: INFO for reports, else FAIL / WARN / PASS by the first clause that holds."""
+    """Status of a result: SKIP when every row gives a ``skip_reason``; INFO for reports, else
+    FAIL / WARN / PASS by the first clause that holds."""
+    if skip_reason(rows) is not None:
+        return Status.SKIP
     if rule is None:
         return Status.INFO
     for clause in rule:
@@ -162,7 +178,10 @@ def fill(template: str, values: dict) -> str:
 
 def summarise(status: str, rows: list[dict], row_template: str | None, pass_template: str | None,
               params: dict, limit: int = 3) -> str:
-    """One summary line: the first findings from the row template, or the pass text."""
+    """One summary line: the skip reason, the first findings from the row template, or the pass text."""
+    reason = skip_reason(rows)
+    if reason is not None:
+        return reason
     if not rows:
         return fill(pass_template, params) if pass_template else "No rows."
     if not row_template:

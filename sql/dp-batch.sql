@@ -1,6 +1,6 @@
 -- name: dp-batch
--- version: 1
--- description: Per DP domain, over the whole run (scope run) and per time window (scope window): batches, requests, batch sizes, scheduled tokens, execution time, KV-cache level, waiting requests, queue wait and first-token latency.
+-- version: 2
+-- description: Per DP domain, over the whole run (scope run) and per time window (scope window): batches, requests, batch sizes, scheduled tokens, execution time, KV-cache level, waiting requests, queue wait and first-token latency; and the instance's (all domains') P95/P99 first-token and end-to-end latency of the same window.
 -- requires: _dp_batches
 -- param: window_s DOUBLE = 5.0   -- window length in seconds for the scope=window rows
 -- verdict: none
@@ -53,6 +53,15 @@ reqs AS (
            quantile_cont(first_token_latency_ms, 0.99) AS ttft_p99_ms
     FROM q GROUP BY GROUPING SETS ((dp_rank), (win, dp_rank))
 ),
+-- the instance's latency tail (every domain's requests) per window and over the run: the DP guide's
+-- step 3 asks whether it rises where a domain is hot (dp-imbalance compares it in its hot windows)
+inst AS (
+    SELECT win, quantile_cont(first_token_latency_ms, 0.95) AS instance_ttft_p95_ms,
+           quantile_cont(first_token_latency_ms, 0.99) AS instance_ttft_p99_ms,
+           quantile_cont(execution_ms, 0.95) AS instance_e2e_p95_ms,
+           quantile_cont(execution_ms, 0.99) AS instance_e2e_p99_ms
+    FROM q GROUP BY GROUPING SETS ((), (win))
+),
 kvs AS (
     SELECT win, dp_rank, avg(kv_usage) AS kv_usage_mean, max(kv_usage) AS kv_usage_max,
            min(free_blocks) AS min_free_blocks
@@ -84,11 +93,14 @@ SELECT CASE WHEN k.win IS NULL THEN 'run' ELSE 'window' END AS scope,
        v.min_free_blocks,
        round(x.waiting_mean, 2) AS waiting_mean, x.waiting_max,
        round(r.queue_wait_p50_ms, 3) AS queue_wait_p50_ms, round(r.queue_wait_p99_ms, 3) AS queue_wait_p99_ms,
-       round(r.ttft_p50_ms, 3) AS ttft_p50_ms, round(r.ttft_p99_ms, 3) AS ttft_p99_ms
+       round(r.ttft_p50_ms, 3) AS ttft_p50_ms, round(r.ttft_p99_ms, 3) AS ttft_p99_ms,
+       round(i.instance_ttft_p95_ms, 3) AS instance_ttft_p95_ms, round(i.instance_ttft_p99_ms, 3) AS instance_ttft_p99_ms,
+       round(i.instance_e2e_p95_ms, 3) AS instance_e2e_p95_ms, round(i.instance_e2e_p99_ms, 3) AS instance_e2e_p99_ms
 FROM keys k
 LEFT JOIN sched s ON s.win IS NOT DISTINCT FROM k.win AND s.dp_rank = k.dp_rank
 LEFT JOIN execs e ON e.win IS NOT DISTINCT FROM k.win AND e.dp_rank = k.dp_rank
 LEFT JOIN reqs r ON r.win IS NOT DISTINCT FROM k.win AND r.dp_rank = k.dp_rank
 LEFT JOIN kvs v ON v.win IS NOT DISTINCT FROM k.win AND v.dp_rank = k.dp_rank
 LEFT JOIN wq x ON x.win IS NOT DISTINCT FROM k.win AND x.dp_rank = k.dp_rank
+LEFT JOIN inst i ON i.win IS NOT DISTINCT FROM k.win
 ORDER BY k.win IS NOT NULL, k.win, k.dp_rank

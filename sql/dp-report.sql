@@ -1,12 +1,12 @@
 -- name: dp-report
--- version: 1
--- description: The DP domains side by side (one row each): requests, input/output tokens, scheduled batch tokens, execution time, KV-cache level, queue wait and first-token latency, with each domain's share and its ratio to the median domain.
+-- version: 2
+-- description: The DP domains side by side (one row each): requests, input/output tokens, scheduled batch tokens, execution time, KV-cache level and KV pool (total_blocks: a domain started with another pool is a configuration mismatch), queue wait and first-token latency, with each domain's share and its ratio to the median domain.
 -- requires: _dp_batches
 -- verdict: none
 -- role: report
 -- order: 30
 -- shows: report.dp, compare
--- summary: DP {dp_rank}: {requests} requests ({requests_vs_median}x median), {input_tokens}+{output_tokens} tokens ({tokens_vs_median}x), {total_scheduled_tokens} scheduled, execution p99 {exec_p99_ms} ms ({exec_vs_median}x), KV mean {kv_usage_mean}, queue wait p99 {queue_wait_p99_ms} ms
+-- summary: DP {dp_rank}: {requests} requests ({requests_vs_median}x median), {input_tokens}+{output_tokens} tokens ({tokens_vs_median}x), {total_scheduled_tokens} scheduled, execution p99 {exec_p99_ms} ms ({exec_vs_median}x), KV mean {kv_usage_mean} of {total_blocks} blocks, queue wait p99 {queue_wait_p99_ms} ms
 
 -- The side-by-side report the DP guide asks the profiler for; dp-imbalance decides whether a
 -- difference persists and hurts, this only lays the numbers next to each other.
@@ -42,7 +42,8 @@ reqs AS (
 ),
 kvs AS (
     SELECT dp_rank, avg(kv_usage) AS kv_usage_mean, max(kv_usage) AS kv_usage_max,
-           min(free_blocks) AS min_free_blocks, any_value(kv_source) AS kv_source
+           min(free_blocks) AS min_free_blocks, max(total_blocks) AS total_blocks,
+           any_value(kv_source) AS kv_source
     FROM _dp_kv WHERE run = $run
     GROUP BY dp_rank
 ),
@@ -71,7 +72,7 @@ SELECT dp_rank,
        prefill_scheduled_tokens, decode_scheduled_tokens, total_scheduled_tokens,
        exec_row_name, exec_batches, round(exec_total_ms, 1) AS exec_total_ms,
        round(exec_p50_ms, 3) AS exec_p50_ms, round(exec_p99_ms, 3) AS exec_p99_ms,
-       round(kv_usage_mean, 4) AS kv_usage_mean, round(kv_usage_max, 4) AS kv_usage_max, min_free_blocks,
+       round(kv_usage_mean, 4) AS kv_usage_mean, round(kv_usage_max, 4) AS kv_usage_max, min_free_blocks, total_blocks,
        round(queue_wait_p50_ms, 3) AS queue_wait_p50_ms, round(queue_wait_p99_ms, 3) AS queue_wait_p99_ms,
        round(ttft_p50_ms, 3) AS ttft_p50_ms, round(ttft_p99_ms, 3) AS ttft_p99_ms,
        round(requests / nullif(m_requests, 0), 2) AS requests_vs_median,

@@ -21,7 +21,17 @@ Scenarios (the hot domain is ``hot_dp``):
 - ``slow_execution``: equal requests and tokens, the hot domain executes ``slow_factor`` x slower;
 - ``burst``: a request skew lasting only ``burst_len_s`` seconds (traffic jitter);
 - ``hot_no_impact``: a request skew on a service with ample capacity (nobody waits);
+- ``kv_pressure``: equal traffic and speed, but the hot domain was started with ``kv_factor`` x
+  the KV blocks of the others (a configuration mismatch: its KV cache fills, its requests queue);
 - ``no_dp_rank``: balanced, but no DP id anywhere (``dp_rank`` is ``<NA>``, labels without dp).
+
+Traffic: ``arrivals="steady"`` (a fixed gap with a little jitter, the default) or ``"poisson"``
+(exponential gaps: real traffic); ``assign="round_robin"`` (smooth weighted round robin, the
+default; a dispatcher that balances counts) or ``"random"`` (each request draws its domain with
+the scenario's weights, so counts per domain are Poisson/binomial); ``prompt_dist="uniform"``
+(``prompt_tokens`` range, the default) or ``"lognormal"`` (median ``prompt_median``, log-sd
+``prompt_sigma``, capped at ``prompt_max``: real prompt lengths are heavy-tailed).
+``realistic_config`` is the calibration preset (bench/calibrate_dp.py).
 
 Nothing here is random at run time: a seeded ``random.Random`` gives the same files every time.
 
@@ -31,6 +41,7 @@ Nothing here is random at run time: a seeded ``random.Random`` gives the same fi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import heapq
 import json
 import math
@@ -42,7 +53,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 SCENARIOS = ("balanced", "request_skew", "token_skew", "slow_execution", "burst",
-             "hot_no_impact", "no_dp_rank")
+             "hot_no_impact", "kv_pressure", "no_dp_rank")
 
 SHANGHAI = timezone(timedelta(hours=8))   # msServiceProfiler renders datetimes in Asia/Shanghai
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -71,6 +82,13 @@ class ServiceConfig:
     skew_weight: float = 2.0            # request_skew / hot_no_impact / burst: hot share vs one other
     token_factor: float = 2.0           # token_skew
     slow_factor: float = 2.0            # slow_execution
+    kv_factor: float = 0.25             # kv_pressure: the hot domain's KV blocks vs the others'
+    arrivals: str = "steady"            # "steady" | "poisson"
+    assign: str = "round_robin"         # "round_robin" | "random"
+    prompt_dist: str = "uniform"        # "uniform" (prompt_tokens range) | "lognormal"
+    prompt_median: float = 2400.0
+    prompt_sigma: float = 0.8
+    prompt_max: int = 32000
     burst_start_s: float = 8.0
     burst_len_s: float = 4.0
     start_epoch_us: int = 1773992798_000000   # 2026-03-20 15:46:38 Asia/Shanghai
@@ -89,6 +107,12 @@ class ServiceConfig:
     def has_dp(self) -> bool:
         return self.scenario != "no_dp_rank"
 
+    def blocks(self, dp: int) -> int:
+        """The KV pool of domain ``dp`` (smaller on the hot domain of kv_pressure)."""
+        if self.scenario == "kv_pressure" and dp == self.hot_dp:
+            return max(1, int(self.total_blocks * self.kv_factor))
+        return self.total_blocks
+
 
 def config_for(scenario: str, **overrides) -> ServiceConfig:
     """The preset of a scenario, with any field overridden."""
@@ -103,9 +127,22 @@ def config_for(scenario: str, **overrides) -> ServiceConfig:
     return replace(cfg, **overrides)
 
 
+def realistic_config(scenario: str = "balanced", **overrides) -> ServiceConfig:
+    """Calibration traffic: Poisson arrivals at 0.8 requests/s per domain, lognormal prompts with a
+    median of 2,400 tokens, 120 s, 4 domains, a KV pool of 640 blocks of 128 tokens."""
+    base = dict(duration_s=120.0, rate_rps=3.2, arrivals="poisson", prompt_dist="lognormal",
+                prompt_median=2400.0, prompt_sigma=0.8, output_tokens=(16, 64), base_ms=60.0,
+                prefill_ms_per_token=0.1, decode_ms_per_seq=1.0, max_running=32, total_blocks=640,
+                block_tokens=128, burst_len_s=3.0, burst_start_s=50.0, skew_weight=1.5,
+                token_factor=2.0, slow_factor=1.5, kv_factor=0.175)
+    base.update(overrides)
+    return config_for(scenario, **base)
+
+
 def small_config(scenario: str = "request_skew", **overrides) -> ServiceConfig:
     """The committed example's size: 4 domains, ~20 s, slow heavy iterations, short outputs."""
-    base = dict(duration_s=20.0, rate_rps=2.4, prompt_tokens=(1500, 2500), output_tokens=(2, 4),
+    # skew 3x: 48 requests are too few to tell a 2x skew from chance (binomial z 2.4, dp-imbalance v2)
+    base = dict(duration_s=20.0, rate_rps=2.4, skew_weight=3.0, prompt_tokens=(1500, 2500), output_tokens=(2, 4),
                 base_ms=350.0, prefill_ms_per_token=0.02, decode_ms_per_seq=10.0, sched_ms=3.0,
                 max_running=4, total_blocks=96, trace_batches=False)
     base.update(overrides)
@@ -157,21 +194,36 @@ def _weights(cfg: ServiceConfig, t_s: float) -> list[float]:
 
 
 def make_requests(cfg: ServiceConfig) -> list[Req]:
-    """Arrivals (steady rate with a little jitter) assigned by smooth weighted round robin."""
+    """Arrivals (steady or Poisson) assigned by smooth weighted round robin or a weighted draw."""
     rng = random.Random(cfg.seed)
     n = int(cfg.duration_s * cfg.rate_rps)
+    if cfg.arrivals == "poisson":
+        n = 3 * n + 100       # a bound only: Poisson arrivals stop at duration_s
     gap_us = 1e6 / cfg.rate_rps
     current = [0.0] * cfg.n_dp
     reqs = []
+    t_poisson = 0.0
     for i in range(n):
-        t_us = cfg.start_epoch_us + int(i * gap_us + rng.uniform(0.0, 0.3) * gap_us)
+        if cfg.arrivals == "poisson":
+            t_poisson += rng.expovariate(1.0) * gap_us
+            if t_poisson >= cfg.duration_s * 1e6:
+                break
+            t_us = cfg.start_epoch_us + int(t_poisson)
+        else:
+            t_us = cfg.start_epoch_us + int(i * gap_us + rng.uniform(0.0, 0.3) * gap_us)
         w = _weights(cfg, (t_us - cfg.start_epoch_us) / 1e6)
         total = sum(w)
-        for d in range(cfg.n_dp):
-            current[d] += w[d]
-        dp = max(range(cfg.n_dp), key=lambda d: (current[d], -d))
-        current[dp] -= total
-        prompt = rng.randint(*cfg.prompt_tokens)
+        if cfg.assign == "random":
+            dp = rng.choices(range(cfg.n_dp), weights=w)[0]
+        else:
+            for d in range(cfg.n_dp):
+                current[d] += w[d]
+            dp = max(range(cfg.n_dp), key=lambda d: (current[d], -d))
+            current[dp] -= total
+        if cfg.prompt_dist == "lognormal":
+            prompt = min(cfg.prompt_max, max(1, int(rng.lognormvariate(math.log(cfg.prompt_median), cfg.prompt_sigma))))
+        else:
+            prompt = rng.randint(*cfg.prompt_tokens)
         output = rng.randint(*cfg.output_tokens)
         if cfg.scenario == "token_skew" and dp == cfg.hot_dp:
             prompt, output = int(prompt * cfg.token_factor), int(output * cfg.token_factor)
@@ -182,6 +234,7 @@ def make_requests(cfg: ServiceConfig) -> list[Req]:
 def simulate_dp(cfg: ServiceConfig, dp: int, reqs: list[Req], rng: random.Random):
     """Yield the Iterations of one domain in time order (a generator: memory stays flat)."""
     slow = cfg.slow_factor if (cfg.scenario == "slow_execution" and dp == cfg.hot_dp) else 1.0
+    total_blocks = cfg.blocks(dp)
     queue = deque()
     running: list[Req] = []
     used = 0
@@ -199,7 +252,7 @@ def simulate_dp(cfg: ServiceConfig, dp: int, reqs: list[Req], rng: random.Random
         while queue and len(running) + len(new) < cfg.max_running:
             r = queue[0]
             need = math.ceil((r.prompt + r.output) / cfg.block_tokens)   # reserved for the whole sequence
-            if used + need > cfg.total_blocks and (running or new):
+            if used + need > total_blocks and (running or new):
                 break
             queue.popleft()
             r.blocks = need
@@ -342,9 +395,10 @@ class Writer:
         f = ["batchFrameworkProcessing", _q(_res_list_batching(it)), c(it.sched_start_us), c(s_end),
              _ms(it.sched_dur_us), btype, prof, f"{float(n_pf + n_dec)}"]
         if cfg.kv_columns:
-            free = cfg.total_blocks - it.used_blocks
-            f += [str(cfg.total_blocks), str(it.used_blocks), str(free), str(it.allocated),
-                  str(it.freed), repr(round(it.used_blocks / cfg.total_blocks, 4))]
+            total = cfg.blocks(it.dp)
+            free = total - it.used_blocks
+            f += [str(total), str(it.used_blocks), str(free), str(it.allocated),
+                  str(it.freed), repr(round(it.used_blocks / total, 4))]
         f += [str(n_pf), str(n_dec), str(pf_tok), str(n_dec), str(pf_tok + n_dec), self.dp_text(it.dp)]
         if cfg.spec_columns:
             f += ["", ""]
@@ -397,13 +451,14 @@ class Writer:
 
     def kv_rows(self, it: Iteration, kv) -> None:
         cfg = self.cfg
+        total = cfg.blocks(it.dp)
         if cfg.kvcache_shape == "blocks":
-            free = cfg.total_blocks - it.used_blocks
-            kv.write(f"KVCacheStatus,{self.clock(it.sched_start_us)},{cfg.total_blocks},{it.used_blocks},"
-                     f"{free},{it.allocated},{it.freed},{round(it.used_blocks / cfg.total_blocks, 4)!r}\n")
+            free = total - it.used_blocks
+            kv.write(f"KVCacheStatus,{self.clock(it.sched_start_us)},{total},{it.used_blocks},"
+                     f"{free},{it.allocated},{it.freed},{round(it.used_blocks / total, 4)!r}\n")
         else:
-            free = cfg.total_blocks - it.used_blocks
-            rate = round(it.used_blocks / cfg.total_blocks, 4)
+            free = total - it.used_blocks
+            rate = round(it.used_blocks / total, 4)
             for r in it.prefill:
                 kv.write(f"{r.rid},Allocate,{self.clock(it.sched_start_us)},{free},{rate!r}\n")
 
@@ -412,7 +467,7 @@ class Writer:
         cfg = self.cfg
         pid = self.pid(it.dp)
         suffix = f"-dp{it.dp}" if cfg.has_dp else ""
-        free = cfg.total_blocks - it.used_blocks
+        free = cfg.blocks(it.dp) - it.used_blocks
         ts = f"{it.sched_start_us}.0"
         tf.write(f',\n{{"name":"Schedule.KVCache{suffix}","ph":"C","ts":{ts},"pid":{pid},'
                  f'"tid":"Schedule.KVCache","args":{{"Device Block":{free}}}}}'
@@ -445,17 +500,29 @@ class Writer:
         self.n_trace += len(out)
 
 
-def write_run(out: str | Path, cfg: ServiceConfig) -> dict:
-    """Write one generated run into folder ``out``; returns counts (rows per file, requests)."""
+class _Discard:
+    """A file that is not wanted: writes go nowhere."""
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+
+def _open(out: Path, name: str, only) -> object:
+    if only is not None and name not in only:
+        return contextlib.nullcontext(_Discard())
+    return open(out / name, "w", encoding="utf-8", newline="")
+
+
+def write_run(out: str | Path, cfg: ServiceConfig, only: tuple[str, ...] | None = None) -> dict:
+    """Write one generated run into folder ``out``; returns counts (rows per file, requests).
+    ``only``: the file names to write (default all; the calibration writes batch.csv and request.csv)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     reqs = make_requests(cfg)
     w = Writer(cfg, out)
     n_batch = 0
-    with open(out / "batch.csv", "w", encoding="utf-8", newline="") as bf, \
-            open(out / "forward.csv", "w", encoding="utf-8", newline="") as fw, \
-            open(out / "kvcache.csv", "w", encoding="utf-8", newline="") as kv, \
-            open(out / "chrome_tracing.json", "w", encoding="utf-8") as tf:
+    with _open(out, "batch.csv", only) as bf, _open(out, "forward.csv", only) as fw, \
+            _open(out, "kvcache.csv", only) as kv, _open(out, "chrome_tracing.json", only) as tf:
         w.trace_head(tf)
         bf.write(",".join(batch_header(cfg)) + "\n")
         fw.write("name,relative_start_time(ms),start_datetime,end_datetime,during_time(ms),bubble_time(ms),"
@@ -474,7 +541,7 @@ def write_run(out: str | Path, cfg: ServiceConfig) -> dict:
             w.trace_events(it, tf)
         w.flush_forward(fw)
         tf.write("\n]\n")
-    with open(out / "request.csv", "w", encoding="utf-8", newline="") as rf:
+    with _open(out, "request.csv", only) as rf:
         rf.write("http_rid,start_datetime,recv_token_size,reply_token_size,execution_time(ms),"
                  "queue_wait_time(ms),first_token_latency(ms),cache_hit_rate,start_time(ms)\n")
         for r in reqs:

@@ -29,8 +29,13 @@ EXPECTED = {
     "slow_execution": ("FAIL", {(1, "slow-execution", True)}),
     "burst": ("PASS", set()),
     "hot_no_impact": ("WARN", {(1, "request-skew", False)}),
+    # a quarter of the KV pool: the pressure FAILs, the pool difference is a WARN finding of its own
+    "kv_pressure": ("FAIL", {(1, "kv-pressure", True), (1, "config-mismatch", False)}),
     "no_dp_rank": ("SKIP", set()),
 }
+# scenario runs last 40 s (8 windows of 5 s): 20 s were too few requests to tell 1.6x from chance
+DURATION_S = 40.0
+SEEDS = (11, 12, 13)
 # variants: (scenario, config overrides, files to leave out)
 VARIANTS = {
     # batch.csv without dp_rank and without KV columns: domains from process_labels, KV from counters
@@ -39,7 +44,13 @@ VARIANTS = {
     "empty_dp": ("no_dp_rank", {"na_dp": "", "duration_s": 6.0}, ()),
     # request.csv names requests without vLLM's "-<n>" sample suffix (http id vs engine id)
     "http_rid": ("request_skew", {"duration_s": 6.0}, ()),
-}
+    # not enough to compare: one domain, or a handful of requests
+    "single_domain": ("request_skew", {"n_dp": 1, "hot_dp": 0, "duration_s": 10.0}, ()),
+    "few_requests": ("request_skew", {"duration_s": 3.0}, ()),
+} | {
+    # equal pools and a smaller pool, over more seeds
+    f"balanced_{s}": ("balanced", {"seed": s}, ()) for s in SEEDS
+} | {f"kv_pressure_{s}": ("kv_pressure", {"seed": s}, ()) for s in SEEDS}
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +61,7 @@ def db(tmp_path_factory):
     runs = {s: (s, {}, ()) for s in ss.SCENARIOS} | VARIANTS
     for run, (scenario, overrides, leave_out) in runs.items():
         folder = d / run
-        ss.write_run(folder, ss.config_for(scenario, **overrides))
+        ss.write_run(folder, ss.config_for(scenario, **({"duration_s": DURATION_S} | overrides)))
         # the DP queries read batch.csv, request.csv and the trace; forward.csv and kvcache.csv
         # are tested in test_service_csv.py (and ingesting them here would only cost time)
         for name in (*leave_out, "forward.csv", "kvcache.csv"):
@@ -83,27 +94,78 @@ def test_each_cause_is_found_on_its_scenario_and_on_no_other(con, scenario):
     if rows:
         assert res.summary.startswith("DP 1: ")
         assert all(r["hot_windows"] >= 3 and r["next_step"] for r in res.rows)
+        # one result, one level: each row says its own, FAIL exactly where it hurts
+        assert all(r["level"] == ("FAIL" if r["impact"] else "WARN") for r in res.rows)
+        assert [r["level"] for r in res.rows] == sorted(r["level"] for r in res.rows)
+        assert all(r["skip_reason"] is None for r in res.rows)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_kv_pressure_on_the_small_pool_names_the_configuration(con, seed):
+    res = run(con, "dp-imbalance", f"kv_pressure_{seed}")
+    assert res.status == "FAIL", res.summary
+    assert [(r["dp_rank"], r["cause"], r["level"]) for r in res.rows] == [
+        (1, "kv-pressure", "FAIL"), (1, "config-mismatch", "WARN")]
+    kv, cfg = res.rows
+    # the same load, a fuller KV cache, and the pool difference named as the likely root cause
+    assert kv["requests_ratio"] < 1.2 and kv["tokens_ratio"] < 1.5
+    assert kv["kv_usage"] > 1.5 * kv["others_kv_usage"] and kv["kv_z"] >= kv["z_crit"]
+    assert (kv["total_blocks"], kv["others_total_blocks"]) == (24, 96)
+    assert kv["root_cause"] == cfg["root_cause"] == "dp1 has 24 KV blocks, the others 96"
+    assert "likely root cause: dp1 has 24 KV blocks, the others 96" in res.summary
+    assert "admit fewer requests" in kv["next_step"] and "align its configuration" in kv["next_step"]
+    assert "align start-up and deployment configuration" in cfg["next_step"]
+    assert kv["queue_wait_ms"] > 2 * kv["others_queue_wait_ms"] and kv["cost_ms"] > 0 and kv["cost_pct"] > 0
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_equal_pools_pass(con, seed):
+    res = run(con, "dp-imbalance", f"balanced_{seed}")
+    assert res.status == "PASS" and res.rows == [], res.summary
+
+
+def test_too_little_to_compare_skips_with_the_reason(con):
+    one = run(con, "dp-imbalance", "single_domain")
+    assert one.status == "SKIP" and one.summary == "only one DP domain (dp0) in this run: nothing to compare it with"
+    few = run(con, "dp-imbalance", "few_requests")
+    n = con.execute("SELECT count(*) FROM requests WHERE run = 'few_requests'").fetchone()[0]
+    assert few.status == "SKIP" and n < 40
+    assert few.summary == (f"only {n} requests over 4 DP domains; at least 40 (min_requests) are needed "
+                           "to tell a hot domain from chance")
+    assert run(con, "dp-imbalance", "few_requests", min_requests=n).status != "SKIP"
 
 
 def test_hot_domain_evidence_numbers(con):
     rows = {r: run(con, "dp-imbalance", r).rows[0] for r in ("request_skew", "token_skew", "slow_execution", "hot_no_impact")}
     rq, tk, sl, ok = rows["request_skew"], rows["token_skew"], rows["slow_execution"], rows["hot_no_impact"]
-    assert rq["requests_ratio"] >= 1.8 and rq["tokens_ratio"] >= 1.8
-    assert tk["requests_ratio"] < 1.3 <= tk["tokens_ratio"]
+    assert rq["requests_ratio"] >= 1.8 and rq["tokens_ratio"] >= 1.8 and rq["requests_z"] >= rq["requests_crit"]
+    assert tk["requests_ratio"] < 1.3 <= tk["tokens_ratio"] and tk["tokens_z"] >= tk["z_crit"]
     assert sl["requests_ratio"] < 1.3 and sl["tokens_ratio"] < 1.3 and sl["exec_ratio"] >= 1.8
+    assert sl["exec_above"] == sl["exec_windows"] >= 13 and sl["exec_z"] >= sl["z_crit"]
     for r in (rq, tk, sl):
         assert r["queue_wait_ms"] > 10 * r["others_queue_wait_ms"] and "longer queue wait" in r["impact_signals"]
+        # the cost: the first-token excess of its requests, and its share of the instance's first-token time
+        assert r["cost_ms"] == pytest.approx(r["ttft_mean_ms"] - r["others_ttft_mean_ms"], abs=0.2)
+        assert 0 < r["cost_pct"] < 100 and r["level"] == "FAIL"
+        assert r["instance_ttft_p99_ms"] >= r["instance_ttft_p95_ms"] > 0
+        assert r["instance_e2e_p99_ms"] >= r["instance_e2e_p95_ms"] > 0
     assert ok["impact_signals"] == "none" and ok["queue_wait_ms"] < 2 * ok["others_queue_wait_ms"] + 20
+    assert ok["level"] == "WARN" and ok["cost_ms"] < 20
     assert "rebalance the DP scheduler" in rq["next_step"]
     assert "input/output tokens" in tk["next_step"]
     assert "device" in sl["next_step"] and "configuration" in sl["next_step"]
 
 
-def test_a_burst_is_hot_only_when_persistence_is_not_required(con):
+def test_a_burst_is_chance_not_a_hot_domain(con):
+    # 4 s of 3x requests on dp1 in 40 s: visible in its windows, not beyond chance over the run
     assert run(con, "dp-imbalance", "burst").status == "PASS"
-    res = run(con, "dp-imbalance", "burst", min_windows=1)
-    assert [(r["dp_rank"], r["cause"], r["hot_windows"]) for r in res.rows] in ([(1, "request-skew", 1)],
-                                                                                [(1, "request-skew", 2)])
+    wins = [r for r in run(con, "dp-batch", "burst").rows if r["scope"] == "window"]
+    by_win = {}
+    for r in wins:
+        by_win.setdefault(r["window_no"], {})[r["dp_rank"]] = r["requests"]
+    assert any(w[1] > 1.5 * max(v for d, v in w.items() if d != 1) for w in by_win.values() if len(w) == 4)
+    # a lasting (2x) skew over the whole run is a hot domain
+    assert run(con, "dp-imbalance", "request_skew").status == "FAIL"
 
 
 def test_thresholds_are_parameters(con):
@@ -112,6 +174,8 @@ def test_thresholds_are_parameters(con):
     # a low impact bar turns the harmless hot domain into a failing one only through its own numbers
     res = run(con, "dp-imbalance", "hot_no_impact", impact_ratio=1.0, min_wait_ms=0.0)
     assert res.rows and res.rows[0]["dp_rank"] == 1
+    # a stricter false-alarm rate turns the 1.6x skew of 240 requests into chance
+    assert run(con, "dp-imbalance", "hot_no_impact", alpha=1e-6).status == "PASS"
 
 
 def test_no_dp_rank_skips_and_never_invents_domains(con):
@@ -170,6 +234,9 @@ def test_dp_report_side_by_side(con, db):
         assert r["exec_row_name"] == "modelExec" and r["requests_in_several_domains"] == 0
         assert r["dp_source"] == "batch.csv" and r["kv_source"] == "batch.csv"
     assert run(con, "dp-report", "request_skew").status == "INFO"
+    # the KV pool of each domain: the configuration difference is visible side by side
+    pools = {r["dp_rank"]: r["total_blocks"] for r in run(con, "dp-report", "kv_pressure").rows}
+    assert pools == {0: 96, 1: 24, 2: 96, 3: 96}
 
 
 def test_dp_batch_windows_add_up_to_the_run(con):
@@ -186,6 +253,16 @@ def test_dp_batch_windows_add_up_to_the_run(con):
         assert all(r["window_start_s"] == r["window_no"] * 10.0 for r in mine)
     assert whole[1]["exec_p50_ms"] > 1.8 * whole[0]["exec_p50_ms"]
     assert whole[1]["queue_wait_p99_ms"] > whole[0]["queue_wait_p99_ms"]
+    # the instance's tail (all domains' requests), the same on every domain's row of a window
+    p99 = con.execute("SELECT quantile_cont(first_token_latency_ms, 0.99) FROM requests "
+                      "WHERE run = 'slow_execution'").fetchone()[0]
+    assert all(w["instance_ttft_p99_ms"] == pytest.approx(p99, abs=0.01) for w in whole.values())
+    for win in {r["window_no"] for r in windows}:
+        same = {(r["instance_ttft_p95_ms"], r["instance_ttft_p99_ms"], r["instance_e2e_p99_ms"])
+                for r in windows if r["window_no"] == win}
+        assert len(same) == 1
+        p95, p99, e2e = same.pop()
+        assert p99 is None or (p99 >= p95 and e2e >= p99)
 
 
 def test_committed_example_matches_the_generator_and_fails_on_dp1(tmp_path):
@@ -203,5 +280,6 @@ def test_committed_example_matches_the_generator_and_fails_on_dp1(tmp_path):
     c = store.open_db(db, read_only=True)
     res = run(c, "dp-imbalance", rep.run)
     assert res.status == "FAIL" and [(r["dp_rank"], r["cause"]) for r in res.rows] == [(1, "request-skew")]
+    assert res.rows[0]["level"] == "FAIL" and res.rows[0]["cost_ms"] > 0
     c.close()
     shutil.rmtree(fresh)
