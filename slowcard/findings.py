@@ -19,7 +19,7 @@ from .queries import RANK_KINDS, SUBJECT_KINDS
 from .verdict import Status, row_levels
 
 # Columns that say what a finding is or what to do, not evidence of it.
-NON_EVIDENCE = ("cause", "finding", "next_step", "subject", "level")
+NON_EVIDENCE = ("cause", "finding", "next_step", "subject", "level", "skip_reason")
 
 
 @dataclass(frozen=True)

@@ -105,10 +105,24 @@ def _truthy(v) -> bool:
     return bool(v)
 
 
+def skip_reasons(rows: list[dict]) -> list[str]:
+    """The non-empty ``skip_reason`` values of a verdict's rows: a query that finds too little data
+    to judge (one rank, too few layer instances) says so in a row, and its result is SKIP."""
+    return [str(r["skip_reason"]) for r in rows if r.get("skip_reason")]
+
+
 def evaluate(rows: list[dict], rule: list[Clause] | None) -> Status:
-    """Status of a result: INFO for reports, else FAIL / WARN / PASS by the first clause that holds."""
+    """Status of a result: INFO for reports, else FAIL / WARN / PASS by the first clause that holds.
+
+    Rows with a ``skip_reason`` make the result SKIP. When the rows carry a ``level`` column
+    (FAIL / WARN per row), the result's status is the worst row level (PASS when none), so the
+    status and the findings' levels (``row_levels``) always agree."""
     if rule is None:
         return Status.INFO
+    if skip_reasons(rows):
+        return Status.SKIP
+    if rows and "level" in rows[0]:
+        return Status.worst([lv for lv in row_levels(rows, rule) if lv is not None] or [Status.PASS])
     for clause in rule:
         if clause.holds(rows):
             return Status(clause.level.upper())
@@ -162,7 +176,10 @@ def fill(template: str, values: dict) -> str:
 
 def summarise(status: str, rows: list[dict], row_template: str | None, pass_template: str | None,
               params: dict, limit: int = 3) -> str:
-    """One summary line: the first findings from the row template, or the pass text."""
+    """One summary line: the first findings from the row template, or the pass text (a SKIP
+    result from its rows' ``skip_reason``)."""
+    if status == Status.SKIP and skip_reasons(rows):
+        return "; ".join(dict.fromkeys(skip_reasons(rows)))
     if not rows:
         return fill(pass_template, params) if pass_template else "No rows."
     if not row_template:
