@@ -9,7 +9,6 @@
 -- param: alpha DOUBLE = 0.01              -- false-alarm budget of the run's sign tests: each rank is tested at alpha / ranks (Bonferroni)
 -- param: min_cost_pct DOUBLE = 5.0        -- FAIL when the finding costs at least this % of the run's MoE time, else WARN
 -- param: min_ranks INTEGER = 3            -- fewer ranks have no median rank to compare with: SKIP
--- param: min_instances INTEGER = 8        -- fewer matched layer instances cannot make a sign test significant: SKIP
 -- verdict: fail if rows > 0
 -- role: verdict
 -- subject: rank
@@ -17,7 +16,7 @@
 -- order: 110
 -- shows: report.moe, annotate
 -- summary: {level} rank {rank} {cause}: costs {cost_ms} ms = {cost_pct}% of MoE time (tokens {token_ratio}x median, GroupedMatmul {gmm_ratio}x, transfer {transfer_ratio}x, above the median in {above_pct}% of {layer_instances} layer instances, p={p_value}; arrived last at {last_arrival_pct}% of collectives{left_out}); next: {next_step}
--- pass: No rank's own MoE work is significantly above the median rank's (sign tests over layer instances at alpha {alpha}; tokens >= {min_token_ratio}x, GroupedMatmul >= {min_compute_ratio}x or transfer >= {min_comm_ratio}x).
+-- pass: No rank stands out: no rank's own MoE work is significantly above the median rank's (sign tests over layer instances at alpha {alpha}; tokens >= {min_token_ratio}x, GroupedMatmul >= {min_compute_ratio}x or transfer >= {min_comm_ratio}x).
 --
 -- Method. Each (rank, layer instance) is paired with the median rank of the same instance
 -- (instances every rank has: "the same layer"). The evidence is the rank's OWN work, which host
@@ -41,7 +40,8 @@
 -- for slow-comm). The median excess, not the sum, so one descheduled instance does not make a
 -- cost; in % of the run's MoE time (sum over instances of the median rank's layer time).
 -- Level: FAIL when significant and cost_pct >= min_cost_pct, WARN when significant but cheaper.
--- SKIP (one row with skip_reason) when fewer than min_ranks ranks or min_instances instances.
+-- SKIP (one row with skip_reason) when fewer than min_ranks ranks, or so few instances n that
+-- even a rank above the median in all of them would not be significant (0.5^n > alpha / ranks).
 
 -- Per (rank, layer instance): what it computed and how it met the others at the collectives.
 WITH f AS (
@@ -135,7 +135,7 @@ cuts AS (
                CASE WHEN n_kept > 0 THEN format('; rank {}''s trace is truncated: steps >= {} left out', rank, cut_step)
                     ELSE format('; rank {}''s trace is truncated in its first step: left out', rank) END
                || CASE WHEN n_kept > 0 AND NOT EXISTS (SELECT 1 FROM f WHERE f.rank = c.rank AND f.n_coll > 0)
-                       THEN ', its collectives with the cut (arrival order and waits not measured)'
+                       THEN ', its collectives with the cut (whether the others waited for it not measured)'
                        ELSE '' END,
                '' ORDER BY rank), '') AS left_out
     FROM _layer_cuts c WHERE run = $run AND rank IS NOT NULL
@@ -146,9 +146,10 @@ enough AS (
                WHEN (SELECT n FROM n_ranks) < $min_ranks
                    THEN format('{} rank(s) with MoE layers in this run; comparing a rank with the median rank needs >= {}',
                                (SELECT n FROM n_ranks), $min_ranks)
-               WHEN (SELECT count(*) FROM inst) < $min_instances
-                   THEN format('{} MoE layer instance(s) that all {} ranks have; a sign test needs >= {}',
-                               (SELECT count(*) FROM inst), (SELECT n FROM n_ranks), $min_instances)
+               WHEN (SELECT count(*) FROM inst) < ceil(log2((SELECT n FROM n_ranks) / $alpha))
+                   THEN format('{} MoE layer instance(s) that all {} ranks have; the sign test at alpha {} needs >= {} (profile more steps)',
+                               (SELECT count(*) FROM inst), (SELECT n FROM n_ranks), $alpha,
+                               ceil(log2((SELECT n FROM n_ranks) / $alpha))::INTEGER)
            END AS skip_reason
 )
 SELECT CASE WHEN round(100.0 * cost_ns / greatest(moe_ns, 1), 1) >= $min_cost_pct THEN 'FAIL' ELSE 'WARN' END AS level,
