@@ -2,9 +2,9 @@
 -- version: 4
 -- description: The slow card of an expert-parallel run: the rank whose own MoE work is persistently above the median rank's, why, and the MoE time it costs.
 -- requires: moe_layer_facts
--- param: min_token_ratio DOUBLE = 1.3     -- token-skew: the rank's median tokens / the median rank's, per layer instance, at least this
--- param: same_token_ratio DOUBLE = 1.15   -- tokens within this ratio of the median rank count as about the same (slow-compute, slow-comm)
--- param: min_compute_ratio DOUBLE = 1.3   -- slow-compute: the rank's median GroupedMatmul / the median rank's, per layer instance, at least this
+-- param: min_token_ratio DOUBLE = 1.2     -- token-skew: the rank's median tokens / the median rank's, per layer instance, at least this
+-- param: same_token_ratio DOUBLE = 1.1    -- tokens within this ratio of the median rank count as about the same (slow-compute, slow-comm)
+-- param: min_compute_ratio DOUBLE = 1.2   -- slow-compute: the rank's median GroupedMatmul / the median rank's, per layer instance, at least this
 -- param: min_comm_ratio DOUBLE = 1.5      -- slow-comm: the rank's median dispatch/combine transfer / the median rank's, at least this
 -- param: alpha DOUBLE = 0.01              -- false-alarm budget of the run's sign tests: each rank is tested at alpha / ranks (Bonferroni)
 -- param: min_cost_pct DOUBLE = 5.0        -- FAIL when the finding costs at least this % of the run's MoE time, else WARN
