@@ -15,7 +15,7 @@
 -- priority: 20
 -- order: 110
 -- shows: report.moe, annotate
--- summary: {level} rank {rank} {cause}: costs {cost_ms} ms = {cost_pct}% of MoE time (tokens {token_ratio}x median, GroupedMatmul {gmm_ratio}x, transfer {transfer_ratio}x, above the median in {above_pct}% of {layer_instances} layer instances, p={p_value}; arrived last at {last_arrival_pct}% of collectives{left_out}); next: {next_step}
+-- summary: rank {rank} {cause} [{level}]: costs {cost_ms} ms = {cost_pct}% of MoE time (tokens {token_ratio}x median, GroupedMatmul {gmm_ratio}x, transfer {transfer_ratio}x, above the median in {above_pct}% of {layer_instances} layer instances, p={p_value}; arrived last at {last_arrival_pct}% of collectives{left_out}); next: {next_step}
 -- pass: No rank stands out: no rank's own MoE work is significantly above the median rank's (sign tests over layer instances at alpha {alpha}; tokens >= {min_token_ratio}x, GroupedMatmul >= {min_compute_ratio}x or transfer >= {min_comm_ratio}x).
 --
 -- Method. Each (rank, layer instance) is paired with the median rank of the same instance
