@@ -120,11 +120,15 @@ def skip_reason(rows: list[dict]) -> str | None:
 
 def evaluate(rows: list[dict], rule: list[Clause] | None) -> Status:
     """Status of a result: SKIP when every row gives a ``skip_reason``; INFO for reports, else
-    FAIL / WARN / PASS by the first clause that holds."""
+    FAIL / WARN / PASS by the first clause that holds. When the rows carry a ``level`` column
+    (FAIL / WARN per row), the result's status is the worst row level (PASS when none), so the
+    status and the findings' levels (``row_levels``) always agree."""
     if skip_reason(rows) is not None:
         return Status.SKIP
     if rule is None:
         return Status.INFO
+    if rows and "level" in rows[0]:
+        return Status.worst([lv for lv in row_levels(rows, rule) if lv is not None] or [Status.PASS])
     for clause in rule:
         if clause.holds(rows):
             return Status(clause.level.upper())

@@ -21,7 +21,7 @@ def test_readme_main_job_on_shipped_testdata(tmp_path):
     lines = res.stdout.splitlines()
     assert lines[0] == "== slowcard diagnosis of run 'ep4_token_skew': FAIL =="
     assert lines[1] == "Slow card: rank 1 — token-skew"
-    assert any(line.startswith("ep-slow-rank@v3 FAIL") for line in lines)
+    assert any(line.startswith("ep-slow-rank@v4 FAIL") for line in lines)
     assert any(line.startswith("dp-imbalance@v2 SKIP") for line in lines)
 
 
@@ -32,7 +32,7 @@ def test_real_ep_run_names_rank_1(tmp_path):
     res = runner.invoke(app, ["diagnose", str(src), "--db", str(tmp_path / "r.duckdb"), "--format", "json"])
     doc = json.loads(res.stdout)
     assert doc["conclusion"]["slow_cards"] == ["rank 1"] and doc["conclusion"]["cause"] == "token-skew"
-    assert doc["conclusion"]["query"] == "ep-slow-rank@v3"
+    assert doc["conclusion"]["query"] == "ep-slow-rank@v4"
     assert {r["query"] for r in doc["results"]} >= {"ep-slow-rank", "moe-breakdown", "sync-gaps"}
 
 

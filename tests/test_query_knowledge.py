@@ -19,7 +19,7 @@ import synth_kineto  # noqa: E402
 from slowcard import findings, queries  # noqa: E402
 from slowcard.cli import app  # noqa: E402
 from slowcard.errors import QueryDefinitionError  # noqa: E402
-from slowcard.verdict import Status, evaluate, parse_rule, row_levels  # noqa: E402
+from slowcard.verdict import Status, evaluate, parse_rule, row_levels, summarise  # noqa: E402
 
 PACKAGE = Path(queries.__file__).resolve().parent
 CATALOG = queries.load_catalog()
@@ -137,6 +137,22 @@ def test_row_levels_follow_the_rule_and_a_level_column():
     # a calibrated verdict's own level column decides by itself
     rows = [{"level": "WARN"}, {"level": "FAIL"}, {"level": None}]
     assert row_levels(rows, parse_rule("warn if rows > 0")) == [Status.WARN, Status.FAIL, None]
+
+
+def test_a_level_column_decides_the_status_and_a_skip_reason_makes_it_skip():
+    rule = parse_rule("fail if rows > 0")
+    # the status is the worst row level, whatever the clauses would say: status and findings agree
+    assert evaluate([{"level": "WARN"}, {"level": "WARN"}], rule) == Status.WARN
+    assert evaluate([{"level": "WARN"}, {"level": "FAIL"}], rule) == Status.FAIL
+    assert evaluate([{"level": None}], rule) == Status.PASS
+    assert evaluate([], rule) == Status.PASS
+    # a row with a skip_reason: too little data to judge -> SKIP, its reason is the summary
+    rows = [{"level": "SKIP", "skip_reason": "1 rank(s) with MoE layers in this run"}]
+    assert evaluate(rows, rule) == Status.SKIP and row_levels(rows, rule) == [None]
+    assert summarise(Status.SKIP, rows, "{level} rank {rank}", "nothing", {}) == rows[0]["skip_reason"]
+    # an empty reason is no reason; a report stays a report
+    assert evaluate([{"skip_reason": "", "level": "WARN"}], rule) == Status.WARN
+    assert evaluate(rows, None) == Status.INFO
 
 
 def _result(query, rows, status=None):

@@ -41,7 +41,11 @@ def _nth(text: bytes, marker: str, n: int) -> int:
     return hits[n]
 
 
-# Where to cut, as a function of the JSON text: bytes kept. Steps 0..3, layers 0..3.
+# Layers per step: enough layer instances before a cut for ep-slow-rank's sign test (>= 9 at 4
+# ranks: a cut in the second step still leaves one whole step).
+LAYERS = 12
+
+# Where to cut, as a function of the JSON text: bytes kept. Steps 0..3, layers 0..LAYERS-1.
 CUTS = {
     # half the file: for gloo inside the main thread (the later gloo runloop lane is lost whole)
     "mid_file": lambda t: len(t) // 2,
@@ -71,7 +75,7 @@ def make_run(tmp_path_factory):
         if (scenario, style) not in bases:
             d = tmp_path_factory.mktemp(f"base_{scenario}_{style}")
             synth_kineto.write_ep_run(d, scenario=scenario, style=style, ranks=4, slow_rank=1,
-                                      steps=4, layers=4)
+                                      steps=4, layers=LAYERS)
             bases[(scenario, style)] = d
         d = tmp_path_factory.mktemp(f"{scenario}_{style}_{cut}_{rank}")
         shutil.copytree(bases[(scenario, style)], d / "trace")
@@ -157,7 +161,7 @@ def test_token_skew_is_still_named_when_another_rank_is_truncated(make_run, cut,
         note += ", its collectives with the cut (whether the others waited for it not measured)"
     assert res.rows[0]["left_out"] == note
     assert note + "); next:" in res.summary
-    assert res.rows[0]["layer_instances"] == 4 * cut_step
+    assert res.rows[0]["layer_instances"] == LAYERS * cut_step
 
 
 @pytest.mark.parametrize("style", ["gloo", "nccl"])
@@ -174,7 +178,7 @@ def test_the_slow_card_itself_truncated_is_still_named(make_run, cut, style):
     row = res.rows[0]
     assert row["token_ratio"] > 10 and row["gmm_ratio"] > 5
     (cut_step,) = sql(db, "SELECT cut_step FROM _layer_cuts WHERE rank = 1")[0]
-    assert row["layer_instances"] == 4 * cut_step
+    assert row["layer_instances"] == LAYERS * cut_step
     lost_comm = sql(db, "SELECT count(*) FROM _layer_collectives WHERE rank = 1")[0][0] == 0
     assert row["left_out"].startswith(f"; rank 1's trace is truncated: steps >= {cut_step} left out")
     assert ("whether the others waited for it not measured" in row["left_out"]) is lost_comm
@@ -192,7 +196,7 @@ def test_untruncated_run_says_nothing_left_out(make_run):
     res = run(db)
     assert [(r["rank"], r["cause"]) for r in res.rows] == [(1, "token-skew")]
     assert res.rows[0]["left_out"] == "" and "truncated" not in res.summary
-    assert res.rows[0]["layer_instances"] == 16
+    assert res.rows[0]["layer_instances"] == 4 * LAYERS
 
 
 def test_cut_trace_leaves_a_gzip_stream_without_its_end(tmp_path):
@@ -208,16 +212,18 @@ def test_cut_trace_leaves_a_gzip_stream_without_its_end(tmp_path):
 
 @pytest.fixture(scope="module")
 def real_truncated(tmp_path_factory):
-    """The real 4-rank run (rank 1 hot) with rank 2's file cut in half (written to tmp, not kept)."""
+    """The real 4-rank run (rank 1 hot) with rank 2's file cut at four fifths (written to tmp, not kept):
+    3 of its 4 steps stay, 12 layer instances, enough for ep-slow-rank's sign test (a cut in half
+    leaves 4, too few: SKIP)."""
     src = REALDATA / "kineto_cpu_ep4_hot1"
     if not src.is_dir():
         pytest.skip(f"{src} is absent (../shared/realdata not beside the checkout)")
     d = tmp_path_factory.mktemp("real_cut")
     (d / "trace").mkdir()
     for p in sorted(src.iterdir()):
-        if p.name.startswith("rank2."):                     # plain JSON, cut in half
+        if p.name.startswith("rank2."):                     # plain JSON, cut at 4/5
             text = gzip.decompress(p.read_bytes())
-            (d / "trace" / p.name.removesuffix(".gz")).write_bytes(text[: len(text) // 2])
+            (d / "trace" / p.name.removesuffix(".gz")).write_bytes(text[: len(text) * 4 // 5])
         else:
             shutil.copyfile(p, d / "trace" / p.name)
     db = d / "ep.duckdb"
