@@ -178,7 +178,7 @@ def test_family_names_classified(con, family):
 
 def test_user_row_overrides_a_builtin(con, tmp_path):
     """--taxonomy rows win over built-ins: a site can re-class a kernel the built-ins got wrong."""
-    from slowcard.taxonomy import load_user_taxonomy
+    from slowcard.store import load_user_taxonomy
 
     db = tmp_path / "u.duckdb"
     c = store.open_db(db)
