@@ -80,13 +80,24 @@ def test_module_marks_and_kernel_args_give_the_same_verdict(gpu_db, scenario):
     assert_same_verdict(run(gpu_db(scenario, layer_marks="module", kernel_coll_args=True)), scenario)
 
 
+@pytest.mark.parametrize("scenario", ["token_skew", "slow_compute", "slow_link", "balanced"])
+def test_host_only_python_frames_give_the_same_verdict(gpu_db, scenario):
+    """Megatron-Core names dispatch/combine only in host python frames around generic NCCL
+    kernels: the frames are moved onto the device as the span of the kernels they launched."""
+    db = gpu_db(scenario, ranges="megatron")
+    assert_same_verdict(run(db), scenario)
+    moved = sql(db, """SELECT op_class, count(*) FROM _ep_ops WHERE cat = 'host_range_on_device'
+                       GROUP BY ALL ORDER BY 1""")
+    assert moved == [("combine", 4 * STEPS * LAYERS), ("dispatch", 4 * STEPS * LAYERS)]
+
+
 def test_clock_offset_between_hosts_changes_nothing(gpu_db):
     res = run(gpu_db("slow_compute", clock_offsets_us={2: 40_000, 3: 40_000}))
     assert_same_verdict(res, "slow_compute")
 
 
 @pytest.mark.parametrize("kw", [{}, {"layer_marks": "module"}, {"comm": "deepep"},
-                                {"comm": "deepep", "graph": True}])
+                                {"comm": "deepep", "graph": True}, {"ranges": "megatron"}])
 def test_layers_on_one_timeline(gpu_db, kw):
     db = gpu_db("token_skew", **kw)
     layers = sql(db, "SELECT rank, count(*), min(dur_ns), max(step) FROM moe_layers GROUP BY rank ORDER BY rank")

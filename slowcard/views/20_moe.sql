@@ -32,13 +32,50 @@ WHERE op_class = 'step' AND NOT on_device;
 -- collectives (NCCL kernels), else the host lane (gloo threads, HCCL rows). MoE classes: the
 -- device lane when the source has one (device_moe above), else the host lane. Layer annotations
 -- (moe_layer) stay host ranges; _layer_bounds maps them onto the device.
+-- A MoE class that a device source names only on the host (Megatron / SGLang python frames
+-- "token_dispatcher.py(611): token_dispatch" around generic NCCL kernels) is moved onto the
+-- device: each outermost host range of that class becomes the span of the device operations
+-- launched inside it (cat 'host_range_on_device'), like Kineto's gpu_user_annotation copy of a
+-- record_function range.
 CREATE OR REPLACE VIEW _ep_ops AS
-SELECT o.*
-FROM op_classes o JOIN _ep_sources s USING (source_id)
-WHERE o.op_class NOT IN ('step')
-  AND (o.op_class <> 'collective' OR o.on_device = s.device_collectives)
-  AND (o.op_class NOT IN ('grouped_matmul', 'dispatch', 'combine', 'gating', 'moe_fused')
-       OR o.on_device = s.device_moe);
+WITH base AS (
+    SELECT o.*, s.device_moe
+    FROM op_classes o JOIN _ep_sources s USING (source_id)
+    WHERE o.op_class NOT IN ('step')
+      AND (o.op_class <> 'collective' OR o.on_device = s.device_collectives)
+),
+host_only AS (  -- (source, class) named on the host only, in a device source
+    SELECT source_id, op_class FROM base
+    WHERE device_moe AND op_class IN ('grouped_matmul', 'dispatch', 'combine', 'gating', 'moe_fused')
+    GROUP BY ALL HAVING NOT bool_or(on_device)
+),
+host_ranges AS (
+    SELECT b.* FROM base b JOIN host_only USING (source_id, op_class)
+    QUALIFY coalesce(max(b.end_ns) OVER (PARTITION BY b.source_id, b.op_class ORDER BY b.ts_ns, b.end_ns DESC
+                                         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), b.ts_ns) <= b.ts_ns
+),
+launched AS (
+    SELECT l.source_id, h.op_class, l.ts_ns, l.end_ns, l.launch_ns
+    FROM base l JOIN host_only h USING (source_id)
+    WHERE l.on_device AND l.launch_ns IS NOT NULL
+),
+moved AS (
+    SELECT h.run, h.rank, h.host, h.source_id, h.origin, h.pid, h.tid,
+           'host_range_on_device' AS cat, h.name, min(l.ts_ns) AS ts_ns,
+           max(l.end_ns) - min(l.ts_ns) AS dur_ns, max(l.end_ns) AS end_ns, h.op_class, h.coll_kind,
+           h.pattern || ' (host range, device span)' AS pattern, h.pg, h.seq, true AS on_device,
+           h.tokens, min(l.launch_ns) AS launch_ns
+    FROM launched l
+    ASOF JOIN host_ranges h ON l.source_id = h.source_id AND l.op_class = h.op_class AND l.launch_ns >= h.ts_ns
+    WHERE l.launch_ns < h.end_ns
+    GROUP BY h.run, h.rank, h.host, h.source_id, h.origin, h.pid, h.tid, h.name, h.ts_ns, h.op_class,
+             h.coll_kind, h.pattern, h.pg, h.seq, h.tokens
+)
+SELECT * EXCLUDE (device_moe) FROM base
+WHERE op_class NOT IN ('grouped_matmul', 'dispatch', 'combine', 'gating', 'moe_fused')
+   OR on_device = device_moe
+UNION ALL
+SELECT * FROM moved;
 
 -- Layer boundaries, on the lane the source is measured on (start_ns, end_ns) plus anchor_ns,
 -- the host time that places the layer in its step (host steps, device kernels run later):
