@@ -264,3 +264,17 @@ def test_show_taxonomy_lists_what_matched(gpu_db, tmp_path):
     assert lines[0] == "name,op_class,coll_kind,pattern,origin"
     assert lines[1].startswith("void vllm::act_and_mul_kernel<x>(),gating,,act_and_mul_kernel,user")
     assert lines[2].startswith("fused_moe_kernel,grouped_matmul,")
+
+
+def test_generator_is_deterministic_and_checks_arguments(tmp_path):
+    kw = dict(ranks=2, steps=1, layers=2, scenario="noisy")
+    a = [p.read_bytes() for p in gpu.write_gpu_ep_run(tmp_path / "a", **kw)]
+    b = [p.read_bytes() for p in gpu.write_gpu_ep_run(tmp_path / "b", **kw)]
+    assert a == b
+    c = [p.read_bytes() for p in gpu.write_gpu_ep_run(tmp_path / "c", seed=1, **kw)]
+    assert c != a
+    for bad, word in (({"scenario": "nope"}, "scenario"), ({"comm": "mpi"}, "comm"),
+                      ({"layer_marks": "x"}, "layer_marks"), ({"ranges": "x"}, "ranges"),
+                      ({"slow_rank": 9}, "slow_rank")):
+        with pytest.raises(ValueError, match=word):
+            gpu.write_gpu_ep_run(tmp_path / "bad", **bad)
