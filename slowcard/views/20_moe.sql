@@ -121,14 +121,21 @@ marks AS (
     SELECT * FROM mapped
 ),
 unmarked AS (SELECT source_id FROM _ep_sources EXCEPT SELECT source_id FROM marks),
-dc AS (
-    SELECT o.run, o.rank, o.source_id, o.op_class, o.ts_ns, o.end_ns,
-           coalesce(o.launch_ns, o.ts_ns) AS anchor_ns,
+dc0 AS (
+    SELECT o.run, o.rank, o.source_id, o.op_class, o.ts_ns, o.end_ns, o.on_device, o.launch_ns,
            regexp_matches(o.name, '\(\s*(B|bwd)\s*\)\s*$|backward', 'i') AS bwd,
            CASE WHEN o.cat = 'kernel' THEN 0 WHEN o.on_device THEN 1 ELSE 2 END AS lane
     FROM _ep_ops o JOIN unmarked USING (source_id)
     WHERE o.op_class IN ('dispatch', 'combine')
     QUALIFY lane = min(lane) OVER (PARTITION BY o.source_id)
+),
+dc AS (  -- anchor: the host launch time; a device annotation has none, but starts with its first
+         -- kernel (the first launched device operation starting at or after it)
+    SELECT d.* EXCLUDE (launch_ns, on_device),
+           coalesce(d.launch_ns, CASE WHEN d.on_device THEN k.launch_ns END, d.ts_ns) AS anchor_ns
+    FROM dc0 d
+    ASOF LEFT JOIN (SELECT source_id, ts_ns, launch_ns FROM dev_ops) k
+        ON d.source_id = k.source_id AND d.ts_ns <= k.ts_ns
 ),
 blocks AS (
     SELECT run, rank, source_id, op_class, bwd, min(ts_ns) AS start_ns, max(end_ns) AS end_ns,
