@@ -67,13 +67,22 @@ def load_builtin(con) -> None:
 
 
 def define_builtin_prefilter(con, rows: list[tuple]) -> None:
-    """(Re)write the macro ``_builtin_taxonomy_any(name)``: true when ``name`` matches any of the
-    built-in patterns. One constant regex (RE2 runs an alternation in one pass) is compiled once
-    per query, where a join with the pattern column compiles every pattern for every name (see
-    views/10_classes.sql). User rows are matched separately there, so they never go stale here."""
+    """(Re)write two macros over the built-in patterns, each with CONSTANT regexes (compiled once
+    per query; a join with the pattern column compiles every pattern for every name, see
+    views/10_classes.sql): ``_builtin_taxonomy_any(name)``, true when ``name`` matches any
+    built-in pattern (one alternation: RE2 runs it in one pass), and
+    ``_builtin_taxonomy_hit(name)``, the winning built-in pattern (lowest priority, then file
+    order). User rows are matched separately there, so they never go stale here."""
+    def lit(s: str) -> str:
+        return "'" + s.replace("'", "''") + "'"
+
     alternation = "|".join(f"(?:{pattern})" for pattern, *_ in rows) or "$^"
-    literal = alternation.replace("'", "''")
-    con.execute(f"CREATE OR REPLACE MACRO _builtin_taxonomy_any(name) AS regexp_matches(name, '{literal}', 'i')")
+    con.execute(f"CREATE OR REPLACE MACRO _builtin_taxonomy_any(name) AS regexp_matches(name, {lit(alternation)}, 'i')")
+    ordered = sorted(enumerate(rows), key=lambda ir: (ir[1][3], ir[0]))
+    whens = " ".join(f"WHEN regexp_matches(name, {lit(pattern)}, 'i') THEN {lit(pattern)}"
+                     for _, (pattern, *_rest) in ordered)
+    con.execute("CREATE OR REPLACE MACRO _builtin_taxonomy_hit(name) AS "
+                + (f"CASE {whens} END" if whens else "NULL::VARCHAR"))
 
 
 def _insert(con, rows: list[tuple], origin: str) -> None:

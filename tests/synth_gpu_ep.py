@@ -71,6 +71,12 @@ ALIGN_KERNEL = ("void vllm::moe::moe_align_block_size_kernel<int>(int const*, in
                 "int, int, int, unsigned long, int*)")
 SENDRECV_KERNEL = "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)"
 DEEPEP_DISPATCH = "void deep_ep::internode_ll::dispatch<false, 3, 7168>(void*, float*, int*, long*, void*, int*, int*)"
+RANGES = {
+    "record_function": ("user_annotation", "dispatch(F)", "mlp(F)", "combine(F)"),
+    "megatron": ("python_function", "megatron/core/transformer/moe/token_dispatcher.py(611): token_dispatch",
+                 "megatron/core/transformer/moe/experts.py(240): forward",
+                 "megatron/core/transformer/moe/token_dispatcher.py(650): token_combine"),
+}
 DEEPEP_COMBINE = "void deep_ep::internode_ll::combine<3, 7168, 128>(void*, void*, int*, void*, long const*, float const*)"
 
 
@@ -154,11 +160,14 @@ class _Rank:
 
 class _GpuSim:
     def __init__(self, *, ranks, steps, layers, experts_per_rank, tokens_per_rank, scenario,
-                 slow_rank, comm, graph, layer_marks, kernel_coll_args, seed) -> None:
+                 slow_rank, comm, graph, layer_marks, kernel_coll_args, ranges, seed) -> None:
         self.R, self.S, self.L = ranks, steps, layers
         self.epr, self.T, self.E = experts_per_rank, tokens_per_rank, ranks * experts_per_rank
         self.scenario, self.slow = scenario, slow_rank
         self.comm, self.graph, self.marks, self.kargs = comm, graph, layer_marks, kernel_coll_args
+        # the host ranges around dispatch / expert MLP / combine: record_function annotations
+        # (host + device copy) or Megatron-Core python frames (host only, with_stack)
+        self.region = RANGES[ranges]
         self.rng = random.Random(seed)
         self.cjit = 0.10 if scenario == "noisy" else 0.02
         self.xjit = 0.40 if scenario == "noisy" else 0.03
@@ -277,7 +286,7 @@ class _GpuSim:
                                   self.cdur(0.2 * GATE_NS_PER_TOKEN * T), corr)
                     gate_end[rk.rank] = a["ts"] + a["dur"]
                     if not self.graph:
-                        rk.open("user_annotation", "dispatch(F)", gap=3_000)
+                        rk.open(self.region[0], self.region[1], gap=3_000)
                 # dispatch: count exchange (NCCL only), then the token exchange
                 if self.comm == "nccl":
                     launches = {rk.rank: (launch(rk) if self.graph else self.host_collective(rk, None))
@@ -301,7 +310,7 @@ class _GpuSim:
                     r = rk.rank
                     if not self.graph:
                         rk.close(2_000)                                  # dispatch(F)
-                        rk.open("user_annotation", "mlp(F)", gap=3_000)
+                        rk.open(self.region[0], self.region[2], gap=3_000)
                     factor = 1.0
                     if r == self.slow and self.scenario == "slow_compute":
                         factor = 3.0
@@ -317,7 +326,7 @@ class _GpuSim:
                     gemm_end[r] = ready
                     if not self.graph:
                         rk.close(2_000)                                  # mlp(F)
-                        rk.open("user_annotation", "combine(F)", gap=3_000)
+                        rk.open(self.region[0], self.region[3], gap=3_000)
                 launches = {rk.rank: (launch(rk) if self.graph else
                                       self.host_collective(rk, (in_sp[rk.rank], out_sp[rk.rank]), "combine"))
                             for rk in self.ranks}
@@ -363,7 +372,8 @@ def write_events(path: Path, events: list[dict], *, rank: int, world: int, host:
 def write_gpu_ep_run(out_dir, *, ranks: int = 4, steps: int = 3, layers: int = 3, experts_per_rank: int = 4,
                      tokens_per_rank: int = 256, scenario: str = "balanced", slow_rank: int = 1,
                      comm: str = "nccl", graph: bool = False, layer_marks: str = "none",
-                     kernel_coll_args: bool = False, clock_offsets_us: dict | None = None,
+                     kernel_coll_args: bool = False, ranges: str = "record_function",
+                     clock_offsets_us: dict | None = None,
                      seed: int = 0) -> list[Path]:
     """Write ``rank{r}.pt.trace.json.gz`` for r in range(ranks); return the paths.
 
@@ -372,8 +382,13 @@ def write_gpu_ep_run(out_dir, *, ranks: int = 4, steps: int = 3, layers: int = 3
     host ops or annotations). layer_marks: "none" (layers are the dispatch → combine pairs) or
     "module" (an ``nn.Module: MoELayer_<l>`` host range around each layer). kernel_coll_args:
     the NCCL kernels carry Kineto's collective args (newer PyTorch); else only the host ops do.
+    ranges: "record_function" (dispatch(F) / mlp(F) / combine(F) user annotations, each with its
+    gpu_user_annotation copy) or "megatron" (Megatron-Core token_dispatch / experts forward /
+    token_combine python frames, host only: the device never names dispatch or combine).
     clock_offsets_us: {rank: µs} added to every ts of that rank (a rank on another host).
     """
+    if ranges not in RANGES:
+        raise ValueError(f"ranges must be one of {sorted(RANGES)}, not {ranges!r}")
     if scenario not in SCENARIOS:
         raise ValueError(f"unknown scenario {scenario!r}; expected one of {sorted(SCENARIOS)}")
     if comm not in ("nccl", "deepep"):
@@ -384,7 +399,8 @@ def write_gpu_ep_run(out_dir, *, ranks: int = 4, steps: int = 3, layers: int = 3
         raise ValueError(f"slow_rank {slow_rank} is not in range(0, {ranks})")
     sim = _GpuSim(ranks=ranks, steps=steps, layers=layers, experts_per_rank=experts_per_rank,
                   tokens_per_rank=tokens_per_rank, scenario=scenario, slow_rank=slow_rank, comm=comm,
-                  graph=graph, layer_marks=layer_marks, kernel_coll_args=kernel_coll_args, seed=seed)
+                  graph=graph, layer_marks=layer_marks, kernel_coll_args=kernel_coll_args, ranges=ranges,
+                  seed=seed)
     sim.run()
     offsets = {int(k): int(round(float(v) * 1000)) for k, v in (clock_offsets_us or {}).items()}
     hosts: dict[int, int] = {}

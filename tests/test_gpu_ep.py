@@ -80,13 +80,24 @@ def test_module_marks_and_kernel_args_give_the_same_verdict(gpu_db, scenario):
     assert_same_verdict(run(gpu_db(scenario, layer_marks="module", kernel_coll_args=True)), scenario)
 
 
+@pytest.mark.parametrize("scenario", ["token_skew", "slow_compute", "slow_link", "balanced"])
+def test_host_only_python_frames_give_the_same_verdict(gpu_db, scenario):
+    """Megatron-Core names dispatch/combine only in host python frames around generic NCCL
+    kernels: the frames are moved onto the device as the span of the kernels they launched."""
+    db = gpu_db(scenario, ranges="megatron")
+    assert_same_verdict(run(db), scenario)
+    moved = sql(db, """SELECT op_class, count(*) FROM _ep_ops WHERE cat = 'host_range_on_device'
+                       GROUP BY ALL ORDER BY 1""")
+    assert moved == [("combine", 4 * STEPS * LAYERS), ("dispatch", 4 * STEPS * LAYERS)]
+
+
 def test_clock_offset_between_hosts_changes_nothing(gpu_db):
     res = run(gpu_db("slow_compute", clock_offsets_us={2: 40_000, 3: 40_000}))
     assert_same_verdict(res, "slow_compute")
 
 
 @pytest.mark.parametrize("kw", [{}, {"layer_marks": "module"}, {"comm": "deepep"},
-                                {"comm": "deepep", "graph": True}])
+                                {"comm": "deepep", "graph": True}, {"ranges": "megatron"}])
 def test_layers_on_one_timeline(gpu_db, kw):
     db = gpu_db("token_skew", **kw)
     layers = sql(db, "SELECT rank, count(*), min(dur_ns), max(step) FROM moe_layers GROUP BY rank ORDER BY rank")
@@ -253,3 +264,17 @@ def test_show_taxonomy_lists_what_matched(gpu_db, tmp_path):
     assert lines[0] == "name,op_class,coll_kind,pattern,origin"
     assert lines[1].startswith("void vllm::act_and_mul_kernel<x>(),gating,,act_and_mul_kernel,user")
     assert lines[2].startswith("fused_moe_kernel,grouped_matmul,")
+
+
+def test_generator_is_deterministic_and_checks_arguments(tmp_path):
+    kw = dict(ranks=2, steps=1, layers=2, scenario="noisy")
+    a = [p.read_bytes() for p in gpu.write_gpu_ep_run(tmp_path / "a", **kw)]
+    b = [p.read_bytes() for p in gpu.write_gpu_ep_run(tmp_path / "b", **kw)]
+    assert a == b
+    c = [p.read_bytes() for p in gpu.write_gpu_ep_run(tmp_path / "c", seed=1, **kw)]
+    assert c != a
+    for bad, word in (({"scenario": "nope"}, "scenario"), ({"comm": "mpi"}, "comm"),
+                      ({"layer_marks": "x"}, "layer_marks"), ({"ranges": "x"}, "ranges"),
+                      ({"slow_rank": 9}, "slow_rank")):
+        with pytest.raises(ValueError, match=word):
+            gpu.write_gpu_ep_run(tmp_path / "bad", **bad)

@@ -75,3 +75,32 @@ def test_vllm_fused_moe_regions_show_grouped_matmul_and_gating(real_all_db):
             assert shares == pytest.approx(100.0, abs=1.0), row
     finally:
         con.close()
+
+
+def test_nccl_kernels_launched_in_a_host_all_to_all_are_all_to_all(real_all_db):
+    """Checked the long way round (JSON correlation ids, launch on the same thread inside the
+    host range), independent of the launch_ns the views use."""
+    rows = _sql(real_all_db, """
+        WITH k AS (
+            SELECT source_id, name, ts_ns, json_extract_string(args, '$.correlation') AS corr
+            FROM events WHERE cat = 'kernel' AND name ILIKE 'nccl%SendRecv%'
+              AND NOT contains(args, 'Collective name')
+        ),
+        r AS (
+            SELECT source_id, tid, ts_ns, json_extract_string(args, '$.correlation') AS corr
+            FROM events WHERE cat = 'cuda_runtime' AND name ILIKE '%launch%'
+        ),
+        h AS (SELECT source_id, tid, ts_ns, end_ns FROM events WHERE ph = 'X' AND name = 'nccl:all_to_all')
+        SELECT DISTINCT k.source_id, k.name, k.ts_ns
+        FROM k JOIN r USING (source_id, corr)
+        JOIN h ON h.source_id = r.source_id AND h.tid = r.tid AND r.ts_ns >= h.ts_ns AND r.ts_ns < h.end_ns""")
+    if not rows:
+        pytest.skip("no real NCCL SendRecv kernel launched inside a host all_to_all")
+    con = queries.open_readonly(real_all_db)
+    try:
+        for sid, name, ts in rows:
+            kinds = con.execute("SELECT coll_kind FROM op_classes WHERE source_id = ? AND name = ? AND ts_ns = ?",
+                                [sid, name, ts]).fetchall()
+            assert kinds == [("all_to_all",)], (sid, name, ts, kinds)
+    finally:
+        con.close()

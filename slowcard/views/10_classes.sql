@@ -7,10 +7,12 @@
 -- name in the database; sid NULL means all files.
 -- A join of names with patterns compiles each pattern once per (name, pattern) pair (the pattern
 -- is not a constant), which made matching cost grow with names x rows (0.1 s per 100 names with
--- the GPU families). So names are first tested against ONE constant regex, the alternation of all
--- built-in patterns (macro _builtin_taxonomy_any, written by taxonomy.load_builtin), and against
--- the user rows; only the few names that pass are joined with every row.
+-- the GPU families). So the built-in rows are matched by two macros with constant regexes,
+-- written by taxonomy.load_builtin: _builtin_taxonomy_any (one alternation of all built-in
+-- patterns: which names can match at all) and _builtin_taxonomy_hit (the winning built-in
+-- pattern of such a name). Only user rows, usually none, go through the pair join.
 CREATE OR REPLACE MACRO _builtin_taxonomy_any(name) AS true;
+CREATE OR REPLACE MACRO _builtin_taxonomy_hit(name) AS NULL::VARCHAR;
 
 CREATE OR REPLACE MACRO _name_class_for(sid) AS TABLE
 WITH names AS (
@@ -19,17 +21,22 @@ WITH names AS (
     UNION
     SELECT DISTINCT name FROM op_rows WHERE name IS NOT NULL AND (sid IS NULL OR source_id = sid)
 ),
-candidates AS (
-    SELECT name FROM names WHERE _builtin_taxonomy_any(name)
-    UNION
-    SELECT n.name FROM names n JOIN op_taxonomy u ON u.origin = 'user' AND regexp_matches(n.name, u.pattern, 'i')
+builtin_hits AS (
+    SELECT b.name, {'op_class': t.op_class, 'coll_kind': t.coll_kind, 'pattern': t.pattern} AS hit
+    FROM (SELECT name, _builtin_taxonomy_hit(name) AS pattern FROM names WHERE _builtin_taxonomy_any(name)) b
+    JOIN (SELECT * FROM op_taxonomy WHERE origin = 'builtin'
+          QUALIFY row_number() OVER (PARTITION BY pattern ORDER BY priority) = 1) t USING (pattern)
 ),
-hits AS (
+user_hits AS (
     SELECT n.name,
-           arg_min({'op_class': t.op_class, 'coll_kind': t.coll_kind, 'pattern': t.pattern},
-                   (t.origin <> 'user')::INTEGER * 1000000 + t.priority) AS hit
-    FROM candidates n JOIN op_taxonomy t ON regexp_matches(n.name, t.pattern, 'i')
+           arg_min({'op_class': t.op_class, 'coll_kind': t.coll_kind, 'pattern': t.pattern}, t.priority) AS hit
+    FROM names n JOIN op_taxonomy t ON t.origin = 'user' AND regexp_matches(n.name, t.pattern, 'i')
     GROUP BY n.name
+),
+hits AS (  -- user rows win over built-in rows
+    SELECT * FROM user_hits
+    UNION ALL
+    SELECT * FROM builtin_hits WHERE name NOT IN (SELECT name FROM user_hits)
 )
 SELECT name, hit.op_class AS op_class, hit.coll_kind AS coll_kind, hit.pattern AS pattern
 FROM hits;

@@ -36,13 +36,50 @@ WHERE op_class = 'step' AND NOT on_device;
 -- collectives (NCCL kernels), else the host lane (gloo threads, HCCL rows). MoE classes: the
 -- device lane when the source has one (device_moe above), else the host lane. Layer annotations
 -- (moe_layer) stay host ranges; _layer_bounds maps them onto the device.
+-- A MoE class that a device source names only on the host (Megatron / SGLang python frames
+-- "token_dispatcher.py(611): token_dispatch" around generic NCCL kernels) is moved onto the
+-- device: each outermost host range of that class becomes the span of the device operations
+-- launched inside it (cat 'host_range_on_device'), like Kineto's gpu_user_annotation copy of a
+-- record_function range.
 CREATE OR REPLACE VIEW _ep_ops AS
-SELECT o.*
-FROM op_classes o JOIN _ep_sources s USING (source_id)
-WHERE o.op_class NOT IN ('step')
-  AND (o.op_class <> 'collective' OR o.on_device = s.device_collectives)
-  AND (o.op_class NOT IN ('grouped_matmul', 'dispatch', 'combine', 'gating', 'moe_fused')
-       OR o.on_device = s.device_moe);
+WITH base AS MATERIALIZED (
+    SELECT o.*, s.device_moe
+    FROM op_classes o JOIN _ep_sources s USING (source_id)
+    WHERE o.op_class NOT IN ('step')
+      AND (o.op_class <> 'collective' OR o.on_device = s.device_collectives)
+),
+host_only AS (  -- (source, class) named on the host only, in a device source
+    SELECT source_id, op_class FROM base
+    WHERE device_moe AND op_class IN ('grouped_matmul', 'dispatch', 'combine', 'gating', 'moe_fused')
+    GROUP BY ALL HAVING NOT bool_or(on_device)
+),
+host_ranges AS (
+    SELECT b.* FROM base b JOIN host_only USING (source_id, op_class)
+    QUALIFY coalesce(max(b.end_ns) OVER (PARTITION BY b.source_id, b.op_class ORDER BY b.ts_ns, b.end_ns DESC
+                                         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), b.ts_ns) <= b.ts_ns
+),
+launched AS (
+    SELECT l.source_id, h.op_class, l.ts_ns, l.end_ns, l.launch_ns
+    FROM base l JOIN host_only h USING (source_id)
+    WHERE l.on_device AND l.launch_ns IS NOT NULL
+),
+moved AS (
+    SELECT h.run, h.rank, h.host, h.source_id, h.origin, h.pid, h.tid,
+           'host_range_on_device' AS cat, h.name, min(l.ts_ns) AS ts_ns,
+           max(l.end_ns) - min(l.ts_ns) AS dur_ns, max(l.end_ns) AS end_ns, h.op_class, h.coll_kind,
+           h.pattern || ' (host range, device span)' AS pattern, h.pg, h.seq, true AS on_device,
+           h.tokens, min(l.launch_ns) AS launch_ns
+    FROM launched l
+    ASOF JOIN host_ranges h ON l.source_id = h.source_id AND l.op_class = h.op_class AND l.launch_ns >= h.ts_ns
+    WHERE l.launch_ns < h.end_ns
+    GROUP BY h.run, h.rank, h.host, h.source_id, h.origin, h.pid, h.tid, h.name, h.ts_ns, h.op_class,
+             h.coll_kind, h.pattern, h.pg, h.seq, h.tokens
+)
+SELECT * EXCLUDE (device_moe) FROM base
+WHERE op_class NOT IN ('grouped_matmul', 'dispatch', 'combine', 'gating', 'moe_fused')
+   OR on_device = device_moe
+UNION ALL
+SELECT * FROM moved;
 
 -- Layer boundaries, on the lane the source is measured on (start_ns, end_ns) plus anchor_ns,
 -- the host time that places the layer in its step (host steps, device kernels run later):
@@ -58,10 +95,14 @@ WHERE o.op_class NOT IN ('step')
 --  3. else each outermost GroupedMatmul is a layer.
 -- end_ns >= start_ns by construction; the filter at the end keeps it so.
 CREATE OR REPLACE VIEW _layer_bounds AS
-WITH raw_marks AS (
+WITH ops AS MATERIALIZED (  -- every CTE below reads these: computed once (views are inlined)
+    SELECT o.*, s.device_moe FROM _ep_ops o JOIN _ep_sources s USING (source_id)
+),
+srcs AS MATERIALIZED (SELECT source_id, device_moe FROM _ep_sources),
+raw_marks AS (
     SELECT o.run, o.rank, o.source_id, o.ts_ns AS start_ns, o.end_ns,
            TRY_CAST(regexp_extract(o.name, '^(?:decoder_)?moe[_ ]?layer[_ ]?(\d+)\s*$', 1) AS INTEGER) AS layer_no
-    FROM _ep_ops o WHERE o.op_class = 'moe_layer' AND NOT o.on_device
+    FROM ops o WHERE o.op_class = 'moe_layer' AND NOT o.on_device
 ),
 outer_marks AS (
     SELECT * FROM raw_marks
@@ -70,8 +111,8 @@ outer_marks AS (
 ),
 dev_ops AS (
     SELECT o.source_id, o.ts_ns, o.end_ns, o.launch_ns
-    FROM _ep_ops o JOIN _ep_sources s USING (source_id)
-    WHERE s.device_moe AND o.on_device AND o.launch_ns IS NOT NULL AND o.op_class <> 'moe_layer'
+    FROM ops o
+    WHERE o.device_moe AND o.on_device AND o.launch_ns IS NOT NULL AND o.op_class <> 'moe_layer'
 ),
 mapped AS (
     SELECT m.run, m.rank, m.source_id, min(d.ts_ns) AS start_ns, max(d.end_ns) AS end_ns,
@@ -83,19 +124,26 @@ mapped AS (
 ),
 marks AS (
     SELECT m.run, m.rank, m.source_id, m.start_ns, m.end_ns, m.layer_no, m.start_ns AS anchor_ns
-    FROM outer_marks m JOIN _ep_sources s USING (source_id) WHERE NOT s.device_moe
+    FROM outer_marks m JOIN srcs s USING (source_id) WHERE NOT s.device_moe
     UNION ALL
     SELECT * FROM mapped
 ),
-unmarked AS (SELECT source_id FROM _ep_sources EXCEPT SELECT source_id FROM marks),
-dc AS (
-    SELECT o.run, o.rank, o.source_id, o.op_class, o.ts_ns, o.end_ns,
-           coalesce(o.launch_ns, o.ts_ns) AS anchor_ns,
+unmarked AS (SELECT source_id FROM srcs EXCEPT SELECT source_id FROM marks),
+dc0 AS (
+    SELECT o.run, o.rank, o.source_id, o.op_class, o.ts_ns, o.end_ns, o.on_device, o.launch_ns,
            regexp_matches(o.name, '\(\s*(B|bwd)\s*\)\s*$|backward', 'i') AS bwd,
            CASE WHEN o.cat = 'kernel' THEN 0 WHEN o.on_device THEN 1 ELSE 2 END AS lane
-    FROM _ep_ops o JOIN unmarked USING (source_id)
+    FROM ops o JOIN unmarked USING (source_id)
     WHERE o.op_class IN ('dispatch', 'combine')
     QUALIFY lane = min(lane) OVER (PARTITION BY o.source_id)
+),
+dc AS (  -- anchor: the host launch time; a device annotation has none, but starts with its first
+         -- kernel (the first launched device operation starting at or after it)
+    SELECT d.* EXCLUDE (launch_ns, on_device),
+           coalesce(d.launch_ns, CASE WHEN d.on_device THEN k.launch_ns END, d.ts_ns) AS anchor_ns
+    FROM dc0 d
+    ASOF LEFT JOIN (SELECT source_id, ts_ns, launch_ns FROM dev_ops) k
+        ON d.source_id = k.source_id AND d.ts_ns <= k.ts_ns
 ),
 blocks AS (
     SELECT run, rank, source_id, op_class, bwd, min(ts_ns) AS start_ns, max(end_ns) AS end_ns,
@@ -123,7 +171,7 @@ paired AS (
 g AS (  -- neither annotations nor dispatch/combine pairs: each outermost GroupedMatmul is a layer
     SELECT o.run, o.rank, o.source_id, o.ts_ns AS start_ns, o.end_ns, NULL::INTEGER AS layer_no,
            coalesce(o.launch_ns, o.ts_ns) AS anchor_ns
-    FROM _ep_ops o JOIN unmarked u USING (source_id)
+    FROM ops o JOIN unmarked u USING (source_id)
     WHERE o.op_class IN ('grouped_matmul', 'moe_fused')
       AND o.source_id NOT IN (SELECT source_id FROM paired)
     QUALIFY coalesce(max(o.end_ns) OVER (PARTITION BY o.source_id ORDER BY o.ts_ns, o.end_ns DESC
@@ -218,7 +266,21 @@ FROM _ep_ops o
 ASOF JOIN moe_layers l ON o.source_id = l.source_id AND o.ts_ns >= l.start_ns
 WHERE o.ts_ns < l.end_ns AND o.op_class <> 'moe_layer';
 
--- Time of each MoE class inside each layer instance, overlap-aware (multi-stream traces run
+-- What one rank did in one layer instance. tokens: received by the dispatch all-to-all (first
+-- split in the dispatch window), else the GroupedMatmul input rows of operator CSVs.
+-- gmm_ns / dispatch_ns / combine_ns / gating_ns: union time of the class (_layer_class_time);
+-- the *_excl_ns, overlap_ns and other_ns columns split layer_ns exactly (they add up to it).
+-- Views are inlined where they are used: moe_layers and the layer ops are each read several
+-- times below, so they are materialised once per query.
+CREATE OR REPLACE VIEW moe_layer_facts AS
+WITH layers AS MATERIALIZED (SELECT * FROM moe_layers),
+lops AS MATERIALIZED (  -- = _layer_ops, on the layers above
+    SELECT o.*, l.step, l.layer, l.occurrence, l.start_ns AS layer_start_ns, l.end_ns AS layer_end_ns
+    FROM _ep_ops o
+    ASOF JOIN layers l ON o.source_id = l.source_id AND o.ts_ns >= l.start_ns
+    WHERE o.ts_ns < l.end_ns AND o.op_class <> 'moe_layer'
+),
+-- class_time: time of each MoE class inside each layer instance, overlap-aware (multi-stream traces run
 -- a combine beside the next GroupedMatmul; nested host ranges repeat their parent's class):
 --   <class>_ns       union of the class's intervals (a nested or concurrent op counts once)
 --   <class>_excl_ns  time when ONLY that class runs
@@ -226,12 +288,11 @@ WHERE o.ts_ns < l.end_ns AND o.op_class <> 'moe_layer';
 --   busy_ns          time when any class runs; layer_ns - busy_ns is the rest (other work, gaps)
 -- so gmm_excl + dispatch_excl + combine_excl + gating_excl + overlap + (layer - busy) = layer.
 -- Intervals are clipped to the layer. Computed by a sweep over interval boundaries (sorts only).
-CREATE OR REPLACE VIEW _layer_class_time AS
-WITH segs AS (
+segs AS (
     SELECT source_id, step, layer, occurrence,
            CASE WHEN op_class = 'moe_fused' THEN 'grouped_matmul' ELSE op_class END AS cls,
            ts_ns, least(end_ns, layer_end_ns) AS end_ns
-    FROM _layer_ops
+    FROM lops
     WHERE op_class IN ('grouped_matmul', 'moe_fused', 'dispatch', 'combine', 'gating')
 ),
 flagged AS (  -- an op starts a new island of its class when it starts after all earlier ones ended
@@ -287,27 +348,21 @@ unions AS (
            CAST(sum(e_ns - s_ns) FILTER (WHERE cls = 'combine') AS BIGINT) AS combine_ns,
            CAST(sum(e_ns - s_ns) FILTER (WHERE cls = 'gating') AS BIGINT) AS gating_ns
     FROM merged GROUP BY ALL
-)
-SELECT * FROM unions FULL JOIN excl USING (source_id, step, layer, occurrence);
-
--- What one rank did in one layer instance. tokens: received by the dispatch all-to-all (first
--- split in the dispatch window), else the GroupedMatmul input rows of operator CSVs.
--- gmm_ns / dispatch_ns / combine_ns / gating_ns: union time of the class (_layer_class_time);
--- the *_excl_ns, overlap_ns and other_ns columns split layer_ns exactly (they add up to it).
-CREATE OR REPLACE VIEW moe_layer_facts AS
-WITH parts AS (
+),
+class_time AS (SELECT * FROM unions FULL JOIN excl USING (source_id, step, layer, occurrence)),
+parts AS (
     SELECT source_id, step, layer, occurrence,
            CAST(sum(dur_ns) FILTER (WHERE op_class = 'collective') AS BIGINT) AS collective_ns,
            min(ts_ns) FILTER (WHERE op_class = 'dispatch') AS dispatch_start_ns,
            max(end_ns) FILTER (WHERE op_class = 'dispatch') AS dispatch_end_ns,
            CAST(sum(tokens) FILTER (WHERE op_class = 'grouped_matmul') AS BIGINT) AS gmm_tokens
-    FROM _layer_ops GROUP BY ALL
+    FROM lops GROUP BY ALL
 ),
 splits AS (
     SELECT l.source_id, l.step, l.layer, l.occurrence,
            arg_min(s.recv_tokens, s.ts_ns) AS recv_tokens
     FROM _a2a_splits s
-    ASOF JOIN moe_layers l ON s.source_id = l.source_id AND s.ts_ns >= l.start_ns
+    ASOF JOIN layers l ON s.source_id = l.source_id AND s.ts_ns >= l.start_ns
     JOIN parts p ON p.source_id = l.source_id AND p.step = l.step AND p.layer = l.layer
                 AND p.occurrence = l.occurrence
     WHERE s.ts_ns < l.end_ns AND s.recv_tokens IS NOT NULL
@@ -325,7 +380,7 @@ SELECT l.run, l.rank, l.source_id, l.step, l.layer, l.occurrence, l.start_ns, l.
        coalesce(ct.combine_excl_ns, 0) AS combine_excl_ns, coalesce(ct.gating_excl_ns, 0) AS gating_excl_ns,
        coalesce(ct.overlap_ns, 0) AS overlap_ns,
        greatest(l.dur_ns - coalesce(ct.busy_ns, 0), 0) AS other_ns
-FROM moe_layers l
+FROM layers l
 LEFT JOIN parts p USING (source_id, step, layer, occurrence)
-LEFT JOIN _layer_class_time ct USING (source_id, step, layer, occurrence)
+LEFT JOIN class_time ct USING (source_id, step, layer, occurrence)
 LEFT JOIN splits sp USING (source_id, step, layer, occurrence);
