@@ -97,9 +97,9 @@ per_rank AS (
 -- One-sided sign test: p = P(Binomial(n, 1/2) >= k), summed in log space (exact for any n).
 tests AS (
     SELECT *,
-           list_sum(list_transform(range(k_tokens, n + 1), j -> exp(lgamma(n + 1) - lgamma(j + 1) - lgamma(n - j + 1) - n * ln(2)))) AS p_tokens,
-           list_sum(list_transform(range(k_gmm, n + 1), j -> exp(lgamma(n + 1) - lgamma(j + 1) - lgamma(n - j + 1) - n * ln(2)))) AS p_gmm,
-           CASE WHEN n_tr > 0 THEN list_sum(list_transform(range(k_tr, n_tr + 1), j -> exp(lgamma(n_tr + 1) - lgamma(j + 1) - lgamma(n_tr - j + 1) - n_tr * ln(2)))) END AS p_tr,
+           list_sum(list_transform(range(k_tokens, n + 1), lambda j: exp(lgamma(n + 1) - lgamma(j + 1) - lgamma(n - j + 1) - n * ln(2)))) AS p_tokens,
+           list_sum(list_transform(range(k_gmm, n + 1), lambda j: exp(lgamma(n + 1) - lgamma(j + 1) - lgamma(n - j + 1) - n * ln(2)))) AS p_gmm,
+           CASE WHEN n_tr > 0 THEN list_sum(list_transform(range(k_tr, n_tr + 1), lambda j: exp(lgamma(n_tr + 1) - lgamma(j + 1) - lgamma(n_tr - j + 1) - n_tr * ln(2)))) END AS p_tr,
            $alpha / (SELECT n FROM n_ranks) AS alpha_rank
     FROM per_rank
 ),
