@@ -93,8 +93,11 @@ class Snapshot:
 
 
 def add_sample(snap: Snapshot, mapping: Mapping, wanted: dict, target: str, default_dp: int | None,
-               name: str, labels: dict, value: float) -> bool:
-    """Put one exposed sample into the snapshot; False when it is not a mapped metric or unusable."""
+               name: str, labels: dict, value: float, forced_dp: int | None = None) -> bool:
+    """Put one exposed sample into the snapshot; False when it is not a mapped metric or unusable.
+
+    The DP rank is ``forced_dp`` (the user mapped the endpoint to a domain), else the sample's DP
+    label (vLLM's ``engine``), else ``default_dp`` (the endpoint's position)."""
     hit = wanted.get(name)
     if hit is None or value is None or (isinstance(value, float) and math.isnan(value)):
         return False
@@ -108,7 +111,7 @@ def add_sample(snap: Snapshot, mapping: Mapping, wanted: dict, target: str, defa
         key = (target, layer, ep_rank, slot)
         snap.experts[key] = snap.experts.get(key, 0.0) + float(value)
         return True
-    dp = _int_label(labels, mapping.dp_labels)
+    dp = forced_dp if forced_dp is not None else _int_label(labels, mapping.dp_labels)
     if dp is None:
         dp = default_dp
     if dp is None:
