@@ -72,6 +72,10 @@ class Mapping:
                         out[n + "_total"] = (canon, "value")
                     if kind == "counter" and n.endswith("_total"):
                         out[n[: -len("_total")]] = (canon, "value")   # a family name as parsed
+        # The same names with ':' escaped to '_': prometheus_client's OpenMetrics output does that,
+        # so a Prometheus server scraping vLLM may store vllm_num_requests_running.
+        for n, hit in list(out.items()):
+            out.setdefault(n.replace(":", "_"), hit)
         return out
 
     def kind(self, canonical: str) -> str:

