@@ -276,6 +276,7 @@ class Watcher:
         self.queries = [catalog[n] for n in WATCHED if n in catalog]
         self.prev: mx.Snapshot | None = None
         self.sid: int | None = None
+        self._stored_ts: int | None = None     # the latest window stored before this process
 
     # --- database ------------------------------------------------------------
     def _source_id(self, con) -> int:
@@ -328,12 +329,22 @@ class Watcher:
     # --- one interval --------------------------------------------------------
     def step(self) -> Step:
         """Collect once, write the new windows, judge the watched queries, act on changes."""
+        if self.sid is None:
+            con = store.open_db(self.db)
+            try:
+                con.execute("BEGIN")
+                self.sid = self._source_id(con)
+                con.execute("COMMIT")
+                self._stored_ts = self._last_ts(con, self.sid)
+            finally:
+                con.close()
+        # collect with the database closed: readers (slowcard query) are not locked out meanwhile
+        last_ts = self._stored_ts
+        snaps, statuses = self.source.collect(last_ts if self.prev is None else self.prev.ts_ns)
+        now_ns = time.time_ns()
         con = store.open_db(self.db)
         try:
-            sid = self.sid = self._source_id(con)
-            last_ts = self._last_ts(con, sid)
-            snaps, statuses = self.source.collect(last_ts if self.prev is None else self.prev.ts_ns)
-            now_ns = time.time_ns()
+            sid = self.sid
             rows: list[dict] = []
             experts: list[tuple] = []
             for snap in snaps:
