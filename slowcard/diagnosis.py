@@ -21,16 +21,17 @@ ORDER = (
     "moe-layer-durations", "moe-breakdown", "dp-report", "dp-batch",
     "clock-offsets", "rank-waits", "sync-gaps",
     "expert-hotspots", "eplb-effect", "eplb-whatif",
-    "ep-slow-rank", "ep-hot-chain", "dp-imbalance", "cluster-step-skew",
+    "ep-slow-rank", "ep-hot-chain", "dp-imbalance", "dp-metrics-imbalance", "cluster-step-skew",
 )
 # Which verdict speaks first when several fail (most specific evidence first).
-PRIORITY = ("ep-hot-chain", "ep-slow-rank", "dp-imbalance", "cluster-step-skew", "expert-hotspots",
+PRIORITY = ("ep-hot-chain", "ep-slow-rank", "dp-imbalance", "dp-metrics-imbalance", "cluster-step-skew", "expert-hotspots",
             "eplb-effect", "rank-waits")
 # How each verdict query names its finding.
 SUBJECT = {
     "ep-hot-chain": ("rank", "EP rank"),
     "ep-slow-rank": ("rank", "rank"),
     "dp-imbalance": ("dp_rank", "DP domain"),
+    "dp-metrics-imbalance": ("dp_rank", "DP domain"),
     "cluster-step-skew": ("suspect_rank", "rank"),
     "expert-hotspots": ("rank", "rank"),
     "rank-waits": ("rank", "rank"),

@@ -30,6 +30,7 @@ from typer.testing import CliRunner
 from slowcard import metrics as mx
 from slowcard import store
 from slowcard.cli import app
+from slowcard.diagnosis import diagnose
 from slowcard.watch import PrometheusSource, ScrapeSource, Watcher, http_get, parse_scrape
 
 SIM = Path(__file__).resolve().parent / "vllm_sim.py"
@@ -42,6 +43,7 @@ class Sims:
 
     def __init__(self):
         self.procs: list[subprocess.Popen] = []
+        self.started: dict[int, float] = {}     # port -> wall time its simulation clock started
 
     def start(self, *args: str, port: int = 0, duration: float = 20.0) -> int:
         proc = subprocess.Popen([sys.executable, str(SIM), "--port", str(port), "--duration", str(duration), *args],
@@ -54,7 +56,9 @@ class Sims:
         if not got or not got[0].startswith("PORT "):
             proc.kill()
             raise RuntimeError(f"exporter did not start: {proc.stderr.read() if proc.poll() is not None else 'no port'}")
-        return int(got[0].split()[1])
+        port = int(got[0].split()[1])
+        self.started[port] = time.time()
+        return port
 
     def stop(self, proc: subprocess.Popen) -> None:
         proc.kill()
@@ -165,13 +169,22 @@ def test_hot_domain_with_rising_p99_is_flagged_within_a_few_intervals(sims, tmp_
     st = statuses(steps)
     assert "FAIL" in st, st
     first_fail = st.index("FAIL")
-    # hot from 2 s = step ~4; FAIL needs 3 hot windows: within a few intervals after that
-    assert first_fail <= 4 + 5, st
-    assert "FAIL" not in st[:4], st
+    # FAIL needs 3 hot windows of 0.5 s: never before the domain turns hot, within a few intervals after
+    hot_at = sims.started[port] + 2.0
+    fail_at = steps[first_fail].ts_ns / 1e9
+    assert hot_at + 0.5 < fail_at < hot_at + 6 * 0.5 + 1.0, (st, fail_at - hot_at)
     res = steps[-1].results["dp-metrics-imbalance"]
     assert [r["dp_rank"] for r in res.rows] == [2]
     assert res.rows[0]["cause"] == "request-skew" and res.rows[0]["latency_rising"]
     assert steps[first_fail].changes == [("dp-metrics-imbalance", "PASS", "FAIL")]
+    # diagnose puts the metrics verdict in its conclusion when the run has metrics
+    con = store.open_db(tmp_path / "w.duckdb", read_only=True)
+    try:
+        diag = diagnose(con, "live")
+    finally:
+        con.close()
+    assert diag.conclusion["headline"] == "Slow card: DP domain 2 — request-skew"
+    assert diag.conclusion["query"] == "dp-metrics-imbalance@v1"
 
 
 def test_short_burst_and_jitter_are_not_flagged(sims, tmp_path):
