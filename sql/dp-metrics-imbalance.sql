@@ -3,7 +3,8 @@
 -- description: Hot DP domain from live metrics (slowcard watch): a domain whose share of requests, tokens, waiting requests or KV cache stays above the others over the latest consecutive windows without converging, while the instance's P95/P99 TTFT or e2e latency rises.
 -- requires: metric_windows
 -- param: skew_ratio DOUBLE = 1.3        -- hot in a window: requests/s, tokens/s, waiting or KV usage >= this x the other domains' median
--- param: min_waiting DOUBLE = 2.0       -- fewer waiting requests than this never make a domain hot (an idle queue says nothing)
+-- param: z DOUBLE = 3.0                -- requests/tokens must also exceed the others' median by z Poisson sigmas of the window's request count (low traffic is noisy)
+-- param: min_waiting DOUBLE = 4.0       -- waiting requests must exceed the others' median by at least this many (a queue of 1-2 is noise)
 -- param: min_kv DOUBLE = 0.3            -- KV usage (0-1) below this never makes a domain hot
 -- param: min_windows INTEGER = 3        -- consecutive hot windows, up to the latest one, before a domain counts (shorter is traffic jitter)
 -- param: latency_rise DOUBLE = 1.2      -- instance P95/P99 (TTFT or e2e) at the streak's end vs before it that counts as rising
@@ -13,8 +14,10 @@
 -- pass: No DP domain stays hot over the last {min_windows} consecutive metric windows.
 --
 -- Method (DP guide, online first): per window, each domain's requests/s, tokens/s, waiting
--- requests and KV usage are compared with the median of the OTHER domains in the same window.
--- The streak is the run of consecutive hot windows that reaches the latest window, so the
+-- requests and KV usage are compared with the median of the OTHER domains in the same window;
+-- requests and tokens only count above the counting noise (z sigmas of a Poisson count of the
+-- others' requests in the window: at 7 requests a window that is 2.1x, at 150 it is skew_ratio).
+-- The streak is the run of consecutive windows hot on the same signal reaching the latest window, so the
 -- verdict turns back to PASS when the domain cools down. A streak shorter than min_windows is
 -- traffic jitter. Diverging: the share gap (share - 1/domains) of the cause's signal over the
 -- last two windows is not smaller than (1 - converge_tolerance) x its gap over the first two.
@@ -28,38 +31,42 @@ WITH w AS MATERIALIZED (
 ), n_dom AS (
     SELECT wseq, count(*) AS n_domains FROM w WHERE dp_rank IS NOT NULL GROUP BY wseq
 ), sig AS (         -- one row per (window, domain, signal)
-    SELECT wseq, dp_rank, 'requests/s' AS signal, requests_per_s AS value FROM w WHERE dp_rank IS NOT NULL
-    UNION ALL SELECT wseq, dp_rank, 'tokens/s', tokens_per_s FROM w WHERE dp_rank IS NOT NULL
-    UNION ALL SELECT wseq, dp_rank, 'waiting requests', waiting FROM w WHERE dp_rank IS NOT NULL
-    UNION ALL SELECT wseq, dp_rank, 'KV usage', kv_usage FROM w WHERE dp_rank IS NOT NULL
+    SELECT wseq, dp_rank, window_s, 'requests/s' AS signal, requests_per_s AS value FROM w WHERE dp_rank IS NOT NULL
+    UNION ALL SELECT wseq, dp_rank, window_s, 'tokens/s', tokens_per_s FROM w WHERE dp_rank IS NOT NULL
+    UNION ALL SELECT wseq, dp_rank, window_s, 'waiting requests', waiting FROM w WHERE dp_rank IS NOT NULL
+    UNION ALL SELECT wseq, dp_rank, window_s, 'KV usage', kv_usage FROM w WHERE dp_rank IS NOT NULL
 ), judged_sig AS (
-    SELECT s.wseq, s.dp_rank, s.signal, s.value,
+    SELECT s.wseq, s.dp_rank, s.window_s, s.signal, s.value,
            s.value / NULLIF(sum(s.value) OVER (PARTITION BY s.wseq, s.signal), 0) AS share,
            (SELECT median(o.value) FROM sig o
              WHERE o.wseq = s.wseq AND o.signal = s.signal AND o.dp_rank <> s.dp_rank) AS others_median
     FROM sig s WHERE s.value IS NOT NULL
+), req_n AS (       -- requests the other domains finished in the window (median): the counting noise
+    SELECT wseq, dp_rank, others_median * window_s AS others_requests
+    FROM judged_sig WHERE signal = 'requests/s'
 ), hot_sig AS (
-    SELECT *, value / NULLIF(others_median, 0) AS ratio,
-           value > 0 AND value >= $skew_ratio * coalesce(others_median, value)
-             AND others_median IS NOT NULL
-             AND (signal <> 'waiting requests' OR value >= $min_waiting)
-             AND (signal <> 'KV usage' OR value >= $min_kv) AS hot
-    FROM judged_sig
-), dw AS (          -- per (window, domain): hot on any signal, and the signal that names the cause
-    SELECT h.wseq, h.dp_rank, bool_or(h.hot) AS hot,
-           -- the cause in the dp-imbalance order: more requests, else heavier ones, else a queue, else KV
-           arg_min(h.signal, CASE h.signal WHEN 'requests/s' THEN 1 WHEN 'tokens/s' THEN 2
-                                           WHEN 'waiting requests' THEN 3 ELSE 4 END) FILTER (WHERE h.hot) AS signal
-    FROM hot_sig h GROUP BY h.wseq, h.dp_rank
-), islands AS (
-    SELECT *, wseq - row_number() OVER (PARTITION BY dp_rank ORDER BY wseq) AS grp
-    FROM dw WHERE hot
-), streak AS (      -- the hot streak of each domain that reaches the latest window
-    SELECT i.dp_rank, min(i.wseq) AS first_w, max(i.wseq) AS last_w, count(*) AS hot_windows,
-           arg_max(i.signal, i.wseq) AS signal
+    SELECT j.*, j.value / NULLIF(j.others_median, 0) AS ratio,
+           j.others_median IS NOT NULL AND j.value > 0 AND CASE
+               -- counts: more than skew_ratio AND more than z Poisson sigmas of the others' count
+               WHEN j.signal IN ('requests/s', 'tokens/s') THEN
+                   j.value >= j.others_median * greatest($skew_ratio,
+                                                         1 + $z / sqrt(greatest(coalesce(r.others_requests, 0), 1)))
+               WHEN j.signal = 'waiting requests' THEN
+                   j.value >= $skew_ratio * j.others_median AND j.value - j.others_median >= $min_waiting
+               ELSE j.value >= $skew_ratio * j.others_median AND j.value >= $min_kv
+           END AS hot
+    FROM judged_sig j LEFT JOIN req_n r USING (wseq, dp_rank)
+), islands AS (     -- consecutive hot windows of one domain on ONE signal
+    SELECT *, wseq - row_number() OVER (PARTITION BY dp_rank, signal ORDER BY wseq) AS grp
+    FROM hot_sig WHERE hot
+), streak AS (      -- per domain: the streak reaching the latest window, the cause in the dp-imbalance
+                    -- order (more requests, else heavier ones, else a queue, else KV)
+    SELECT i.dp_rank, i.signal, min(i.wseq) AS first_w, max(i.wseq) AS last_w, count(*) AS hot_windows
     FROM islands i, last_w
-    GROUP BY i.dp_rank, i.grp, last_w.lw
+    GROUP BY i.dp_rank, i.signal, i.grp, last_w.lw
     HAVING max(i.wseq) = last_w.lw AND count(*) >= $min_windows
+    QUALIFY row_number() OVER (PARTITION BY i.dp_rank ORDER BY CASE i.signal WHEN 'requests/s' THEN 1
+                               WHEN 'tokens/s' THEN 2 WHEN 'waiting requests' THEN 3 ELSE 4 END) = 1
 ), gaps AS (
     SELECT s.dp_rank, s.signal, s.first_w, s.last_w, s.hot_windows,
            avg(h.share - 1.0 / n.n_domains) FILTER (WHERE h.wseq <= s.first_w + 1) AS gap_first,
