@@ -340,6 +340,34 @@ def test_cli_once_for_cron_with_exec_on_change(sims, tmp_path):
     assert windows >= 5                               # each cron run adds its window(s)
 
 
+class _Hook(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        self.server.got.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, *a):
+        pass
+
+
+def test_webhook_gets_the_change_with_its_evidence(sims, tmp_path):
+    port = sims.start("--hot-engine", "0")
+    hook = http.server.HTTPServer(("127.0.0.1", 0), _Hook)
+    hook.got = []
+    threading.Thread(target=hook.serve_forever, daemon=True).start()
+    try:
+        steps = watch_steps(tmp_path / "w.duckdb", [f"http://127.0.0.1:{port}/metrics"], steps=7,
+                            webhook=f"http://127.0.0.1:{hook.server_port}/alert")
+    finally:
+        hook.shutdown()
+        hook.server_close()
+    assert "FAIL" in statuses(steps)
+    changes = [g for g in hook.got if g["query"] == "dp-metrics-imbalance"]
+    assert changes and changes[0]["before"] == "PASS" and changes[0]["status"] == "FAIL"
+    assert changes[0]["rows"][0]["dp_rank"] == 0 and changes[0]["run"] == "live"
+    assert any(a == "webhook HTTP 204" for s in steps for a in s.actions)
+
+
 def test_cli_usage_errors_exit_2(tmp_path):
     runner = CliRunner()
     r = runner.invoke(app, ["watch", "--db", str(tmp_path / "x.duckdb")])
