@@ -35,7 +35,8 @@ def _pairs(values: List[str], what: str, int_value: bool) -> list[tuple[str, obj
     for raw in values or []:
         key, sep, val = raw.rpartition("=")
         if int_value:
-            if sep and val.strip().lstrip("-").isdigit() and "://" not in val:
+            # URL=DP; an '=' inside the URL's query string (?a=1) is part of the URL
+            if sep and val.strip().isdigit() and "?" not in key:
                 out.append((key, int(val)))
             else:
                 out.append((raw, None))
@@ -140,7 +141,11 @@ def register(app: typer.Typer) -> None:
             else:
                 if not prometheus.startswith(("http://", "https://")):
                     raise UsageError(f"--prometheus {prometheus!r}: expected an http:// or https:// URL")
-                dmap = {k: int(v) for k, v in _pairs(dp_map, "--dp-map", False) if v.lstrip("-").isdigit()}
+                dmap = {}
+                for k, v in _pairs(dp_map, "--dp-map", False):
+                    if not v.strip().isdigit():
+                        raise UsageError(f"--dp-map {k}={v}: the DP rank must be a number >= 0")
+                    dmap[k] = int(v)
                 source = PrometheusSource(prometheus, mapping, step_s=interval_s,
                                           backfill_s=parse_duration(backfill, "--backfill"), dp_map=dmap,
                                           timeout_s=timeout_s)

@@ -376,6 +376,15 @@ def test_cli_usage_errors_exit_2(tmp_path):
     assert r.exit_code == 2 and "--interval 'soon'" in r.output
     r = runner.invoke(app, ["watch", "--scrape", "http://127.0.0.1:1/metrics", "--metric", "latency=x"])
     assert r.exit_code == 2 and "unknown metric" in r.output
+    r = runner.invoke(app, ["watch", "--prometheus", "http://127.0.0.1:1", "--dp-map", "node1:8000=first"])
+    assert r.exit_code == 2 and "must be a number" in r.output
+
+
+def test_scrape_url_dp_mapping():
+    from slowcard.cli_watch import _pairs
+
+    assert _pairs(["http://h:8000/metrics=3", "http://h:8001/metrics", "http://h/metrics?x=1"], "--scrape", True) == [
+        ("http://h:8000/metrics", 3), ("http://h:8001/metrics", None), ("http://h/metrics?x=1", None)]
 
 
 def test_ctrl_c_leaves_whole_windows(sims, tmp_path):
