@@ -296,6 +296,10 @@ from . import cli_views  # noqa: E402  (report and annotate commands)
 
 cli_views.register(app)
 
+from . import cli_watch  # noqa: E402  (watch command)
+
+cli_watch.register(app)
+
 
 def main():
     """Console entry point; --debug anywhere re-raises library errors with their traceback."""

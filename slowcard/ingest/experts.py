@@ -745,7 +745,7 @@ class ExpertsReader:
     def _ingest_prometheus(self, ctx: Context) -> Outcome:
         path = ctx.path
         try:
-            from prometheus_client.parser import text_string_to_metric_families
+            from prometheus_client.parser import text_string_to_metric_families  # noqa: F401 (error early)
         except ImportError:
             raise InputError(path, "reading Prometheus scrapes needs the optional package prometheus_client",
                              hint="pip install -e .[metrics]") from None
@@ -781,37 +781,9 @@ class ExpertsReader:
         for idx, ts_s, start, block in scrapes:
             n_samples = sum(1 for ln in block if ln.strip() and not ln.lstrip().startswith("#"))
             seen += n_samples
-            try:
-                fams = list(text_string_to_metric_families("\n".join(block) + "\n"))
-                for fam in fams:
-                    for s in fam.samples:
-                        rows.append(self._sample_row(ctx.source_id, idx, ts_s, fam.name, fam.type, s))
-                continue
-            except Exception:
-                pass
-            # The parser rejects a whole text for one bad line: parse line by line instead, with
-            # the family's TYPE line in front so histograms/counters keep their type.
-            types: dict[str, str] = {}
-            for off, line in enumerate(block):
-                st = line.strip()
-                if not st:
-                    continue
-                if st.startswith("#"):
-                    parts = st.split(None, 3)
-                    if len(parts) >= 4 and parts[1] == "TYPE":
-                        types[parts[2]] = parts[3]
-                    continue
-                base = re.split(r"[{\s]", st, maxsplit=1)[0]
-                fam_name = next((n for n in (base, re.sub(r"_(bucket|sum|count|total|created)$", "", base))
-                                 if n in types), None)
-                snippet = (f"# TYPE {fam_name} {types[fam_name]}\n" if fam_name else "") + st + "\n"
-                try:
-                    for fam in text_string_to_metric_families(snippet):
-                        for s in fam.samples:
-                            rows.append(self._sample_row(ctx.source_id, idx, ts_s, fam.name, fam.type, s))
-                except Exception as exc:
-                    detail = str(exc) or type(exc).__name__
-                    drops.append((f"metric line does not parse ({detail[:80]})", f"line {start + off}", 1))
+            samples, block_drops = parse_exposition(block, start)
+            rows.extend(self._sample_row(ctx.source_id, idx, ts_s, fam, typ, s) for fam, typ, s in samples)
+            drops.extend(block_drops)
         kept = len(rows)
         if seen and kept == 0:
             raise InputError(path, "no Prometheus sample line parses", position=drops[0][1] if drops else None,
@@ -850,6 +822,50 @@ class ExpertsReader:
             return ""
         head = "; ".join(f"{pos}: {reason} ({n} dropped)" for reason, pos, n in drops[:3])
         return head + (f"; +{len(drops) - 3} more" if len(drops) > 3 else "")
+
+
+def parse_exposition(block: list[str], start: int = 1) -> tuple[list[tuple], list[tuple[str, str, int]]]:
+    """Parse one Prometheus text exposition (its lines; ``start`` = file line number of the first).
+
+    Returns ([(family, type, prometheus_client Sample), ...], drops). The parser rejects a whole
+    text for one bad line, so on failure every line is parsed alone (with its family's TYPE line in
+    front so histograms and counters keep their type) and each bad line becomes a drop
+    (reason, "line N", 1). Needs prometheus_client (ImportError otherwise). Also used by
+    slowcard/watch.py on live scrapes.
+    """
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: list[tuple] = []
+    drops: list[tuple[str, str, int]] = []
+    try:
+        for fam in text_string_to_metric_families("\n".join(block) + "\n"):
+            for s in fam.samples:
+                out.append((fam.name, fam.type, s))
+        return out, drops
+    except Exception:
+        out = []
+    types: dict[str, str] = {}
+    for off, line in enumerate(block):
+        st = line.strip()
+        if not st:
+            continue
+        if st.startswith("#"):
+            parts = st.split(None, 3)
+            if len(parts) >= 4 and parts[1] == "TYPE":
+                types[parts[2]] = parts[3]
+            continue
+        base = re.split(r"[{\s]", st, maxsplit=1)[0]
+        fam_name = next((n for n in (base, re.sub(r"_(bucket|sum|count|total|created)$", "", base))
+                         if n in types), None)
+        snippet = (f"# TYPE {fam_name} {types[fam_name]}\n" if fam_name else "") + st + "\n"
+        try:
+            for fam in text_string_to_metric_families(snippet):
+                for s in fam.samples:
+                    out.append((fam.name, fam.type, s))
+        except Exception as exc:
+            detail = str(exc) or type(exc).__name__
+            drops.append((f"metric line does not parse ({detail[:80]})", f"line {start + off}", 1))
+    return out, drops
 
 
 READER = ExpertsReader()

@@ -1,0 +1,174 @@
+"""The `watch` command (added to the typer app by ``register(app)``): live metrics into the
+database, one status line per interval, an alert line when a verdict turns FAIL or back.
+
+Exit codes as for `query`: 0 no watched verdict FAILed or ERRORed at the end (WARN too with
+--strict), 1 otherwise, 2 usage or input error. Ctrl-C ends the watch with the exit code of
+the last verdicts; the database keeps every whole window collected before it.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from .errors import SlowcardError, UsageError
+
+DEFAULT_DB = "slowcard.duckdb"
+_DUR = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+
+
+def parse_duration(text: str, what: str) -> float:
+    """'15', '15s', '2m', '1.5h', '7d' -> seconds."""
+    m = _DUR.match(text or "")
+    if not m or float(m.group(1)) <= 0:
+        raise UsageError(f"{what} {text!r}: expected a positive duration like 15s, 2m, 1h or 7d")
+    return float(m.group(1)) * _UNIT[m.group(2)]
+
+
+def _pairs(values: List[str], what: str, int_value: bool) -> list[tuple[str, object]]:
+    out = []
+    for raw in values or []:
+        key, sep, val = raw.rpartition("=")
+        if int_value:
+            # URL=DP; an '=' inside the URL's query string (?a=1) is part of the URL
+            if sep and val.strip().isdigit() and "?" not in key:
+                out.append((key, int(val)))
+            else:
+                out.append((raw, None))
+            continue
+        if not sep or not key or not val:
+            raise UsageError(f"{what} {raw!r}: expected NAME=VALUE")
+        out.append((key, val))
+    return out
+
+
+def _fmt_ms(v) -> str:
+    if v is None:
+        return "-"
+    return f"{v / 1000:.2f} s" if v >= 1000 else f"{v:.0f} ms"
+
+
+def status_line(step) -> str:
+    """One line: time, endpoints up, per-domain load of the latest window, instance P99, verdicts."""
+    ts = time.strftime("%H:%M:%S", time.localtime(step.ts_ns / 1e9))
+    up = sum(1 for s in step.statuses if s.ok)
+    parts = [f"{ts} {up}/{len(step.statuses)} up"]
+    if step.windows:
+        last_ts = max(r["ts_ns"] for r in step.windows)
+        rows = [r for r in step.windows if r["ts_ns"] == last_ts]
+        doms = []
+        for r in rows:
+            if r["dp_rank"] is None:
+                continue
+            kv = f" kv{100 * r['kv_usage']:.0f}%" if r["kv_usage"] is not None else ""
+            req = f"{r['requests_per_s']:.1f}" if r["requests_per_s"] is not None else "-"
+            w = f"{r['waiting']:.0f}" if r["waiting"] is not None else "-"
+            doms.append(f"DP{r['dp_rank']} {req} req/s w{w}{kv}" + (" (restart)" if r["reset"] else ""))
+        parts.append(" | ".join(doms) if doms else "no domain")
+        inst = next((r for r in rows if r["dp_rank"] is None), None)
+        if inst:
+            parts.append(f"P99 TTFT {_fmt_ms(inst['ttft_p99_ms'])} e2e {_fmt_ms(inst['e2e_p99_ms'])}")
+        n_win = len({r["ts_ns"] for r in step.windows})
+        if n_win > 1:
+            parts.append(f"{n_win} windows")
+    else:
+        parts.append("no new window")
+    parts.append(", ".join(f"{name} {r.status}" for name, r in step.results.items()))
+    down = [f"{s.target}: {s.error}" for s in step.statuses if not s.ok]
+    if down:
+        parts.append("down: " + "; ".join(down[:3]) + (f" (+{len(down) - 3})" if len(down) > 3 else ""))
+    return "  ".join(parts)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `watch` command to ``app``."""
+
+    @app.command()
+    def watch(
+        scrape: Optional[List[str]] = typer.Option(None, "--scrape", help="A /metrics URL, optionally URL=DP (repeatable; default DP: the engine label, else the position)."),
+        prometheus: Optional[str] = typer.Option(None, "--prometheus", help="Prometheus server URL: range-query backfill, then follow."),
+        dp_map: Optional[List[str]] = typer.Option(None, "--dp-map", help="With --prometheus: INSTANCE=DP for instances without an engine label (repeatable)."),
+        db: Path = typer.Option(DEFAULT_DB, "--db", help="DuckDB database file (created if missing)."),
+        run: str = typer.Option("watch", "--run", help="Run name the metrics are stored under."),
+        interval: str = typer.Option("15s", "--interval", help="Collection interval (= window length), e.g. 15s, 1m."),
+        duration: Optional[str] = typer.Option(None, "--duration", help="Stop after this long (default: until Ctrl-C)."),
+        backfill: str = typer.Option("1h", "--backfill", help="With --prometheus: how far back the first collection reaches."),
+        retention: str = typer.Option("7d", "--retention", help="Windows older than this are deleted from the database."),
+        timeout: str = typer.Option("5s", "--timeout", help="Per-request timeout."),
+        metric: Optional[List[str]] = typer.Option(None, "--metric", help="CANONICAL=NAME: read another exposed metric (e.g. expert_tokens=my_moe_tokens_total)."),
+        dp_label: Optional[str] = typer.Option(None, "--dp-label", help="Label holding the DP rank (default: engine, dp, dp_rank)."),
+        exec_cmd: Optional[str] = typer.Option(None, "--exec", help="Shell command run when a verdict turns FAIL or back (SLOWCARD_QUERY/STATUS/BEFORE/SUMMARY/RUN in its environment)."),
+        webhook: Optional[str] = typer.Option(None, "--webhook", help="URL that gets a JSON POST when a verdict turns FAIL or back."),
+        once: bool = typer.Option(False, "--once", help="Collect one window, judge, print, exit (for cron)."),
+        strict: bool = typer.Option(False, "--strict", help="Exit 1 on WARN too."),
+        sql_dir: Optional[List[Path]] = typer.Option(None, "--sql-dir", help="Extra folder of query files."),
+    ):
+        """Collect live service metrics (vLLM /metrics or a Prometheus server) into the database
+        and re-judge dp-metrics-imbalance and expert-hotspots after every interval.
+
+        Example:
+            slowcard watch --scrape http://127.0.0.1:8000/metrics --interval 15s --db live.duckdb
+        """
+        from . import metrics as mx
+        from .watch import PrometheusSource, ScrapeSource, Watcher
+
+        last = None
+        try:
+            if bool(scrape) == bool(prometheus):
+                raise UsageError("give --scrape URL (repeatable) or --prometheus URL, not both and not neither")
+            interval_s = parse_duration(interval, "--interval")
+            duration_s = parse_duration(duration, "--duration") if duration else None
+            timeout_s = parse_duration(timeout, "--timeout")
+            mapping = mx.Mapping()
+            if dp_label:
+                mapping.dp_labels = (dp_label,)
+            for canon, name in _pairs(metric, "--metric", False):
+                try:
+                    mapping.override(canon, name)
+                except ValueError as exc:
+                    raise UsageError(f"--metric {canon}={name}: {exc}") from None
+            if scrape:
+                targets = _pairs(scrape, "--scrape", True)
+                for url, _ in targets:
+                    if not url.startswith(("http://", "https://")):
+                        raise UsageError(f"--scrape {url!r}: expected an http:// or https:// URL")
+                source = ScrapeSource(targets, mapping, timeout_s=timeout_s)
+            else:
+                if not prometheus.startswith(("http://", "https://")):
+                    raise UsageError(f"--prometheus {prometheus!r}: expected an http:// or https:// URL")
+                dmap = {}
+                for k, v in _pairs(dp_map, "--dp-map", False):
+                    if not v.strip().isdigit():
+                        raise UsageError(f"--dp-map {k}={v}: the DP rank must be a number >= 0")
+                    dmap[k] = int(v)
+                source = PrometheusSource(prometheus, mapping, step_s=interval_s,
+                                          backfill_s=parse_duration(backfill, "--backfill"), dp_map=dmap,
+                                          timeout_s=timeout_s)
+            watcher = Watcher(db, run, source, retention_s=parse_duration(retention, "--retention"),
+                              exec_cmd=exec_cmd, webhook=webhook, sql_dirs=sql_dir)
+
+            def show(step):
+                nonlocal last
+                last = step
+                typer.echo(status_line(step))
+                for name, old, new in step.changes:
+                    tag = "ALERT" if new == "FAIL" else "CLEARED"
+                    typer.echo(f"{tag} {name}: {old} -> {new}: {step.results[name].summary}")
+                for act in step.actions:
+                    typer.echo(f"  {act}", err=True)
+
+            try:
+                watcher.run_loop(interval_s, duration_s=duration_s, once=once, on_step=show)
+            except KeyboardInterrupt:
+                typer.echo("interrupted: every window collected before Ctrl-C is in the database", err=True)
+        except SlowcardError as exc:
+            typer.echo(f"Error: {exc}", err=True)
+            raise typer.Exit(2)
+        results = list(last.results.values()) if last else []
+        bad = {"FAIL", "ERROR"} | ({"WARN"} if strict else set())
+        raise typer.Exit(1 if any(r.status in bad for r in results) else 0)

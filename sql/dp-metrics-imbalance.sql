@@ -1,0 +1,132 @@
+-- name: dp-metrics-imbalance
+-- version: 1
+-- description: Hot DP domain from live metrics (slowcard watch): a domain whose share of requests, tokens, waiting requests or KV cache stays above the others over the latest consecutive windows without converging, while the instance's P95/P99 TTFT or e2e latency rises.
+-- requires: metric_windows
+-- param: skew_ratio DOUBLE = 1.3        -- hot in a window: requests/s, tokens/s, waiting or KV usage >= this x the other domains' median
+-- param: z DOUBLE = 3.0                -- requests/tokens must also exceed the others' median by z Poisson sigmas of the window's request count (low traffic is noisy)
+-- param: min_waiting DOUBLE = 4.0       -- waiting requests must exceed the others' median by at least this many (a queue of 1-2 is noise)
+-- param: min_kv DOUBLE = 0.3            -- KV usage (0-1) below this never makes a domain hot
+-- param: min_windows INTEGER = 3        -- consecutive hot windows, up to the latest one, before a domain counts (shorter is traffic jitter)
+-- param: latency_rise DOUBLE = 1.2      -- instance P95/P99 (TTFT or e2e) at the streak's end vs before it that counts as rising
+-- param: converge_tolerance DOUBLE = 0.25 -- the share gap may close by this fraction over the streak and still count as not converging
+-- verdict: fail if rows where latency_rising > 0; warn if rows > 0
+-- role: verdict
+-- subject: dp_rank
+-- priority: 35
+-- order: 135
+-- shows: report.dp
+-- summary: DP {dp_rank}: {cause} over the last {hot_windows} windows ({signal}: {share_pct}% share, {ratio}x the other domains' median); instance {latency_metric} {latency_before_ms} -> {latency_now_ms} ms; next: {next_step}
+-- pass: No DP domain stays hot over the last {min_windows} consecutive metric windows.
+--
+-- Method (DP guide, online first): per window, each domain's requests/s, tokens/s, waiting
+-- requests and KV usage are compared with the median of the OTHER domains in the same window;
+-- requests and tokens only count above the counting noise (z sigmas of a Poisson count of the
+-- others' requests in the window: at 7 requests a window that is 2.1x, at 150 it is skew_ratio).
+-- The streak is the run of consecutive windows hot on the same signal reaching the latest window, so the
+-- verdict turns back to PASS when the domain cools down. A streak shorter than min_windows is
+-- traffic jitter. Diverging: the share gap (share - 1/domains) of the cause's signal over the
+-- last two windows is not smaller than (1 - converge_tolerance) x its gap over the first two.
+-- FAIL when the instance latency also rose: the mean of the last two streak windows' P95 or P99
+-- (TTFT or e2e) >= latency_rise x its median over the windows before the streak (else the
+-- streak's first window). Counter resets are already absorbed in the windows (reset column).
+WITH w AS MATERIALIZED (
+    SELECT *, dense_rank() OVER (ORDER BY ts_ns) AS wseq FROM metric_windows WHERE run = $run
+), last_w AS (
+    SELECT max(wseq) AS lw FROM w
+), n_dom AS (
+    SELECT wseq, count(*) AS n_domains FROM w WHERE dp_rank IS NOT NULL GROUP BY wseq
+), sig AS (         -- one row per (window, domain, signal)
+    SELECT wseq, dp_rank, window_s, 'requests/s' AS signal, requests_per_s AS value FROM w WHERE dp_rank IS NOT NULL
+    UNION ALL SELECT wseq, dp_rank, window_s, 'tokens/s', tokens_per_s FROM w WHERE dp_rank IS NOT NULL
+    UNION ALL SELECT wseq, dp_rank, window_s, 'waiting requests', waiting FROM w WHERE dp_rank IS NOT NULL
+    UNION ALL SELECT wseq, dp_rank, window_s, 'KV usage', kv_usage FROM w WHERE dp_rank IS NOT NULL
+), judged_sig AS (
+    SELECT s.wseq, s.dp_rank, s.window_s, s.signal, s.value,
+           s.value / NULLIF(sum(s.value) OVER (PARTITION BY s.wseq, s.signal), 0) AS share,
+           (SELECT median(o.value) FROM sig o
+             WHERE o.wseq = s.wseq AND o.signal = s.signal AND o.dp_rank <> s.dp_rank) AS others_median
+    FROM sig s WHERE s.value IS NOT NULL
+), req_n AS (       -- requests the other domains finished in the window (median): the counting noise
+    SELECT wseq, dp_rank, others_median * window_s AS others_requests
+    FROM judged_sig WHERE signal = 'requests/s'
+), hot_sig AS (
+    SELECT j.*, j.value / NULLIF(j.others_median, 0) AS ratio,
+           j.others_median IS NOT NULL AND j.value > 0 AND CASE
+               -- counts: more than skew_ratio AND more than z Poisson sigmas of the others' count
+               WHEN j.signal IN ('requests/s', 'tokens/s') THEN
+                   j.value >= j.others_median * greatest($skew_ratio,
+                                                         1 + $z / sqrt(greatest(coalesce(r.others_requests, 0), 1)))
+               WHEN j.signal = 'waiting requests' THEN
+                   j.value >= $skew_ratio * j.others_median AND j.value - j.others_median >= $min_waiting
+               ELSE j.value >= $skew_ratio * j.others_median AND j.value >= $min_kv
+           END AS hot
+    FROM judged_sig j LEFT JOIN req_n r USING (wseq, dp_rank)
+), islands AS (     -- consecutive hot windows of one domain on ONE signal
+    SELECT *, wseq - row_number() OVER (PARTITION BY dp_rank, signal ORDER BY wseq) AS grp
+    FROM hot_sig WHERE hot
+), streak AS (      -- per domain: the streak reaching the latest window, the cause in the dp-imbalance
+                    -- order (more requests, else heavier ones, else a queue, else KV)
+    SELECT i.dp_rank, i.signal, min(i.wseq) AS first_w, max(i.wseq) AS last_w, count(*) AS hot_windows
+    FROM islands i, last_w
+    GROUP BY i.dp_rank, i.signal, i.grp, last_w.lw
+    HAVING max(i.wseq) = last_w.lw AND count(*) >= $min_windows
+    QUALIFY row_number() OVER (PARTITION BY i.dp_rank ORDER BY CASE i.signal WHEN 'requests/s' THEN 1
+                               WHEN 'tokens/s' THEN 2 WHEN 'waiting requests' THEN 3 ELSE 4 END) = 1
+), gaps AS (
+    SELECT s.dp_rank, s.signal, s.first_w, s.last_w, s.hot_windows,
+           avg(h.share - 1.0 / n.n_domains) FILTER (WHERE h.wseq <= s.first_w + 1) AS gap_first,
+           avg(h.share - 1.0 / n.n_domains) FILTER (WHERE h.wseq >= s.last_w - 1) AS gap_last,
+           arg_max(h.share, h.wseq) AS share_now, arg_max(h.ratio, h.wseq) AS ratio_now,
+           arg_max(h.value, h.wseq) AS value_now, arg_max(h.others_median, h.wseq) AS others_now,
+           any_value(n.n_domains) AS n_domains
+    FROM streak s
+    JOIN hot_sig h ON h.dp_rank = s.dp_rank AND h.signal = s.signal AND h.wseq BETWEEN s.first_w AND s.last_w
+    JOIN n_dom n ON n.wseq = h.wseq
+    GROUP BY ALL
+), inst AS (
+    SELECT wseq, unnest([
+        {'metric': 'TTFT P99', 'ms': ttft_p99_ms}, {'metric': 'TTFT P95', 'ms': ttft_p95_ms},
+        {'metric': 'e2e P99', 'ms': e2e_p99_ms}, {'metric': 'e2e P95', 'ms': e2e_p95_ms}]) AS l
+    FROM w WHERE dp_rank IS NULL
+), lat AS (         -- per domain streak and latency metric: before vs now
+    SELECT g.dp_rank, i.l.metric AS metric,
+           coalesce(median(i.l.ms) FILTER (WHERE i.wseq < g.first_w),
+                    any_value(i.l.ms) FILTER (WHERE i.wseq = g.first_w)) AS before_ms,
+           avg(i.l.ms) FILTER (WHERE i.wseq >= g.last_w - 1) AS now_ms
+    FROM gaps g JOIN inst i ON i.wseq <= g.last_w
+    GROUP BY g.dp_rank, i.l.metric
+), lat_best AS (
+    SELECT dp_rank, arg_max(metric, now_ms / NULLIF(before_ms, 0)) AS latency_metric,
+           max(now_ms / NULLIF(before_ms, 0)) AS latency_ratio,
+           arg_max(before_ms, now_ms / NULLIF(before_ms, 0)) AS latency_before_ms,
+           arg_max(now_ms, now_ms / NULLIF(before_ms, 0)) AS latency_now_ms
+    FROM lat WHERE before_ms > 0 AND now_ms IS NOT NULL GROUP BY dp_rank
+)
+SELECT g.dp_rank,
+       CASE g.signal
+           WHEN 'requests/s' THEN 'request-skew'
+           WHEN 'tokens/s' THEN 'token-skew'
+           WHEN 'waiting requests' THEN 'queue-skew'
+           ELSE 'kv-pressure'
+       END AS cause,
+       coalesce(l.latency_ratio >= $latency_rise, false) AS latency_rising,
+       g.hot_windows, g.n_domains, g.signal,
+       round(100 * g.share_now, 1) AS share_pct,
+       round(g.ratio_now, 2) AS ratio,
+       round(g.value_now, 3) AS value_now,
+       round(g.others_now, 3) AS others_median_now,
+       round(g.gap_first, 4) AS share_gap_first,
+       round(g.gap_last, 4) AS share_gap_last,
+       coalesce(l.latency_metric, 'latency') AS latency_metric,
+       round(l.latency_before_ms, 1) AS latency_before_ms,
+       round(l.latency_now_ms, 1) AS latency_now_ms,
+       round(l.latency_ratio, 2) AS latency_ratio,
+       CASE g.signal
+           WHEN 'requests/s' THEN 'rebalance the DP scheduler: requests pile onto this domain (sticky or fixed-order assignment); then profile DP '
+           WHEN 'tokens/s' THEN 'balance DP assignment by tokens, not request count (long prompts/outputs land here); then profile DP '
+           WHEN 'waiting requests' THEN 'requests queue on this domain: check its batch size and scheduling against the others; then profile DP '
+           ELSE 'KV cache fills on this domain first: admit fewer requests into it until its KV level matches the others; then profile DP '
+       END || g.dp_rank || ' with msServiceProfiler and run dp-imbalance on the trace' AS next_step
+FROM gaps g LEFT JOIN lat_best l USING (dp_rank)
+WHERE g.gap_last >= (1 - $converge_tolerance) * g.gap_first
+ORDER BY latency_rising DESC, g.hot_windows DESC, g.dp_rank
