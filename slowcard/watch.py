@@ -320,7 +320,8 @@ class Watcher:
             if experts:
                 base = con.execute("SELECT coalesce(max(window_idx), -1) + 1 FROM expert_load_rows "
                                    "WHERE source_id = ?", [sid]).fetchone()[0]
-                con.executemany("INSERT INTO expert_load_rows VALUES (?, ?, ?, NULL, ?, ?, ?, ?)",
+                con.executemany("INSERT INTO expert_load_rows (source_id, window_idx, ts_ns, epoch, layer, ep_rank, "
+                                "local_slot, tokens) VALUES (?, ?, ?, NULL, ?, ?, ?, ?)",
                                 [(sid, base + w, ts, layer, rank, slot, tok)
                                  for w, ts, layer, rank, slot, tok in experts])
             con.executemany("INSERT INTO metric_scrape_rows VALUES (?, ?, ?, ?, ?, ?, ?)",

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 sys.path.insert(0, str(Path(__file__).parent))
 import synth_kineto  # noqa: E402
 
+from slowcard import queries  # noqa: E402
 from slowcard.cli import app  # noqa: E402
 
 runner = CliRunner()
@@ -43,10 +44,11 @@ def test_json_contract_and_fail_exit_code(dbs):
     assert isinstance(doc, list) and len(doc) == 1
     r = doc[0]
     assert {"query", "version", "run", "status", "summary", "columns", "rows"} <= set(r)
-    assert (r["query"], r["version"], r["run"], r["status"]) == ("ep-slow-rank", 3, "token_skew", "FAIL")
+    version = queries.load_catalog()["ep-slow-rank"].version
+    assert (r["query"], r["version"], r["run"], r["status"]) == ("ep-slow-rank", version, "token_skew", "FAIL")
     assert r["rows"][0]["rank"] == 1 and r["rows"][0]["cause"] == "token-skew"
     assert set(r["rows"][0]) == set(r["columns"])
-    assert r["params"]["min_token_ratio"] == 1.3
+    assert r["params"]["min_token_ratio"] == queries.load_catalog()["ep-slow-rank"].params[0].default
 
 
 def test_all_runs_gives_one_result_per_run_and_pass_exits_zero(dbs):
@@ -55,7 +57,7 @@ def test_all_runs_gives_one_result_per_run_and_pass_exits_zero(dbs):
     assert {(r["run"], r["status"]) for r in doc} == {("token_skew", "FAIL"), ("balanced", "PASS")}
     ok = invoke("query", "ep-slow-rank", "--db", dbs, "--run", "balanced")
     assert ok.exit_code == 0
-    assert ok.stdout.startswith("ep-slow-rank@v3 PASS [run balanced]")
+    assert ok.stdout.startswith(f"ep-slow-rank@v{queries.load_catalog()['ep-slow-rank'].version} PASS [run balanced]")
 
 
 def test_strict_turns_warn_into_exit_1(dbs):

@@ -150,9 +150,10 @@ def test_a_level_column_decides_the_status_and_a_skip_reason_makes_it_skip():
     rows = [{"level": "SKIP", "skip_reason": "1 rank(s) with MoE layers in this run"}]
     assert evaluate(rows, rule) == Status.SKIP and row_levels(rows, rule) == [None]
     assert summarise(Status.SKIP, rows, "{level} rank {rank}", "nothing", {}) == rows[0]["skip_reason"]
-    # an empty reason is no reason; a report stays a report
+    # an empty reason is no reason; a report whose rows all give a reason SKIPs too
     assert evaluate([{"skip_reason": "", "level": "WARN"}], rule) == Status.WARN
-    assert evaluate(rows, None) == Status.INFO
+    assert evaluate(rows, None) == Status.SKIP
+    assert evaluate([{"x": 1}], None) == Status.INFO
 
 
 def _result(query, rows, status=None):
