@@ -67,7 +67,7 @@ def gen(tmp_path_factory):
     results = _report_results(con, GEN_RUN)
     page = report.build_report(con, GEN_RUN, results, conclusion={
         "headline": f"Slow card: rank 1 {PAYLOAD}", "slow_cards": ["rank 1"], "cause": "token-skew",
-        "evidence": "token_ratio=20", "next_step": "rebalance", "query": "ep-slow-rank@v3"})
+        "evidence": "token_ratio=20", "next_step": "rebalance", "query": "ep-slow-rank@v4"})
     con.close()
     return {"db": db, "page": page, "results": results}
 
@@ -93,12 +93,12 @@ def _self_contained(page):
 def test_real_report_is_self_contained_and_names_the_slow_rank(real):
     page = real["page"]
     _self_contained(page)
-    assert "ep-slow-rank@v3" in page
-    row = re.search(r"<tr><td><code>ep-slow-rank@v3</code></td><td>(.*?)</td><td>(.*?)</td></tr>", page)
+    assert "ep-slow-rank@v4" in page
+    row = re.search(r"<tr><td><code>ep-slow-rank@v4</code></td><td>(.*?)</td><td>(.*?)</td></tr>", page)
     assert row and "FAIL" in row.group(1) and "rank 1 token-skew" in row.group(2)
     # without a diagnosis conclusion the page opens with the flagged verdicts, worst first
     top = page[page.index('<div class="conclusion">'):page.index("<h2>MoE time per rank</h2>")]
-    assert re.findall(r"<code>([a-z-]+@v\d+)</code>", top) == ["ep-slow-rank@v3", "straggler-rank@v1"]
+    assert re.findall(r"<code>([a-z-]+@v\d+)</code>", top) == ["ep-slow-rank@v4", "straggler-rank@v1"]
     # every figure names its query@version under it
     for f in report.figure_data(page):
         assert re.fullmatch(r"[a-z0-9-]+@v\d+", f["query"])
@@ -221,7 +221,7 @@ def test_cli_report_writes_the_page_and_rejects_bad_input(app, tmp_path):
     assert res.exit_code == 0, res.output
     assert "wrote" in res.output and "'tiny'" in res.output and out.stat().st_size > 3_000_000
     page = out.read_text(encoding="utf-8")
-    assert "No MoE layers found in this run" in page and "ep-slow-rank@v3" in page
+    assert "No MoE layers found in this run" in page and "ep-slow-rank@v4" in page
     assert "Nothing to diagnose" in page          # the diagnosis conclusion heads the page
     assert report.figure_data(page) == []
     res = runner.invoke(app, ["report", "--db", str(db), "--run", "nope", "--out", str(out)])
