@@ -31,7 +31,7 @@ def inputs(tmp_path_factory):
     """A 4-rank EP run (rank 1 token-skewed), a truncated host-side Chrome trace and a README in
     the same folder, and an explicitly named non-trace file (failed, not skipped)."""
     d = tmp_path_factory.mktemp("dask_in")
-    synth_kineto.write_ep_run(d / "trace", scenario="token_skew", slow_rank=1, ranks=4, steps=2, layers=2)
+    synth_kineto.write_ep_run(d / "trace", scenario="token_skew", slow_rank=1, ranks=4, steps=3, layers=4)   # 12 instances: enough to judge
     events = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 2, "ts": 1000 + 10 * i,
                "dur": 5, "args": {"i": i}} for i in range(50)]
     text = json.dumps(events)

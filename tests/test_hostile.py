@@ -28,7 +28,7 @@ def _cli(*args, env=None, timeout=300, **kw):
 @pytest.fixture(scope="module")
 def run4(tmp_path_factory):
     d = tmp_path_factory.mktemp("run4")
-    paths = synth_kineto.write_ep_run(d, ranks=4, steps=2, layers=2, gz=False)
+    paths = synth_kineto.write_ep_run(d, ranks=4, steps=3, layers=4, gz=False)   # 12 layer instances: enough for ep-slow-rank to judge
     return d, paths
 
 
