@@ -20,6 +20,7 @@ import importlib.resources as resources
 import math
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -278,7 +279,7 @@ def builtin_sql_dir() -> Path:
     return Path(__file__).resolve().parent.parent / "sql"
 
 
-def load_catalog(sql_dirs: list[str | Path] | None = None, include_builtin: bool = True) -> dict[str, Query]:
+def load_catalog(sql_dirs: Sequence[str | Path] | None = None, include_builtin: bool = True) -> dict[str, Query]:
     """Every query, built-in first, then each user folder; a user query may not shadow a name."""
     dirs = ([builtin_sql_dir()] if include_builtin else []) + [Path(d) for d in (sql_dirs or [])]
     catalog: dict[str, Query] = {}

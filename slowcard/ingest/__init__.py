@@ -17,6 +17,7 @@ import stat
 import threading
 import time
 import zlib
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -332,7 +333,7 @@ def prepare_batch(paths, run, rank_pattern, rank_map):
     return files, run, rmap
 
 
-def ingest_paths(db_path: str | Path, paths: list[str | Path], run: str | None = None,
+def ingest_paths(db_path: str | Path, paths: Sequence[str | Path], run: str | None = None,
                  jobs: int = 1, rank_pattern: str | None = None, rank_map: str | Path | None = None,
                  options: IngestOptions | None = None, progress: ProgressFn | None = None,
                  con: duckdb.DuckDBPyConnection | None = None) -> IngestReport:

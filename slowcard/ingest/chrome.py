@@ -33,6 +33,7 @@ import duckdb
 
 from .. import store, tempspace
 from ..errors import InputError
+from ..store import scalar
 from .base import GZIP_MAGIC, Context, Outcome, is_gzip, strip_bom
 
 READ_BYTES = 8 << 20
@@ -837,7 +838,7 @@ class _Ingest:
 
     def _insert_files(self, files: list[str], ts_type: str) -> int:
         params = {"sid": self.ctx.source_id, "base_ns": self.base_ns, "files": files}
-        return self.ctx.con.execute(_insert_sql(ts_type), params).fetchone()[0]
+        return scalar(self.ctx.con, _insert_sql(ts_type), params)
 
     def _insert_wave(self, files: list[str]) -> None:
         # Each INSERT is its own statement: a failed one leaves nothing behind (the file's rows

@@ -67,6 +67,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import InputError
+from ..store import one_row, scalar
 from .base import Context, Outcome, arrow_view, is_gzip, open_bytes, strip_bom
 
 NPY_MAGIC = b"\x93NUMPY"
@@ -537,13 +538,13 @@ class ExpertsReader:
                 SELECT $sid, window_idx, ts_ns, COALESCE(epoch, $epoch), layer, ep_rank, local_slot, tokens
                 FROM {tmp} WHERE reason IS NULL
             """, {"sid": ctx.source_id, "epoch": file_epoch})
-            seen, kept = con.execute(
-                f"SELECT count(*), count(*) FILTER (WHERE reason IS NULL) FROM {tmp}").fetchone()
+            seen, kept = one_row(con,
+                f"SELECT count(*), count(*) FILTER (WHERE reason IS NULL) FROM {tmp}")
             drops = [(r, f"line {ln}", n) for r, ln, n in con.execute(
                 f"SELECT reason, min(line_no), count(*) FROM {tmp} WHERE reason IS NOT NULL "
                 "GROUP BY reason ORDER BY 2").fetchall()]
-            dup = con.execute(f"""SELECT count(*) FROM (SELECT 1 FROM {tmp} WHERE reason IS NULL
-                                 GROUP BY window_idx, layer, ep_rank, local_slot HAVING count(*) > 1)""").fetchone()[0]
+            dup = scalar(con, f"""SELECT count(*) FROM (SELECT 1 FROM {tmp} WHERE reason IS NULL
+                                 GROUP BY window_idx, layer, ep_rank, local_slot HAVING count(*) > 1)""")
         finally:
             con.execute(f"DROP TABLE IF EXISTS {tmp}")
         if seen and kept == 0:

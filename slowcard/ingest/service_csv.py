@@ -32,6 +32,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from ..errors import InputError
+from ..store import one_row, scalar
 from .base import Context, Outcome, is_gzip, open_bytes, strip_bom
 
 BATCHING_NAMES = ("batchFrameworkProcessing", "BatchSchedule")
@@ -447,7 +448,7 @@ def _ingest_batch(ctx: Context) -> Outcome:
                    total_scheduled_tokens, dp_rank, accepted_ratio, accepted_ratio_per_pos,
                    CASE rl_state WHEN 'empty' THEN 0 WHEN 'json' THEN len(items) END
             FROM {stage}_v WHERE {ok}""")
-        kept = con.execute(f"SELECT count(*) FROM batch_rows WHERE source_id = {sid}").fetchone()[0]
+        kept = scalar(con, f"SELECT count(*) FROM batch_rows WHERE source_id = {sid}")
         row_drops = _row_drops(con, _drop_reasons_sql(f, [
             ("name IS NOT NULL", "empty name"),
             ("start_ns IS NOT NULL", "no usable start time (start_time(ms) and start_datetime empty or unparseable)"),
@@ -482,9 +483,9 @@ def _ingest_batch(ctx: Context) -> Outcome:
         meta["missing columns"] = missing
     meta["kv columns"] = f.has("total_blocks")
     meta["speculative columns"] = f.has("accepted_ratio")
-    n_dp = con.execute(f"SELECT count(*) FILTER (WHERE dp_rank IS NULL), count(DISTINCT dp_rank), "
+    n_dp = one_row(con, f"SELECT count(*) FILTER (WHERE dp_rank IS NULL), count(DISTINCT dp_rank), "
                        f"list(line_no ORDER BY line_no) FILTER (WHERE dp_rank IS NULL)[1:5] "
-                       f"FROM batch_rows WHERE source_id = {sid}").fetchone()
+                       f"FROM batch_rows WHERE source_id = {sid}")
     note = ""
     if kept and n_dp[0] == kept:
         note = ("no dp_rank in any row (empty or <NA>): the DP queries take a process's domain from "
@@ -591,7 +592,7 @@ def _ingest_request(ctx: Context) -> Outcome:
         con.execute(f"""INSERT INTO request_rows SELECT {sid}, line_no, rid, start_ns, input_tokens,
                         output_tokens, execution_ms, queue_wait_ms, first_token_latency_ms, cache_hit_rate
                         FROM {src} WHERE {ok}""")
-        kept = con.execute(f"SELECT count(*) FROM request_rows WHERE source_id = {sid}").fetchone()[0]
+        kept = scalar(con, f"SELECT count(*) FROM request_rows WHERE source_id = {sid}")
         row_drops = _row_drops(con, _drop_reasons_sql(f, [
             ("rid IS NOT NULL", "empty http_rid"),
             ("start_ns IS NOT NULL", "no usable start time (start_time(ms) and start_datetime empty or unparseable)"),
@@ -630,7 +631,7 @@ def _ingest_kvcache(ctx: Context) -> Outcome:
         con.execute(f"""INSERT INTO kvcache_rows SELECT {sid}, line_no, '{shape}', name, rid, ts_ns, total_blocks,
                         used_blocks, free_blocks, blocks_allocated, blocks_freed, kvcache_usage_rate
                         FROM {src} WHERE ts_ns IS NOT NULL""")
-        kept = con.execute(f"SELECT count(*) FROM kvcache_rows WHERE source_id = {sid}").fetchone()[0]
+        kept = scalar(con, f"SELECT count(*) FROM kvcache_rows WHERE source_id = {sid}")
         row_drops = _row_drops(con, _drop_reasons_sql(f, [
             ("ts_ns IS NOT NULL", "no usable start_time (not a datetime YYYY-MM-DD HH:MM:SS:ffffff nor an epoch number)"),
         ], src))
@@ -663,7 +664,7 @@ def _ingest_forward(ctx: Context) -> Outcome:
                         coalesce(end_ns, start_ns + CAST(round(during_ms * 1e6) AS BIGINT)), relative_start_ms,
                         during_ms, bubble_ms, batch_size, batch_type, forward_iter, dp_rank, prof_id, hostname
                         FROM {src} WHERE start_ns IS NOT NULL""")
-        kept = con.execute(f"SELECT count(*) FROM forward_rows WHERE source_id = {sid}").fetchone()[0]
+        kept = scalar(con, f"SELECT count(*) FROM forward_rows WHERE source_id = {sid}")
         row_drops = _row_drops(con, _drop_reasons_sql(f, [
             ("start_ns IS NOT NULL", "no usable start time (start_time(ms) and start_datetime empty or unparseable)"),
         ], src))
