@@ -202,7 +202,7 @@ class ExpertsReader:
         raise InputError(ctx.path, f"unknown expert format {ctx.format!r}")
 
     # --- load tensors -----------------------------------------------------
-    def _insert_cells(self, ctx: Context, cells: pa.Array, dims: tuple[int, int, int], window: int,
+    def _insert_cells(self, ctx: Context, cells: pa.Array, dims: tuple[int, int, int], window: int | None,
                       ts_ns: int | None, epoch: int | None) -> int:
         """Insert one window's flat C-order cells; returns the rows kept (finite, >= 0)."""
         L, R, S = dims
@@ -650,7 +650,7 @@ class ExpertsReader:
         layers = doc["layer_list"]
 
         # First pass: structure of each layer; collect (layer, device, slot, expert).
-        parsed: list[tuple[int, str, list[tuple[int, int, int]] | None, str | None, int]] = []
+        parsed: list[tuple[int, str, list[tuple[int, int, int, int]] | None, str | None, int]] = []
         for li, layer in enumerate(layers):
             pos = f"layer_list[{li}]"
             rows, err, n = self._map_layer(layer)
@@ -666,6 +666,7 @@ class ExpertsReader:
         for li, pos, rows, err, n in parsed:
             seen += max(n, 1)
             if err is None:
+                assert rows is not None        # _map_layer gives rows whenever it gives no error
                 lid = rows[0][0]
                 experts = {e for _, _, _, e in rows}
                 missing = sorted(set(range(n_experts)) - experts)
@@ -680,6 +681,7 @@ class ExpertsReader:
             if err is not None:
                 drops.append((err, pos, max(n, 1)))
                 continue
+            assert rows is not None
             layer_ids.add(rows[0][0])
             out.extend((ctx.source_id, epoch, ts_ns, lid, dev, slot, e) for lid, dev, slot, e in rows)
         if not out:

@@ -197,9 +197,9 @@ def _map_columns(names: list[str]) -> tuple[dict[str, int], list[tuple[str, int]
     mapped: dict[str, int] = {}
     for field, (aliases, _kind) in _FIELDS.items():
         for alias in aliases:
-            i = index.get(_norm(alias))
-            if i is not None and i not in mapped.values():
-                mapped[field] = i
+            j = index.get(_norm(alias))
+            if j is not None and j not in mapped.values():
+                mapped[field] = j
                 break
     used = set(mapped.values())
     extra: list[tuple[str, int]] = []

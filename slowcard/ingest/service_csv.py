@@ -27,6 +27,7 @@ import ast
 import csv
 import io
 import statistics
+from collections.abc import Sequence
 from pathlib import Path
 
 import pyarrow as pa
@@ -362,7 +363,7 @@ READER = ServiceCsvReader()
 
 
 def _finish(f: _Csv, kept: int, row_drops: list[tuple[str, str, int]], meta: dict,
-            cell_drops: list[tuple[str, str, int]] = (), note: str = "") -> Outcome:
+            cell_drops: Sequence[tuple[str, str, int]] = (), note: str = "") -> Outcome:
     """Outcome with rows_seen = kept + rows dropped (CSV rejects + row-level drops)."""
     drops = f.reject_drops() + list(row_drops)
     dropped = sum(n for _, _, n in drops)
@@ -525,9 +526,10 @@ def _python_res_lists(con, sid: int, stage: str) -> list[tuple[str, str, int]]:
         if not rows:
             break
         last = rows[-1][0]
-        cols = {k: [] for k in ("line_no", "item_no", "rid", "iter", "req_type", "num_scheduled_tokens",
+        cols: dict[str, list] = {k: [] for k in ("line_no", "item_no", "rid", "iter", "req_type", "num_scheduled_tokens",
                                 "num_prompt_tokens", "num_computed_tokens")}
-        counts_line, counts_n = [], []
+        counts_line: list[int] = []
+        counts_n: list[int | None] = []
         for line_no, text in rows:
             try:
                 items = parse_res_list(text)
