@@ -147,11 +147,11 @@ def parse_query(path: Path, text: str | None = None) -> Query:
     lines = text.splitlines()
     fields: dict[str, list[tuple[int, str]]] = {}
     body_start = len(lines)
-    for i, line in enumerate(lines):
-        if not line.startswith("--"):
+    for i, raw in enumerate(lines):
+        if not raw.startswith("--"):
             body_start = i
             break
-        m = re.match(r"^--\s*([a-z]+):\s?(.*)$", line)
+        m = re.match(r"^--\s*([a-z]+):\s?(.*)$", raw)
         if not m:
             continue                       # a plain comment inside the header block
         key, value = m.group(1), m.group(2).strip()
@@ -237,6 +237,7 @@ def _parse_meta(path: Path, rule, given: dict[str, tuple[int, str]]) -> dict:
                 raise QueryDefinitionError(
                     f"{path}:{line}: bad subject {part.strip()!r}; expected 'COLUMN' or 'COLUMN as KIND' "
                     f"with KIND one of {', '.join(SUBJECT_KINDS)}")
+            assert m is not None               # no match gives kind None, refused above
             subject.append((m["col"], kind))
     priority = DEFAULT_PRIORITY if role == "verdict" else None
     if "priority" in given:
@@ -419,7 +420,7 @@ def run_query(con, query: Query, run: str, params: dict | None = None) -> Result
         res.columns, rows = isolated_select(con, query.body, bound)
         res.rows = [dict(zip(res.columns, _plain(r))) for r in rows]
     except QueryAborted as exc:
-        res.status = "ERROR"
+        res.status = verdict_mod.Status.ERROR
         res.summary = f"{query.path.name}: {exc}"
         return res
     except duckdb.Error as exc:
