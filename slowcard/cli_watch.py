@@ -31,10 +31,10 @@ def parse_duration(text: str, what: str) -> float:
 
 
 @overload
-def _pairs(values: Optional[List[str]], what: str, int_value: Literal[True]) -> list[tuple[str, int | None]]: ...
+def _pairs(values: list[str] | None, what: str, int_value: Literal[True]) -> list[tuple[str, int | None]]: ...
 @overload
-def _pairs(values: Optional[List[str]], what: str, int_value: Literal[False]) -> list[tuple[str, str]]: ...
-def _pairs(values: Optional[List[str]], what: str, int_value: bool) -> list[tuple[str, Any]]:
+def _pairs(values: list[str] | None, what: str, int_value: Literal[False]) -> list[tuple[str, str]]: ...
+def _pairs(values: list[str] | None, what: str, int_value: bool) -> list[tuple[str, Any]]:
     """(URL, DP or None) pairs with ``int_value``, else (NAME, VALUE) pairs."""
     out: list[tuple[str, Any]] = []
     for raw in values or []:
