@@ -103,7 +103,7 @@ class _Threads:
     """Output pid / tid of each original thread (source, pid, tid) = tkey, and its lanes: the
     thread itself plus the overlap threads created for X events that do not nest."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.key: dict[tuple, int] = {}           # (source_id, pid, tid) -> tkey
         self.pid: list[int] = []                  # tkey -> output pid
         self.tid: list[int] = []                  # tkey -> output tid
@@ -157,7 +157,7 @@ class _Threads:
 class _Writer:
     """Comma-separated events into the open traceEvents array, written per batch."""
 
-    def __init__(self, f):
+    def __init__(self, f) -> None:
         self.f = f
         self.buf: list[bytes] = []
         self.first = True

@@ -82,7 +82,7 @@ def ingest(
     raise typer.Exit(max(r.exit_code for r in reports))
 
 
-def _parse_params(pairs: List[str]) -> dict:
+def _parse_params(pairs: list[str] | None) -> dict:
     out = {}
     for p in pairs or []:
         if "=" not in p:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Literal, Optional, overload
 
 import typer
 
@@ -30,8 +30,13 @@ def parse_duration(text: str, what: str) -> float:
     return float(m.group(1)) * _UNIT[m.group(2)]
 
 
-def _pairs(values: List[str], what: str, int_value: bool) -> list[tuple[str, object]]:
-    out = []
+@overload
+def _pairs(values: list[str] | None, what: str, int_value: Literal[True]) -> list[tuple[str, int | None]]: ...
+@overload
+def _pairs(values: list[str] | None, what: str, int_value: Literal[False]) -> list[tuple[str, str]]: ...
+def _pairs(values: list[str] | None, what: str, int_value: bool) -> list[tuple[str, Any]]:
+    """(URL, DP or None) pairs with ``int_value``, else (NAME, VALUE) pairs."""
+    out: list[tuple[str, Any]] = []
     for raw in values or []:
         key, sep, val = raw.rpartition("=")
         if int_value:
@@ -118,6 +123,7 @@ def register(app: typer.Typer) -> None:
         from .watch import PrometheusSource, ScrapeSource, Watcher
 
         last = None
+        source: ScrapeSource | PrometheusSource
         try:
             if bool(scrape) == bool(prometheus):
                 raise UsageError("give --scrape URL (repeatable) or --prometheus URL, not both and not neither")
@@ -139,6 +145,7 @@ def register(app: typer.Typer) -> None:
                         raise UsageError(f"--scrape {url!r}: expected an http:// or https:// URL")
                 source = ScrapeSource(targets, mapping, timeout_s=timeout_s)
             else:
+                assert prometheus is not None      # exactly one of --scrape / --prometheus: checked above
                 if not prometheus.startswith(("http://", "https://")):
                     raise UsageError(f"--prometheus {prometheus!r}: expected an http:// or https:// URL")
                 dmap = {}

@@ -96,13 +96,12 @@ def _replace(target: Path, staged: Path, runs: list[str] | None, old: Path) -> N
     """Move what was staged for one table into place; what it replaces goes to ``old`` (inside
     the staging folder, removed with it)."""
     if runs is None:
-        if target.exists():
+        moved = target.exists()
+        if moved:
             os.replace(target, old)
-        else:
-            old = None
         if staged.exists():
             os.replace(staged, target)
-        if old is not None:
+        if moved:
             shutil.rmtree(old, ignore_errors=True)
         return
     if target.is_dir():

@@ -14,6 +14,7 @@ speaks first, i.e. the most severe status, then the lowest ``priority:``. Pure: 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from .queries import RANK_KINDS, SUBJECT_KINDS
 from .verdict import Status, row_levels
@@ -29,7 +30,7 @@ class Finding:
     query: str
     version: int
     level: Status                              # FAIL or WARN
-    subject: tuple[tuple[str, object], ...]    # (kind, value) for each subject column present
+    subject: tuple[tuple[str, Any], ...]       # (kind, value) for each subject column present
     label: str                                 # "rank 1", "DP domain 1", "expert 5, layer 0" (or the query)
     cause: str | None
     next_step: str | None

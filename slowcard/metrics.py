@@ -123,6 +123,8 @@ def add_sample(snap: Snapshot, mapping: Mapping, wanted: dict, target: str, defa
     le = None
     if part == "bucket":
         raw = labels.get("le")
+        if raw is None:
+            return False
         try:
             le = float(raw)
         except (TypeError, ValueError):
@@ -217,10 +219,11 @@ def window_rows(prev: Snapshot, cur: Snapshot, mapping: Mapping) -> list[dict]:
     for dp in sorted(targets):
         rows.append(_row(cur.ts_ns, dt_s, dp, len(targets[dp]), gauges, rates, hist, dp in reset))
     if rows:
-        inst_g = {}
+        inst_g: dict = {}
         for (dp, canon), vals in gauges.items():
             inst_g.setdefault((None, canon), []).extend(vals)
-        inst_r, inst_h = {}, {}
+        inst_r: dict = {}
+        inst_h: dict = {}
         for (dp, canon), v in rates.items():
             inst_r[(None, canon)] = inst_r.get((None, canon), 0.0) + v
         for (dp, canon, le), v in hist.items():

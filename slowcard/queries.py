@@ -20,6 +20,7 @@ import importlib.resources as resources
 import math
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -146,11 +147,11 @@ def parse_query(path: Path, text: str | None = None) -> Query:
     lines = text.splitlines()
     fields: dict[str, list[tuple[int, str]]] = {}
     body_start = len(lines)
-    for i, line in enumerate(lines):
-        if not line.startswith("--"):
+    for i, raw in enumerate(lines):
+        if not raw.startswith("--"):
             body_start = i
             break
-        m = re.match(r"^--\s*([a-z]+):\s?(.*)$", line)
+        m = re.match(r"^--\s*([a-z]+):\s?(.*)$", raw)
         if not m:
             continue                       # a plain comment inside the header block
         key, value = m.group(1), m.group(2).strip()
@@ -236,6 +237,7 @@ def _parse_meta(path: Path, rule, given: dict[str, tuple[int, str]]) -> dict:
                 raise QueryDefinitionError(
                     f"{path}:{line}: bad subject {part.strip()!r}; expected 'COLUMN' or 'COLUMN as KIND' "
                     f"with KIND one of {', '.join(SUBJECT_KINDS)}")
+            assert m is not None               # no match gives kind None, refused above
             subject.append((m["col"], kind))
     priority = DEFAULT_PRIORITY if role == "verdict" else None
     if "priority" in given:
@@ -278,7 +280,7 @@ def builtin_sql_dir() -> Path:
     return Path(__file__).resolve().parent.parent / "sql"
 
 
-def load_catalog(sql_dirs: list[str | Path] | None = None, include_builtin: bool = True) -> dict[str, Query]:
+def load_catalog(sql_dirs: Sequence[str | Path] | None = None, include_builtin: bool = True) -> dict[str, Query]:
     """Every query, built-in first, then each user folder; a user query may not shadow a name."""
     dirs = ([builtin_sql_dir()] if include_builtin else []) + [Path(d) for d in (sql_dirs or [])]
     catalog: dict[str, Query] = {}
@@ -418,7 +420,7 @@ def run_query(con, query: Query, run: str, params: dict | None = None) -> Result
         res.columns, rows = isolated_select(con, query.body, bound)
         res.rows = [dict(zip(res.columns, _plain(r))) for r in rows]
     except QueryAborted as exc:
-        res.status = "ERROR"
+        res.status = verdict_mod.Status.ERROR
         res.summary = f"{query.path.name}: {exc}"
         return res
     except duckdb.Error as exc:

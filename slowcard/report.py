@@ -230,8 +230,8 @@ def _wait_figure(F: _Figures, results: dict, make_subplots) -> str:
         ranks = sorted({r["rank"] for r in res.rows}, key=lambda v: (v is None, v or 0))
         ri = {r: i for i, r in enumerate(ranks)}
         ci = {c: i for i, c in enumerate(cols)}
-        lag = [[None] * len(cols) for _ in ranks]
-        last = [[None] * len(cols) for _ in ranks]
+        lag: list[list[float | None]] = [[None] * len(cols) for _ in ranks]
+        last: list[list[int | None]] = [[None] * len(cols) for _ in ranks]
         for r in res.rows:
             c = ci[r["layer"] if folded else (r["step"], r["layer"])]
             i = ri[r["rank"]]
@@ -277,7 +277,7 @@ def _expert_section(F: _Figures, results: dict) -> str:
     layers = sorted({r["layer"] for r in rows})
     si = {s: i for i, s in enumerate(slots)}
     li = {lay: i for i, lay in enumerate(layers)}
-    z = [[None] * len(slots) for _ in layers]
+    z: list[list[float | None]] = [[None] * len(slots) for _ in layers]
     text = [[""] * len(slots) for _ in layers]
     for r in rows:
         i, j = li[r["layer"]], si[(r["ep_rank"], r["local_slot"])]

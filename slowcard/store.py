@@ -17,6 +17,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import duckdb
 
@@ -265,6 +266,20 @@ def open_db(path: str | Path, read_only: bool = False, wait_s: float | None = No
     # Temp folders of killed ingests: part files in /dev/shm, Dask staging beside the database.
     tempspace.clean_stale(tempspace.default_roots() + [path.resolve().parent])
     return con
+
+
+def one_row(con: duckdb.DuckDBPyConnection, sql: str, params: object = None) -> tuple[Any, ...]:
+    """The first row of a query that always returns one (an aggregate, ``RETURNING`` of one
+    insert). ``fetchone()`` is typed Optional; a missing row here is a bug, so say which query."""
+    row = con.execute(sql, params).fetchone()
+    if row is None:
+        raise RuntimeError(f"query returned no row: {' '.join(sql.split())[:200]}")
+    return row
+
+
+def scalar(con: duckdb.DuckDBPyConnection, sql: str, params: object = None) -> Any:
+    """The first column of ``one_row``."""
+    return one_row(con, sql, params)[0]
 
 
 def fingerprint_file(path: Path, size: int) -> str:

@@ -15,6 +15,7 @@ import re
 import shutil
 import socket
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 KINDS = ("part", "template", "worker", "dask", "export")
@@ -49,7 +50,7 @@ def default_roots() -> list[Path]:
     return [r for r in dict.fromkeys(roots) if r.is_dir()]
 
 
-def clean_stale(roots: list[str | Path] | None = None) -> list[Path]:
+def clean_stale(roots: Sequence[str | Path] | None = None) -> list[Path]:
     """Remove this host's slowcard temp folders whose process is gone; returns what was removed.
     Never raises: a folder that cannot be listed or removed is left as it is."""
     removed = []

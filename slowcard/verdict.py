@@ -11,10 +11,21 @@ import enum
 import math
 import operator
 import re
+import sys
 from dataclasses import dataclass
 
+if sys.version_info >= (3, 11):
+    from enum import StrEnum
+else:  # requires-python is 3.10: the same str()/format() as 3.11's StrEnum
+    class StrEnum(str, enum.Enum):
+        def __str__(self) -> str:
+            return str(self.value)
 
-class Status(enum.StrEnum):
+        def __format__(self, spec: str) -> str:
+            return format(str(self.value), spec)
+
+
+class Status(StrEnum):
     """The outcome of one query on one run, with ONE severity order used everywhere.
 
     A plain string as well (``Status.FAIL == "FAIL"``, JSON writes ``"FAIL"``). Worst first:

@@ -388,8 +388,8 @@ class Watcher:
             con.execute("COMMIT")
         finally:
             con.close()
-        for name, old, new in step.changes:
-            step.actions += self._act(name, old, new, step.results[name])
+        for name, was, now in step.changes:
+            step.actions += self._act(name, was, now, step.results[name])
         return step
 
     def _act(self, name: str, old: str, new: str, res) -> list[str]:

@@ -17,6 +17,7 @@ import stat
 import threading
 import time
 import zlib
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +29,7 @@ from .. import ranks as ranks_mod
 from .. import store
 from ..errors import InputError, UsageError
 from . import _known
-from .base import GZIP_MAGIC, Context, IngestOptions, Outcome
+from .base import GZIP_MAGIC, Context, IngestOptions, Outcome, Reader
 
 # Formats whose files belong to one rank; a file of these without a rank is reported.
 RANKED_FORMATS = {"kineto", "ascend_trace", "chrome_array", "kernel_details", "op_summary",
@@ -111,7 +112,7 @@ def detect(path: Path) -> tuple[object | None, str | None]:
     return reader, fmt
 
 
-def _detect(path: Path) -> tuple[object | None, str | None, bytes]:
+def _detect(path: Path) -> tuple[Reader | None, str | None, bytes]:
     """detect() and the head it looked at."""
     try:
         head = read_head(path)
@@ -243,7 +244,10 @@ def expand_paths(paths: list[str | Path]) -> list[tuple[Path, bool]]:
                 if mp.is_file():
                     add(mp, False)
                 elif mp.is_dir():
-                    out.extend(x for x in expand_paths([mp]) if x[0] not in seen and not seen.add(x[0]))
+                    for x in expand_paths([mp]):
+                        if x[0] not in seen:
+                            seen.add(x[0])
+                            out.append(x)
         elif os.path.lexists(p):
             add(p, True)                     # a FIFO, device, dangling link or loop: ingest_file says which
         else:
@@ -332,7 +336,7 @@ def prepare_batch(paths, run, rank_pattern, rank_map):
     return files, run, rmap
 
 
-def ingest_paths(db_path: str | Path, paths: list[str | Path], run: str | None = None,
+def ingest_paths(db_path: str | Path, paths: Sequence[str | Path], run: str | None = None,
                  jobs: int = 1, rank_pattern: str | None = None, rank_map: str | Path | None = None,
                  options: IngestOptions | None = None, progress: ProgressFn | None = None,
                  con: duckdb.DuckDBPyConnection | None = None) -> IngestReport:
@@ -415,7 +419,7 @@ def ingest_file(con, path: Path, run: str, explicit: bool, size: int, opts: Inge
     t0 = time.perf_counter()
     result = FileResult(path=str(path), format=None, status="failed", size_bytes=size)
     if path.name.startswith(COMPANION) and path.suffix == ".json":
-        result.status, result.message = "skipped", companion(path, b"")
+        result.status, result.message = "skipped", companion(path, b"") or ""
         return result
     problem = file_problem(path)
     if problem:
@@ -440,6 +444,7 @@ def ingest_file(con, path: Path, run: str, explicit: bool, size: int, opts: Inge
         result.status = "failed" if explicit else "skipped"
         result.message = f"{msg}; {hint}" if hint else msg
         return result
+    assert fmt is not None                  # a reader that claims a file names its format
     result.format = fmt
     guess = getattr(reader, "guess_note", None)
     guess = guess(path, head, fmt) if guess else None
@@ -504,7 +509,7 @@ def run_checks(con, run: str) -> list[str]:
             # Never build the set of all ranks: a header saying world_size 1e9 would take GBs.
             present = set(have)
             n_missing = ws - sum(1 for r in present if 0 <= r < ws)
-            first = []
+            first: list[int] = []
             r = 0
             while len(first) < 21 and r < ws:
                 if r not in present:

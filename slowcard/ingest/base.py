@@ -105,7 +105,7 @@ def is_gzip(path: Path) -> bool:
         return f.read(2) == GZIP_MAGIC
 
 
-def open_bytes(path: Path) -> io.BufferedIOBase:
+def open_bytes(path: Path) -> io.BufferedReader | gzip.GzipFile:
     """A binary stream of the file's content, decompressing gzip transparently."""
     if is_gzip(path):
         return gzip.open(path, "rb")

@@ -33,6 +33,7 @@ import duckdb
 
 from .. import store, tempspace
 from ..errors import InputError
+from ..store import scalar
 from .base import GZIP_MAGIC, Context, Outcome, is_gzip, strip_bom
 
 READ_BYTES = 8 << 20
@@ -55,6 +56,7 @@ class _Num(float):
     hold (1704161511420306.491). Serialised again it is a plain float."""
 
     __slots__ = ("text",)
+    text: str
 
     def __new__(cls, text: str):
         self = super().__new__(cls, text)
@@ -232,6 +234,7 @@ class _Stream:
         try:
             while len(out) < n:
                 z = self.z
+                assert z is not None       # only called for gzip files (self.gz)
                 if z.unconsumed_tail:
                     data = z.unconsumed_tail
                 else:
@@ -276,7 +279,7 @@ class _Stream:
         self.f.close()
 
 
-def _skip_ws(buf: bytes, i: int) -> int:
+def _skip_ws(buf: bytes | bytearray, i: int) -> int:
     n = len(buf)
     while i < n and buf[i] in _WS:
         i += 1
@@ -307,7 +310,7 @@ def _decode_at(stream: _Stream, i: int):
             raise ValueError("not a JSON value") from None
 
 
-def _last_boundary(buf: bytes, lo: int, hi: int | None = None) -> int:
+def _last_boundary(buf: bytes | bytearray, lo: int, hi: int | None = None) -> int:
     """Index of the '{' that starts the last event in buf[lo:hi] preceded by '}' ',' (with
     whitespace between), or -1. A cut found here may fall inside a string; DuckDB then rejects
     the part and the exact fallback repairs it."""
@@ -702,6 +705,7 @@ class _Ingest:
                 return tail
             finally:
                 again.close()
+        assert end is not None             # set by the pipes or the waves when not restarting
         tail = end[1]
         if isinstance(tail, BaseException):
             raise tail
@@ -729,7 +733,8 @@ class _Ingest:
             return t
 
         def dispatch() -> None:
-            item, live, fed = first, [], 0
+            live: list[threading.Thread] = []
+            item, fed = first, 0
             try:
                 for pipe in names:
                     if abort.is_set():
@@ -837,7 +842,7 @@ class _Ingest:
 
     def _insert_files(self, files: list[str], ts_type: str) -> int:
         params = {"sid": self.ctx.source_id, "base_ns": self.base_ns, "files": files}
-        return self.ctx.con.execute(_insert_sql(ts_type), params).fetchone()[0]
+        return scalar(self.ctx.con, _insert_sql(ts_type), params)
 
     def _insert_wave(self, files: list[str]) -> None:
         # Each INSERT is its own statement: a failed one leaves nothing behind (the file's rows
@@ -1113,7 +1118,9 @@ def _complete_events_end(text: str) -> int:
     i = last = 0
     n = len(text)
     while True:
-        i = _SEPARATOR.match(text, i).end()
+        sep = _SEPARATOR.match(text, i)
+        assert sep is not None             # the pattern matches the empty string
+        i = sep.end()
         if i >= n or text[i] != "{":
             return last
         try:
@@ -1211,7 +1218,7 @@ def _normalise(ev, max_abs_us: Decimal = Decimal(9223372036854775)) -> tuple[str
     """One event as clean JSON text for DuckDB, or (None, reason) when it cannot be kept."""
     if not isinstance(ev, dict):
         return None, "event is not an object"
-    out = {}
+    out: dict[str, object] = {}
     for key in ("ph", "cat", "name", "pid", "tid", "id"):
         v = ev.get(key)
         if v is not None:

@@ -34,6 +34,7 @@ import io
 import json
 import math
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 import orjson
@@ -163,7 +164,7 @@ def _step_id(step: str | None) -> int | None:
     return int(m[1]) if m else None
 
 
-def _drop_list(drops: list[tuple[str, int | str]], unit: str) -> list[tuple[str, str, int]]:
+def _drop_list(drops: Sequence[tuple[str, int | str]], unit: str) -> list[tuple[str, str, int]]:
     """(reason, position, n): the first MAX_DROP_ENTRIES one each, the rest summed per reason
     (positions are line numbers for the CSV, key paths for the JSON)."""
     out = [(reason, f"{unit} {pos}", 1) for reason, pos in drops[:MAX_DROP_ENTRIES]]

@@ -67,6 +67,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import InputError
+from ..store import one_row, scalar
 from .base import Context, Outcome, arrow_view, is_gzip, open_bytes, strip_bom
 
 NPY_MAGIC = b"\x93NUMPY"
@@ -201,7 +202,7 @@ class ExpertsReader:
         raise InputError(ctx.path, f"unknown expert format {ctx.format!r}")
 
     # --- load tensors -----------------------------------------------------
-    def _insert_cells(self, ctx: Context, cells: pa.Array, dims: tuple[int, int, int], window: int,
+    def _insert_cells(self, ctx: Context, cells: pa.Array, dims: tuple[int, int, int], window: int | None,
                       ts_ns: int | None, epoch: int | None) -> int:
         """Insert one window's flat C-order cells; returns the rows kept (finite, >= 0)."""
         L, R, S = dims
@@ -537,13 +538,13 @@ class ExpertsReader:
                 SELECT $sid, window_idx, ts_ns, COALESCE(epoch, $epoch), layer, ep_rank, local_slot, tokens
                 FROM {tmp} WHERE reason IS NULL
             """, {"sid": ctx.source_id, "epoch": file_epoch})
-            seen, kept = con.execute(
-                f"SELECT count(*), count(*) FILTER (WHERE reason IS NULL) FROM {tmp}").fetchone()
+            seen, kept = one_row(con,
+                f"SELECT count(*), count(*) FILTER (WHERE reason IS NULL) FROM {tmp}")
             drops = [(r, f"line {ln}", n) for r, ln, n in con.execute(
                 f"SELECT reason, min(line_no), count(*) FROM {tmp} WHERE reason IS NOT NULL "
                 "GROUP BY reason ORDER BY 2").fetchall()]
-            dup = con.execute(f"""SELECT count(*) FROM (SELECT 1 FROM {tmp} WHERE reason IS NULL
-                                 GROUP BY window_idx, layer, ep_rank, local_slot HAVING count(*) > 1)""").fetchone()[0]
+            dup = scalar(con, f"""SELECT count(*) FROM (SELECT 1 FROM {tmp} WHERE reason IS NULL
+                                 GROUP BY window_idx, layer, ep_rank, local_slot HAVING count(*) > 1)""")
         finally:
             con.execute(f"DROP TABLE IF EXISTS {tmp}")
         if seen and kept == 0:
@@ -649,7 +650,7 @@ class ExpertsReader:
         layers = doc["layer_list"]
 
         # First pass: structure of each layer; collect (layer, device, slot, expert).
-        parsed: list[tuple[int, str, list[tuple[int, int, int]] | None, str | None, int]] = []
+        parsed: list[tuple[int, str, list[tuple[int, int, int, int]] | None, str | None, int]] = []
         for li, layer in enumerate(layers):
             pos = f"layer_list[{li}]"
             rows, err, n = self._map_layer(layer)
@@ -665,6 +666,7 @@ class ExpertsReader:
         for li, pos, rows, err, n in parsed:
             seen += max(n, 1)
             if err is None:
+                assert rows is not None        # _map_layer gives rows whenever it gives no error
                 lid = rows[0][0]
                 experts = {e for _, _, _, e in rows}
                 missing = sorted(set(range(n_experts)) - experts)
@@ -679,6 +681,7 @@ class ExpertsReader:
             if err is not None:
                 drops.append((err, pos, max(n, 1)))
                 continue
+            assert rows is not None
             layer_ids.add(rows[0][0])
             out.extend((ctx.source_id, epoch, ts_ns, lid, dev, slot, e) for lid, dev, slot, e in rows)
         if not out:

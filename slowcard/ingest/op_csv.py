@@ -31,6 +31,7 @@ from pathlib import Path
 import duckdb
 
 from ..errors import InputError
+from ..store import one_row, scalar
 from .base import Context, Outcome, is_gzip, open_bytes, strip_bom
 
 HEADER_LIMIT = 1 << 20          # a first line longer than this is not an operator CSV header
@@ -196,9 +197,9 @@ def _map_columns(names: list[str]) -> tuple[dict[str, int], list[tuple[str, int]
     mapped: dict[str, int] = {}
     for field, (aliases, _kind) in _FIELDS.items():
         for alias in aliases:
-            i = index.get(_norm(alias))
-            if i is not None and i not in mapped.values():
-                mapped[field] = i
+            j = index.get(_norm(alias))
+            if j is not None and j not in mapped.values():
+                mapped[field] = j
                 break
     used = set(mapped.values())
     extra: list[tuple[str, int]] = []
@@ -343,7 +344,7 @@ class OpCsvReader:
                 )
             )"""
         try:
-            return ctx.con.execute(sql, {"sid": ctx.source_id, "path": str(ctx.path)}).fetchone()[0]
+            return scalar(ctx.con, sql, {"sid": ctx.source_id, "path": str(ctx.path)})
         except duckdb.Error as exc:
             raise InputError(ctx.path, f"a readable CSV file, DuckDB's CSV reader failed: {exc}",
                              hint="check that the file is a complete, UTF-8 CSV export") from None
@@ -367,8 +368,8 @@ class OpCsvReader:
                            -- dropped line then counted as kept (issue 16)
                            coalesce(column_idx, -1)) AS reason
             FROM {_REJ} GROUP BY line, line_byte_position""")
-        n_rejected, unknown = con.execute(
-            f"SELECT count(*), count(*) FILTER (WHERE rec IS NULL) FROM {_EXC}").fetchone()
+        n_rejected, unknown = one_row(con,
+            f"SELECT count(*), count(*) FILTER (WHERE rec IS NULL) FROM {_EXC}")
         con.execute(f"CREATE TEMP TABLE {_MULTI} (rec_open BIGINT, cum BIGINT)")
         lines = _count_lines(ctx.path)
         exact = unknown == 0
@@ -444,11 +445,11 @@ class OpCsvReader:
             ASOF LEFT JOIN (SELECT rec_open + cum AS line_after, cum FROM {_MULTI}) m
               ON b.ln > m.line_after""")
         # Rejected records are numbered by DuckDB; blank ones by us: map both with the same table.
-        n_blank, extra_lines = con.execute(
+        n_blank, extra_lines = one_row(con,
             f"SELECT (SELECT count(*) FROM {_EXC} WHERE reason IS NULL), "
-            f"(SELECT coalesce(max(cum), 0) FROM {_MULTI})").fetchone()
-        trailing_blank = con.execute(f"SELECT count(*) FROM {_RAW} WHERE blank AND ln > $lines",
-                                     {"lines": lines}).fetchone()[0]
+            f"(SELECT coalesce(max(cum), 0) FROM {_MULTI})")
+        trailing_blank = scalar(con, f"SELECT count(*) FROM {_RAW} WHERE blank AND ln > $lines",
+                                     {"lines": lines})
         return lines + trailing_blank - extra_lines == 1 + n_records + n_blank
 
     def _outcome(self, ctx: Context, n_parsed: int, n_rejected: int, metadata: dict) -> Outcome:
@@ -460,7 +461,7 @@ class OpCsvReader:
             UNION ALL
             SELECT line_no, extra->>'_drop' FROM op_rows
             WHERE source_id = $sid AND (name IS NULL OR ts_ns IS NULL OR dur_ns IS NULL)""", {"sid": sid})
-        n_invalid = con.execute(f"SELECT count(*) FROM {_DROPS}").fetchone()[0] - n_rejected
+        n_invalid = scalar(con, f"SELECT count(*) FROM {_DROPS}") - n_rejected
         if n_invalid:
             con.execute("DELETE FROM op_rows WHERE source_id = ? AND (name IS NULL OR ts_ns IS NULL "
                         "OR dur_ns IS NULL)", [sid])

@@ -27,11 +27,13 @@ import ast
 import csv
 import io
 import statistics
+from collections.abc import Sequence
 from pathlib import Path
 
 import pyarrow as pa
 
 from ..errors import InputError
+from ..store import one_row, scalar
 from .base import Context, Outcome, is_gzip, open_bytes, strip_bom
 
 BATCHING_NAMES = ("batchFrameworkProcessing", "BatchSchedule")
@@ -361,7 +363,7 @@ READER = ServiceCsvReader()
 
 
 def _finish(f: _Csv, kept: int, row_drops: list[tuple[str, str, int]], meta: dict,
-            cell_drops: list[tuple[str, str, int]] = (), note: str = "") -> Outcome:
+            cell_drops: Sequence[tuple[str, str, int]] = (), note: str = "") -> Outcome:
     """Outcome with rows_seen = kept + rows dropped (CSV rejects + row-level drops)."""
     drops = f.reject_drops() + list(row_drops)
     dropped = sum(n for _, _, n in drops)
@@ -447,7 +449,7 @@ def _ingest_batch(ctx: Context) -> Outcome:
                    total_scheduled_tokens, dp_rank, accepted_ratio, accepted_ratio_per_pos,
                    CASE rl_state WHEN 'empty' THEN 0 WHEN 'json' THEN len(items) END
             FROM {stage}_v WHERE {ok}""")
-        kept = con.execute(f"SELECT count(*) FROM batch_rows WHERE source_id = {sid}").fetchone()[0]
+        kept = scalar(con, f"SELECT count(*) FROM batch_rows WHERE source_id = {sid}")
         row_drops = _row_drops(con, _drop_reasons_sql(f, [
             ("name IS NOT NULL", "empty name"),
             ("start_ns IS NOT NULL", "no usable start time (start_time(ms) and start_datetime empty or unparseable)"),
@@ -482,9 +484,9 @@ def _ingest_batch(ctx: Context) -> Outcome:
         meta["missing columns"] = missing
     meta["kv columns"] = f.has("total_blocks")
     meta["speculative columns"] = f.has("accepted_ratio")
-    n_dp = con.execute(f"SELECT count(*) FILTER (WHERE dp_rank IS NULL), count(DISTINCT dp_rank), "
+    n_dp = one_row(con, f"SELECT count(*) FILTER (WHERE dp_rank IS NULL), count(DISTINCT dp_rank), "
                        f"list(line_no ORDER BY line_no) FILTER (WHERE dp_rank IS NULL)[1:5] "
-                       f"FROM batch_rows WHERE source_id = {sid}").fetchone()
+                       f"FROM batch_rows WHERE source_id = {sid}")
     note = ""
     if kept and n_dp[0] == kept:
         note = ("no dp_rank in any row (empty or <NA>): the DP queries take a process's domain from "
@@ -524,9 +526,10 @@ def _python_res_lists(con, sid: int, stage: str) -> list[tuple[str, str, int]]:
         if not rows:
             break
         last = rows[-1][0]
-        cols = {k: [] for k in ("line_no", "item_no", "rid", "iter", "req_type", "num_scheduled_tokens",
+        cols: dict[str, list] = {k: [] for k in ("line_no", "item_no", "rid", "iter", "req_type", "num_scheduled_tokens",
                                 "num_prompt_tokens", "num_computed_tokens")}
-        counts_line, counts_n = [], []
+        counts_line: list[int] = []
+        counts_n: list[int | None] = []
         for line_no, text in rows:
             try:
                 items = parse_res_list(text)
@@ -591,7 +594,7 @@ def _ingest_request(ctx: Context) -> Outcome:
         con.execute(f"""INSERT INTO request_rows SELECT {sid}, line_no, rid, start_ns, input_tokens,
                         output_tokens, execution_ms, queue_wait_ms, first_token_latency_ms, cache_hit_rate
                         FROM {src} WHERE {ok}""")
-        kept = con.execute(f"SELECT count(*) FROM request_rows WHERE source_id = {sid}").fetchone()[0]
+        kept = scalar(con, f"SELECT count(*) FROM request_rows WHERE source_id = {sid}")
         row_drops = _row_drops(con, _drop_reasons_sql(f, [
             ("rid IS NOT NULL", "empty http_rid"),
             ("start_ns IS NOT NULL", "no usable start time (start_time(ms) and start_datetime empty or unparseable)"),
@@ -630,7 +633,7 @@ def _ingest_kvcache(ctx: Context) -> Outcome:
         con.execute(f"""INSERT INTO kvcache_rows SELECT {sid}, line_no, '{shape}', name, rid, ts_ns, total_blocks,
                         used_blocks, free_blocks, blocks_allocated, blocks_freed, kvcache_usage_rate
                         FROM {src} WHERE ts_ns IS NOT NULL""")
-        kept = con.execute(f"SELECT count(*) FROM kvcache_rows WHERE source_id = {sid}").fetchone()[0]
+        kept = scalar(con, f"SELECT count(*) FROM kvcache_rows WHERE source_id = {sid}")
         row_drops = _row_drops(con, _drop_reasons_sql(f, [
             ("ts_ns IS NOT NULL", "no usable start_time (not a datetime YYYY-MM-DD HH:MM:SS:ffffff nor an epoch number)"),
         ], src))
@@ -663,7 +666,7 @@ def _ingest_forward(ctx: Context) -> Outcome:
                         coalesce(end_ns, start_ns + CAST(round(during_ms * 1e6) AS BIGINT)), relative_start_ms,
                         during_ms, bubble_ms, batch_size, batch_type, forward_iter, dp_rank, prof_id, hostname
                         FROM {src} WHERE start_ns IS NOT NULL""")
-        kept = con.execute(f"SELECT count(*) FROM forward_rows WHERE source_id = {sid}").fetchone()[0]
+        kept = scalar(con, f"SELECT count(*) FROM forward_rows WHERE source_id = {sid}")
         row_drops = _row_drops(con, _drop_reasons_sql(f, [
             ("start_ns IS NOT NULL", "no usable start time (start_time(ms) and start_datetime empty or unparseable)"),
         ], src))
