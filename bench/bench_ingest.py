@@ -23,7 +23,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -107,8 +106,9 @@ print(json.dumps({"wall_s": wall, "rss_mb": resource.getrusage(resource.RUSAGE_S
 
 
 def child(kind: str, path: Path, *extra: str) -> dict:
-    proc = subprocess.run([sys.executable, "-c", CHILD, kind, str(path), *extra],
-                          capture_output=True, text=True, timeout=3600)
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, kind, str(path), *extra], capture_output=True, text=True, timeout=3600
+    )
     if proc.returncode != 0:
         return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "failed"}
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -118,12 +118,12 @@ def generate(mb: int, gz: bool) -> Path:
     OUT.mkdir(exist_ok=True)
     path = OUT / f"kineto_{mb}mb.pt.trace.json"
     if not path.exists():
-        subprocess.run([sys.executable, str(HERE / "gen_kineto.py"), "--out", str(path), "--mb", str(mb)],
-                       check=True)
+        subprocess.run([sys.executable, str(HERE / "gen_kineto.py"), "--out", str(path), "--mb", str(mb)], check=True)
     gzp = path.with_suffix(".json.gz")
     if gz and not gzp.exists():
         import gzip
         import shutil
+
         with open(path, "rb") as src, gzip.open(gzp, "wb", compresslevel=6) as dst:
             shutil.copyfileobj(src, dst, 16 << 20)
     return path
@@ -164,8 +164,13 @@ def main() -> None:
     ht = {} if args.skip_hta else measure("HTA parse_trace_dataframe", "hta", path)
     if args.big_mb:
         big = generate(args.big_mb, gz=False)
-        measure(f"slowcard ingest {args.big_mb} MB .json", "slowcard", big, fresh_db("bench_big.duckdb"),
-                size=big.stat().st_size / 1e6)
+        measure(
+            f"slowcard ingest {args.big_mb} MB .json",
+            "slowcard",
+            big,
+            fresh_db("bench_big.duckdb"),
+            size=big.stat().st_size / 1e6,
+        )
 
     print(f"\ntrace: {path.name}, {size_mb:,.0f} MB uncompressed, machine: {os.cpu_count()} cores\n")
     print(f"{'what':34} {'wall s':>8} {'MB/s':>8} {'peak RSS MB':>12}  events")
@@ -180,8 +185,12 @@ def main() -> None:
 
     print()
     if "wall_s" in sc:
-        for name, other in (("DuckDB's own insert floor", floor), ("orjson.loads", oj),
-                            ("msgspec decode", ms), ("HTA parse", ht)):
+        for name, other in (
+            ("DuckDB's own insert floor", floor),
+            ("orjson.loads", oj),
+            ("msgspec decode", ms),
+            ("HTA parse", ht),
+        ):
             if other.get("wall_s"):
                 print(f"slowcard ingest is {ratio(sc, other):.2f}x the speed of {name}")
         if scg.get("wall_s"):

@@ -23,8 +23,15 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-QUERIES = ["ep-slow-rank", "moe-layer-durations", "moe-breakdown", "sync-gaps", "rank-waits",
-           "clock-offsets", "wait-heatmap"]
+QUERIES = [
+    "ep-slow-rank",
+    "moe-layer-durations",
+    "moe-breakdown",
+    "sync-gaps",
+    "rank-waits",
+    "clock-offsets",
+    "wait-heatmap",
+]
 
 
 def run_child(cmd: list[str]) -> dict:
@@ -35,8 +42,13 @@ def run_child(cmd: list[str]) -> dict:
     err = proc.stderr.read()
     _pid, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
-    return {"wall_s": time.perf_counter() - t0, "rc": proc.returncode, "out": out, "err": err,
-            "rss_mb": usage.ru_maxrss / 1024}
+    return {
+        "wall_s": time.perf_counter() - t0,
+        "rc": proc.returncode,
+        "out": out,
+        "err": err,
+        "rss_mb": usage.ru_maxrss / 1024,
+    }
 
 
 def main() -> int:
@@ -52,9 +64,25 @@ def main() -> int:
     db = a.out / "bench.duckdb"
     if not data.exists():
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, str(HERE / "gen_kineto.py"), "--out-dir", str(data),
-                        "--ranks", str(a.ranks), "--events-per-rank", str(a.events_per_rank),
-                        "--scenario", "token_skew", "--slow-rank", "1", "--jobs", "1"], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                str(HERE / "gen_kineto.py"),
+                "--out-dir",
+                str(data),
+                "--ranks",
+                str(a.ranks),
+                "--events-per-rank",
+                str(a.events_per_rank),
+                "--scenario",
+                "token_skew",
+                "--slow-rank",
+                "1",
+                "--jobs",
+                "1",
+            ],
+            check=True,
+        )
         print(f"generated in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     size_mb = sum(p.stat().st_size for p in data.iterdir()) / 1e6
     for p in (db, Path(f"{db}.wal")):
@@ -82,12 +110,16 @@ def main() -> int:
             verdict = f"exit {r['rc']}: {r['err'].strip().splitlines()[-1] if r['err'].strip() else '?'}"
         rows.append((q, r["wall_s"], r["rss_mb"], r["wall_s"] / ing["wall_s"], verdict))
 
-    print(f"\n{a.ranks} ranks x {a.events_per_rank:,} events/rank: {events:,} events stored, "
-          f"{derived:,} classified ops, {size_mb:,.0f} MB of JSON, DB {db.stat().st_size / 1e6:,.0f} MB, "
-          f"{os.cpu_count()} cores\n")
-    print(f"| step | wall s | peak RSS MB | / ingest | result |\n|---|---:|---:|---:|---|")
-    print(f"| slowcard ingest --jobs {a.jobs} | {ing['wall_s']:.1f} | {ing['rss_mb']:.0f} | 1.00 | "
-          f"{size_mb / ing['wall_s']:.0f} MB/s, {events / ing['wall_s']:,.0f} events/s |")
+    print(
+        f"\n{a.ranks} ranks x {a.events_per_rank:,} events/rank: {events:,} events stored, "
+        f"{derived:,} classified ops, {size_mb:,.0f} MB of JSON, DB {db.stat().st_size / 1e6:,.0f} MB, "
+        f"{os.cpu_count()} cores\n"
+    )
+    print("| step | wall s | peak RSS MB | / ingest | result |\n|---|---:|---:|---:|---|")
+    print(
+        f"| slowcard ingest --jobs {a.jobs} | {ing['wall_s']:.1f} | {ing['rss_mb']:.0f} | 1.00 | "
+        f"{size_mb / ing['wall_s']:.0f} MB/s, {events / ing['wall_s']:,.0f} events/s |"
+    )
     for q, wall, rss, ratio, verdict in rows:
         print(f"| query {q} | {wall:.2f} | {rss:.0f} | {ratio:.3f} | {verdict} |")
     if not a.keep:

@@ -26,14 +26,13 @@ import synth_service as ss  # noqa: E402
 from slowcard import queries, store  # noqa: E402
 from slowcard.ingest import ingest_paths  # noqa: E402
 
-ITER_MS = 80.0          # about one scheduler iteration per domain every ITER_MS (test-size timing)
+ITER_MS = 80.0  # about one scheduler iteration per domain every ITER_MS (test-size timing)
 
 
 def config(rows: int, n_dp: int) -> ss.ServiceConfig:
     """A request-skew run whose batch.csv has about ``rows`` rows (2 rows per iteration)."""
     duration_s = rows / (2 * n_dp * (1000.0 / ITER_MS))
-    return ss.config_for("request_skew", n_dp=n_dp, hot_dp=1, duration_s=duration_s,
-                         rate_rps=2.0 * n_dp)
+    return ss.config_for("request_skew", n_dp=n_dp, hot_dp=1, duration_s=duration_s, rate_rps=2.0 * n_dp)
 
 
 def mb(path: Path) -> float:
@@ -71,16 +70,20 @@ def main(argv: list[str] | None = None) -> int:
 def ingest(db: Path, folder: Path, total_mb: float, say) -> None:
     for p in (db, db.with_suffix(".duckdb.wal")):
         p.unlink(missing_ok=True)
-    store.open_db(db).close()          # schema creation is not part of the ingest time
+    store.open_db(db).close()  # schema creation is not part of the ingest time
     t = time.perf_counter()
     rep = ingest_paths(db, [folder], run="bench")
     ingest_s = time.perf_counter() - t
     for f in rep.files:
         size = mb(Path(f.path))
-        say(f"ingest {Path(f.path).name:22s} {f.status:8s} {f.rows_kept:>11,d} rows  {f.seconds:7.2f} s  "
-            f"{size / max(f.seconds, 1e-9):7.1f} MB/s  {f.rows_kept / max(f.seconds, 1e-9):>10,.0f} rows/s\n")
-    say(f"ingest total: {ingest_s:.1f} s for {total_mb:.0f} MB ({total_mb / ingest_s:.1f} MB/s); "
-        f"database {mb(db):.0f} MB\n")
+        say(
+            f"ingest {Path(f.path).name:22s} {f.status:8s} {f.rows_kept:>11,d} rows  {f.seconds:7.2f} s  "
+            f"{size / max(f.seconds, 1e-9):7.1f} MB/s  {f.rows_kept / max(f.seconds, 1e-9):>10,.0f} rows/s\n"
+        )
+    say(
+        f"ingest total: {ingest_s:.1f} s for {total_mb:.0f} MB ({total_mb / ingest_s:.1f} MB/s); "
+        f"database {mb(db):.0f} MB\n"
+    )
 
 
 def run_queries(db: Path, say) -> None:
@@ -92,8 +95,10 @@ def run_queries(db: Path, say) -> None:
     for name in ("dp-imbalance", "dp-report", "dp-batch"):
         t = time.perf_counter()
         res = queries.run_query(con, catalog[name], "bench")
-        say(f"query {name:13s} {res.status:5s} {time.perf_counter() - t:6.2f} s  {len(res.rows)} rows  "
-            f"{res.summary[:160]}\n")
+        say(
+            f"query {name:13s} {res.status:5s} {time.perf_counter() - t:6.2f} s  {len(res.rows)} rows  "
+            f"{res.summary[:160]}\n"
+        )
     con.close()
 
 

@@ -38,7 +38,7 @@ import synth_service as ss  # noqa: E402
 from slowcard import queries, store  # noqa: E402
 from slowcard.ingest import ingest_paths  # noqa: E402
 
-LEVELS = (0.6, 0.8, 1.2)            # requests/s per domain
+LEVELS = (0.6, 0.8, 1.2)  # requests/s per domain
 ASSIGN = ("round_robin", "random")
 N_DP = 4
 HOT = 1
@@ -53,9 +53,9 @@ CAUSES = (
 
 @dataclass(frozen=True)
 class Task:
-    group: str          # "balanced", "burst" or a cause label
+    group: str  # "balanced", "burst" or a cause label
     scenario: str
-    overrides: tuple    # sorted (key, value) pairs
+    overrides: tuple  # sorted (key, value) pairs
     seed: int
     expect: str | None  # the cause a detection must name
 
@@ -64,7 +64,7 @@ class Task:
 class Outcome:
     task: Task
     status: str
-    findings: tuple     # ((dp_rank, cause, level), ...)
+    findings: tuple  # ((dp_rank, cause, level), ...)
     seconds: float
 
 
@@ -77,8 +77,15 @@ def tasks(n_balanced: int, per_cause: int) -> list[Task]:
         ov = {"rate_rps": level * N_DP, "assign": assign, "hot_dp": i % N_DP}
         if burst:
             ov |= {"skew_weight": 3.0, "burst_len_s": 3.0, "burst_start_s": 10.0 + (i * 7) % 100}
-        out.append(Task("burst" if burst else "balanced", "burst" if burst else "balanced",
-                        tuple(sorted(ov.items())), 1000 + i, None))
+        out.append(
+            Task(
+                "burst" if burst else "balanced",
+                "burst" if burst else "balanced",
+                tuple(sorted(ov.items())),
+                1000 + i,
+                None,
+            )
+        )
     for label, scenario, extra, cause in CAUSES:
         for i in range(per_cause):
             level, assign = LEVELS[i % len(LEVELS)], ASSIGN[(i // len(LEVELS)) % len(ASSIGN)]
@@ -121,40 +128,62 @@ def _detected(o: Outcome) -> bool:
 
 
 def report(outcomes: list[Outcome]) -> str:
-    lines = ["DP calibration (dp-imbalance, default parameters; 4 domains, 120 s, Poisson arrivals, "
-             "lognormal prompts median 2,400 tokens)", ""]
+    lines = [
+        "DP calibration (dp-imbalance, default parameters; 4 domains, 120 s, Poisson arrivals, "
+        "lognormal prompts median 2,400 tokens)",
+        "",
+    ]
     null = [o for o in outcomes if o.task.expect is None]
     if null:
         fail = sum(o.status == "FAIL" for o in null)
         warn = sum(o.status == "WARN" for o in null)
         causes = Counter(c for o in null for _, c, _ in o.findings)
-        lines.append(f"false alarms on {len(null)} balanced/burst runs "
-                     f"({sum(o.task.group == 'burst' for o in null)} with a 3 s burst): "
-                     f"FAIL {fail} ({100 * fail / len(null):.1f} %), WARN {warn} ({100 * warn / len(null):.1f} %)"
-                     + (f"; causes named: {dict(causes)}" if causes else ""))
+        lines.append(
+            f"false alarms on {len(null)} balanced/burst runs "
+            f"({sum(o.task.group == 'burst' for o in null)} with a 3 s burst): "
+            f"FAIL {fail} ({100 * fail / len(null):.1f} %), WARN {warn} ({100 * warn / len(null):.1f} %)"
+            + (f"; causes named: {dict(causes)}" if causes else "")
+        )
         for assign in ASSIGN:
             sub = [o for o in null if dict(o.task.overrides)["assign"] == assign]
             if sub:
-                lines.append(f"  {assign:<12} {len(sub):>4} runs: FAIL {sum(o.status == 'FAIL' for o in sub)}, "
-                             f"WARN {sum(o.status == 'WARN' for o in sub)}")
-    lines += ["", f"{'cause':<28} {'dispatcher':<12} {'req/s/dp':>8} {'runs':>5} {'detected':>9} {'as FAIL':>8} {'other findings':>15}"]
+                lines.append(
+                    f"  {assign:<12} {len(sub):>4} runs: FAIL {sum(o.status == 'FAIL' for o in sub)}, "
+                    f"WARN {sum(o.status == 'WARN' for o in sub)}"
+                )
+    lines += [
+        "",
+        f"{'cause':<28} {'dispatcher':<12} {'req/s/dp':>8} {'runs':>5} {'detected':>9} {'as FAIL':>8} {'other findings':>15}",
+    ]
     for label, *_ in CAUSES:
         mine = [o for o in outcomes if o.task.group == label]
         if not mine:
             continue
         keys = sorted({(dict(o.task.overrides)["assign"], dict(o.task.overrides)["rate_rps"] / N_DP) for o in mine})
         for assign, level in keys:
-            sub = [o for o in mine if dict(o.task.overrides)["assign"] == assign
-                   and dict(o.task.overrides)["rate_rps"] / N_DP == level]
+            sub = [
+                o
+                for o in mine
+                if dict(o.task.overrides)["assign"] == assign and dict(o.task.overrides)["rate_rps"] / N_DP == level
+            ]
             det = [o for o in sub if _detected(o)]
-            as_fail = sum(any(dp == HOT and c == o.task.expect and lv == "FAIL" for dp, c, lv in o.findings) for o in det)
-            other = sum(any((dp, c) != (HOT, o.task.expect) and c != "config-mismatch" for dp, c, _ in o.findings) for o in sub)
-            lines.append(f"{label:<28} {assign:<12} {level:>8.1f} {len(sub):>5} {len(det):>4} ({100 * len(det) / len(sub):3.0f}%) "
-                         f"{as_fail:>8} {other:>15}")
+            as_fail = sum(
+                any(dp == HOT and c == o.task.expect and lv == "FAIL" for dp, c, lv in o.findings) for o in det
+            )
+            other = sum(
+                any((dp, c) != (HOT, o.task.expect) and c != "config-mismatch" for dp, c, _ in o.findings) for o in sub
+            )
+            lines.append(
+                f"{label:<28} {assign:<12} {level:>8.1f} {len(sub):>5} {len(det):>4} ({100 * len(det) / len(sub):3.0f}%) "
+                f"{as_fail:>8} {other:>15}"
+            )
         det = sum(_detected(o) for o in mine)
         lines.append(f"{label:<28} {'all':<12} {'':>8} {len(mine):>5} {det:>4} ({100 * det / len(mine):3.0f}%)")
     secs = sum(o.seconds for o in outcomes)
-    lines += ["", f"{len(outcomes)} runs, {secs:.0f} s of run time in total ({secs / max(len(outcomes), 1):.2f} s per run)"]
+    lines += [
+        "",
+        f"{len(outcomes)} runs, {secs:.0f} s of run time in total ({secs / max(len(outcomes), 1):.2f} s per run)",
+    ]
     return "\n".join(lines)
 
 

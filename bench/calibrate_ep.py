@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import math
 import random
-import re
 import shutil
 import statistics
 import sys
@@ -60,8 +59,9 @@ TOKENS = 256
 HOST_US = 1500.0
 
 
-def lockstep_cells(rng: random.Random, ranks: int, steps: int, layers: int, noise: str,
-                   cause: str | None, effect: float, slow: int):
+def lockstep_cells(
+    rng: random.Random, ranks: int, steps: int, layers: int, noise: str, cause: str | None, effect: float, slow: int
+):
     """Random cells for ep_lockstep.write_run and the planted cost (% of MoE time)."""
     sigma, p_spike, host_us = NOISE[noise]
     table, layer_us, excess_us = {}, 0.0, 0.0
@@ -85,8 +85,16 @@ def lockstep_cells(rng: random.Random, ranks: int, steps: int, layers: int, nois
                 row[r] = ls.Cell(tokens=tok, gmm_us=gmm, pre_dispatch_us=pre_d, pre_combine_us=pre_c)
             table[(s, layer)] = row
             # the layer's duration in the lock-step model
-            layer_us += (5 + ls.GATE_US + max(c.pre_dispatch_us for c in row.values()) + ls.TRANSFER_US + 5
-                         + max(c.gmm_us + c.pre_combine_us for c in row.values()) + ls.TRANSFER_US + 5)
+            layer_us += (
+                5
+                + ls.GATE_US
+                + max(c.pre_dispatch_us for c in row.values())
+                + ls.TRANSFER_US
+                + 5
+                + max(c.gmm_us + c.pre_combine_us for c in row.values())
+                + ls.TRANSFER_US
+                + 5
+            )
             if cause:
                 excess_us += (effect - 1) * ls.GMM_US
     return (lambda r, s, layer: table[(s, layer)][r]), 100.0 * excess_us / layer_us
@@ -118,9 +126,17 @@ def judge(db: Path, runs: dict) -> list[dict]:
         for name, case in runs.items():
             res = queries.run_query(con, QUERY, name)
             first = res.rows[0] if res.rows and res.status in ("FAIL", "WARN") else {}
-            out.append({**case, "run": name, "status": str(res.status), "rank": first.get("rank"),
-                        "cause_found": first.get("cause"), "cost_pct": first.get("cost_pct"),
-                        "summary": res.summary})
+            out.append(
+                {
+                    **case,
+                    "run": name,
+                    "status": str(res.status),
+                    "rank": first.get("rank"),
+                    "cause_found": first.get("cause"),
+                    "cost_pct": first.get("cost_pct"),
+                    "summary": res.summary,
+                }
+            )
     finally:
         con.close()
     return out
@@ -155,14 +171,33 @@ def summarize(cases: list[dict], title: str) -> tuple[str, dict]:
         totals["costly_n"] += len(costly)
         totals["costly_named"] += len(costly_right)
         planted = [c["planted_pct"] for c in cs if c.get("planted_pct") is not None]
-        rows.append([cause, effect, noise, n,
-                     f"{statistics.median(planted):.1f}" if planted else "",
-                     f"{sum(c['status'] == 'FAIL' and c in right for c in cs)}",
-                     f"{sum(c['status'] == 'WARN' and c in right for c in cs)}", skip,
-                     f"{len(right)}/{n} ({100 * len(right) / n:.0f} %); cost >= 5 %: "
-                     f"{len(costly_right)}/{len(costly)}"])
-    text = f"### {title}\n\n" + table(rows, ["planted", "effect", "noise", "runs", "planted cost % (median)",
-                                            "FAIL", "WARN", "SKIP", "named right (rank + cause)"])
+        rows.append(
+            [
+                cause,
+                effect,
+                noise,
+                n,
+                f"{statistics.median(planted):.1f}" if planted else "",
+                f"{sum(c['status'] == 'FAIL' and c in right for c in cs)}",
+                f"{sum(c['status'] == 'WARN' and c in right for c in cs)}",
+                skip,
+                f"{len(right)}/{n} ({100 * len(right) / n:.0f} %); cost >= 5 %: {len(costly_right)}/{len(costly)}",
+            ]
+        )
+    text = f"### {title}\n\n" + table(
+        rows,
+        [
+            "planted",
+            "effect",
+            "noise",
+            "runs",
+            "planted cost % (median)",
+            "FAIL",
+            "WARN",
+            "SKIP",
+            "named right (rank + cause)",
+        ],
+    )
     return text, totals
 
 
@@ -172,18 +207,22 @@ def run_lockstep(work: Path, seeds: int) -> list[dict]:
     for world in (4, 8, 16):
         for noise in NOISE:
             for seed in range(seeds * (2 if world == 4 else 1)):
-                runs[f"ls_bal_w{world}_{noise}_{seed}"] = dict(cause=None, world=world, noise=noise, seed=seed, slow=None)
+                runs[f"ls_bal_w{world}_{noise}_{seed}"] = dict(
+                    cause=None, world=world, noise=noise, seed=seed, slow=None
+                )
     for cause in ("token-skew", "slow-compute"):
         for effect in (1.2, 1.3, 1.5, 2.0, 3.0):
             for world in (4, 8):
                 for noise in ("mid", "high"):
                     for seed in range(seeds // 2 or 1):
                         runs[f"ls_{cause}_{effect}_w{world}_{noise}_{seed}"] = dict(
-                            cause=cause, effect=effect, world=world, noise=noise, seed=seed, slow=1)
+                            cause=cause, effect=effect, world=world, noise=noise, seed=seed, slow=1
+                        )
     for name, case in runs.items():
         rng = random.Random(f"{name}")
-        cells, planted = lockstep_cells(rng, case["world"], 6, 4, case["noise"], case["cause"],
-                                        case.get("effect", 1.0), 1)
+        cells, planted = lockstep_cells(
+            rng, case["world"], 6, 4, case["noise"], case["cause"], case.get("effect", 1.0), 1
+        )
         case["planted_pct"] = planted if case["cause"] else None
         ls.write_run(work / "ls" / name, cells, ranks=case["world"], steps=6, layers=4)
     ingest_all(db, work / "ls")
@@ -193,16 +232,29 @@ def run_lockstep(work: Path, seeds: int) -> list[dict]:
 def run_synth(work: Path, seeds: int) -> list[dict]:
     db = work / "synth.duckdb"
     runs = {}
-    for scenario, cause in (("balanced", None), ("noisy", None), ("token_skew", "token-skew"),
-                            ("slow_compute", "slow-compute")):
+    for scenario, cause in (
+        ("balanced", None),
+        ("noisy", None),
+        ("token_skew", "token-skew"),
+        ("slow_compute", "slow-compute"),
+    ):
         for world in (4, 8):
             for noise in (0.0, 0.3):
                 for seed in range(max(1, seeds // 4)):
                     name = f"sk_{scenario}_w{world}_n{noise}_{seed}"
-                    runs[name] = dict(cause=cause, effect=scenario, noise=noise, world=world, seed=seed, slow=1,
-                                      planted_pct=None)
-                    synth_kineto.write_ep_run(work / "sk" / name, ranks=world, steps=6, layers=4,
-                                              scenario=scenario, slow_rank=1, noise=noise, seed=seed)
+                    runs[name] = dict(
+                        cause=cause, effect=scenario, noise=noise, world=world, seed=seed, slow=1, planted_pct=None
+                    )
+                    synth_kineto.write_ep_run(
+                        work / "sk" / name,
+                        ranks=world,
+                        steps=6,
+                        layers=4,
+                        scenario=scenario,
+                        slow_rank=1,
+                        noise=noise,
+                        seed=seed,
+                    )
     ingest_all(db, work / "sk")
     return judge(db, runs)
 
@@ -234,11 +286,15 @@ def run_shared(work: Path) -> str:
     try:
         for name in runs:
             res = queries.run_query(con, QUERY, name)
-            got = "; ".join(f"{r['level']} rank {r['rank']} {r['cause']} ({r['cost_pct']} %)" for r in res.rows) or str(res.status)
+            got = "; ".join(f"{r['level']} rank {r['rank']} {r['cause']} ({r['cost_pct']} %)" for r in res.rows) or str(
+                res.status
+            )
             rows.append([name, readings[name], f"{res.status}: {got}"])
     finally:
         con.close()
-    return "### Shared calibration set (real, host noise)\n\n" + table(rows, ["run", "expected (its README)", "ep-slow-rank"])
+    return "### Shared calibration set (real, host noise)\n\n" + table(
+        rows, ["run", "expected (its README)", "ep-slow-rank"]
+    )
 
 
 def run_torch(work: Path, seeds: int) -> list[dict] | str:
@@ -247,25 +303,41 @@ def run_torch(work: Path, seeds: int) -> list[dict] | str:
     except ImportError:
         return "torch is not importable: real torch.profiler runs skipped (pip install torch)"
     if not (HERE / "torch_ep_trace.py").is_file():
-        return ("torch imports, but the generator of real runs (bench/torch_ep_trace.py) is not written yet: "
-                "skipped (see bench/README.md, Calibration (EP))")
+        return (
+            "torch imports, but the generator of real runs (bench/torch_ep_trace.py) is not written yet: "
+            "skipped (see bench/README.md, Calibration (EP))"
+        )
     import torch_ep_trace
 
     db = work / "torch.duckdb"
     runs = {}
-    plan = [("balanced", None, 1.0), ("token_skew", "token-skew", 0.25), ("token_skew", "token-skew", 0.5),
-            ("slow_compute", "slow-compute", 2.0), ("slow_compute", "slow-compute", 1.5)]
+    plan = [
+        ("balanced", None, 1.0),
+        ("token_skew", "token-skew", 0.25),
+        ("token_skew", "token-skew", 0.5),
+        ("slow_compute", "slow-compute", 2.0),
+        ("slow_compute", "slow-compute", 1.5),
+    ]
     for world in (4, 6):
         for scenario, cause, effect in plan:
             for seed in range(seeds):
                 name = f"torch_{scenario}_{effect}_w{world}_{seed}"
                 t0 = time.perf_counter()
-                planted = torch_ep_trace.generate(work / name, world=world, scenario=scenario, effect=effect,
-                                                  slow_rank=1, seed=seed)
+                planted = torch_ep_trace.generate(
+                    work / name, world=world, scenario=scenario, effect=effect, slow_rank=1, seed=seed
+                )
                 ingest(db, work / name, name)
                 shutil.rmtree(work / name)
-                runs[name] = dict(cause=cause, effect=effect, noise="host", world=world, seed=seed, slow=1,
-                                  planted_pct=planted if cause else None, secs=time.perf_counter() - t0)
+                runs[name] = dict(
+                    cause=cause,
+                    effect=effect,
+                    noise="host",
+                    world=world,
+                    seed=seed,
+                    slow=1,
+                    planted_pct=planted if cause else None,
+                    secs=time.perf_counter() - t0,
+                )
     return judge(db, runs)
 
 
@@ -283,11 +355,19 @@ def main() -> None:
     sys.path.insert(0, str(HERE))
     try:
         out, grand = [], defaultdict(int)
-        for key, title, fn in (("lockstep", "Lock-step simulator with host noise (tests/ep_lockstep.py)",
-                                lambda: run_lockstep(work, seeds)),
-                               ("synth", "synth_kineto scenarios", lambda: run_synth(work, seeds)),
-                               ("torch", "Real torch.profiler runs on CPU processes (bench/torch_ep_trace.py)",
-                                lambda: "skipped (--no-torch)" if a.no_torch else run_torch(work, a.torch_seeds))):
+        for key, title, fn in (
+            (
+                "lockstep",
+                "Lock-step simulator with host noise (tests/ep_lockstep.py)",
+                lambda: run_lockstep(work, seeds),
+            ),
+            ("synth", "synth_kineto scenarios", lambda: run_synth(work, seeds)),
+            (
+                "torch",
+                "Real torch.profiler runs on CPU processes (bench/torch_ep_trace.py)",
+                lambda: "skipped (--no-torch)" if a.no_torch else run_torch(work, a.torch_seeds),
+            ),
+        ):
             if key not in only:
                 continue
             t0 = time.perf_counter()
@@ -304,11 +384,15 @@ def main() -> None:
             out.append(run_shared(work))
             print(out[-1] + "\n", flush=True)
         n = grand["balanced_n"]
-        print(f"TOTAL balanced runs: {n}, FAIL {grand['balanced_fail']} ({100 * grand['balanced_fail'] / max(n, 1):.1f} %), "
-              f"WARN {grand['balanced_warn']} ({100 * grand['balanced_warn'] / max(n, 1):.1f} %) [target: 0 FAIL]")
+        print(
+            f"TOTAL balanced runs: {n}, FAIL {grand['balanced_fail']} ({100 * grand['balanced_fail'] / max(n, 1):.1f} %), "
+            f"WARN {grand['balanced_warn']} ({100 * grand['balanced_warn'] / max(n, 1):.1f} %) [target: 0 FAIL]"
+        )
         c = grand["costly_n"]
-        print(f"TOTAL anomalies costing >= 5 % of MoE time: {c}, named with the right rank and cause "
-              f"{grand['costly_named']} ({100 * grand['costly_named'] / max(c, 1):.1f} %) [target: >= 95 %]")
+        print(
+            f"TOTAL anomalies costing >= 5 % of MoE time: {c}, named with the right rank and cause "
+            f"{grand['costly_named']} ({100 * grand['costly_named'] / max(c, 1):.1f} %) [target: >= 95 %]"
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -44,11 +44,11 @@ from pathlib import Path
 
 BASE_TIME_NS = 1790857026000000000
 T0_NS = 5367150393171791
-H = 2048                       # hidden size in Input Dims
-EPR = 4                        # experts per rank
-TOKENS = 256                   # tokens routed per rank per layer
+H = 2048  # hidden size in Input Dims
+EPR = 4  # experts per rank
+TOKENS = 256  # tokens routed per rank per layer
 GPUS_PER_HOST = 8
-UNIT_NS = 14_000               # one filler unit (python_function > cpu_op > launch)
+UNIT_NS = 14_000  # one filler unit (python_function > cpu_op > launch)
 GATE_NS = 300_000
 MM_NS_PER_ROW = 2_000
 XFER_BASE_NS = 40_000
@@ -59,21 +59,33 @@ SCENARIOS = ("token_skew", "balanced", "slow_compute", "slow_link")
 _PY_NAMES = (
     "torch/nn/modules/linear.py(125): forward",
     "model/attention.py(211): forward",
-    "模型/moe_layer.py(88): forward",            # UTF-8 file names do occur in real traces
+    "模型/moe_layer.py(88): forward",  # UTF-8 file names do occur in real traces
     "model/rms_norm.py(40): forward",
     "ünïcode_helpers/route.py(12): top_k",
     "torch/nn/modules/module.py(1750): _call_impl",
 )
 _OPS = (
-    ("aten::linear", '"Concrete Inputs": ["", "", ""], "Input type": ["c10::BFloat16", "c10::BFloat16", ""], '
-                     f'"Input Strides": [[{H}, 1], [{H}, 1], []], "Input Dims": [[256, {H}], [{H}, {H}], []]'),
-    ("aten::add", '"Concrete Inputs": ["", "", "1"], "Input type": ["c10::BFloat16", "c10::BFloat16", "Scalar"], '
-                  f'"Input Strides": [[{H}, 1], [{H}, 1], []], "Input Dims": [[256, {H}], [256, {H}], []]'),
-    ("aten::silu", '"Concrete Inputs": [""], "Input type": ["c10::BFloat16"], '
-                   f'"Input Strides": [[{H}, 1]], "Input Dims": [[256, {H}]]'),
-    ("aten::_rms_norm", '"Concrete Inputs": ["", "[2048]", "", "1e-06"], '
-                        '"Input type": ["c10::BFloat16", "ScalarList", "c10::BFloat16", "Scalar"], '
-                        f'"Input Strides": [[{H}, 1], [], [1], []], "Input Dims": [[256, {H}], [], [{H}], []]'),
+    (
+        "aten::linear",
+        '"Concrete Inputs": ["", "", ""], "Input type": ["c10::BFloat16", "c10::BFloat16", ""], '
+        f'"Input Strides": [[{H}, 1], [{H}, 1], []], "Input Dims": [[256, {H}], [{H}, {H}], []]',
+    ),
+    (
+        "aten::add",
+        '"Concrete Inputs": ["", "", "1"], "Input type": ["c10::BFloat16", "c10::BFloat16", "Scalar"], '
+        f'"Input Strides": [[{H}, 1], [{H}, 1], []], "Input Dims": [[256, {H}], [256, {H}], []]',
+    ),
+    (
+        "aten::silu",
+        '"Concrete Inputs": [""], "Input type": ["c10::BFloat16"], '
+        f'"Input Strides": [[{H}, 1]], "Input Dims": [[256, {H}]]',
+    ),
+    (
+        "aten::_rms_norm",
+        '"Concrete Inputs": ["", "[2048]", "", "1e-06"], '
+        '"Input type": ["c10::BFloat16", "ScalarList", "c10::BFloat16", "Scalar"], '
+        f'"Input Strides": [[{H}, 1], [], [1], []], "Input Dims": [[256, {H}], [], [{H}], []]',
+    ),
 )
 _KERNELS = (
     "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>, "
@@ -118,12 +130,12 @@ def plan(world: int, blocks: int, units: int, scenario: str, slow: int, seed: in
             for e in sorted(range(E), key=lambda e: (-(q[e] - c[e]), e))[: TOKENS - sum(c)]:
                 c[e] += 1
             cnt.append(c)
-        send = [[sum(cnt[r][d * EPR:(d + 1) * EPR]) for d in range(world)] for r in range(world)]
+        send = [[sum(cnt[r][d * EPR : (d + 1) * EPR]) for d in range(world)] for r in range(world)]
         recv = [[send[s][r] for s in range(world)] for r in range(world)]
         rows = [[sum(cnt[s][r * EPR + e] for s in range(world)) for e in range(EPR)] for r in range(world)]
 
         def xfer(r):
-            remote = sum(send[r]) - send[r][r] + sum(recv[r]) - recv[r][r]
+            remote = sum(send[r]) - send[r][r] + sum(recv[r]) - recv[r][r]  # noqa: B023 (called in this iteration)
             ns = XFER_BASE_NS + XFER_NS_PER_ROW * remote
             return int(ns * (3 if scenario == "slow_link" and r == slow else 1) * rng.uniform(0.97, 1.03))
 
@@ -134,8 +146,9 @@ def plan(world: int, blocks: int, units: int, scenario: str, slow: int, seed: in
         gmm_end = []
         for r in range(world):
             f = 3.0 if scenario == "slow_compute" and r == slow else 1.0
-            g = 20_000 + sum(2 * int(MM_NS_PER_ROW * n * f * rng.uniform(0.98, 1.02)) + 12_000
-                             for n in rows[r] if n > 0)
+            g = 20_000 + sum(
+                2 * int(MM_NS_PER_ROW * n * f * rng.uniform(0.98, 1.02)) + 12_000 for n in rows[r] if n > 0
+            )
             gmm_end.append(leave_d[r] + 15_000 + g)
         arr_c = [x + 40_000 for x in gmm_end]
         m = max(arr_c)
@@ -151,25 +164,30 @@ def plan(world: int, blocks: int, units: int, scenario: str, slow: int, seed: in
 
 
 def _x(cat, name, pid, tid, ts, dur, args):
-    return (f'\n  {{\n    "ph": "X", "cat": "{cat}", "name": "{name}", "pid": {pid}, "tid": {tid},\n'
-            f'    "ts": {ts // 1000}.{ts % 1000:03d}, "dur": {dur // 1000}.{dur % 1000:03d},\n'
-            f'    "args": {{\n      {args}\n    }}\n  }},')
+    return (
+        f'\n  {{\n    "ph": "X", "cat": "{cat}", "name": "{name}", "pid": {pid}, "tid": {tid},\n'
+        f'    "ts": {ts // 1000}.{ts % 1000:03d}, "dur": {dur // 1000}.{dur % 1000:03d},\n'
+        f'    "args": {{\n      {args}\n    }}\n  }},'
+    )
 
 
 def _flow(ph, fid, pid, tid, ts):
     bp = ', "bp": "e"' if ph == "f" else ""
-    return (f'\n  {{\n    "ph": "{ph}", "id": {fid}, "pid": {pid}, "tid": {tid}, "ts": {ts // 1000}.{ts % 1000:03d},\n'
-            f'    "cat": "ac2g", "name": "ac2g"{bp}\n  }},')
+    return (
+        f'\n  {{\n    "ph": "{ph}", "id": {fid}, "pid": {pid}, "tid": {tid}, "ts": {ts // 1000}.{ts % 1000:03d},\n'
+        f'    "cat": "ac2g", "name": "ac2g"{bp}\n  }},'
+    )
 
 
 _KDUR = tuple(_t(4_000 + k * 300) for k in range(7))
-_KARGS = ('"registers per thread": {reg}, "shared memory": {smem}, "blocks per SM": {bps}, '
-          '"warps per SM": {wps}, "grid": [{g}, 1, 1], "block": [{blk}, 1, 1], "est. achieved occupancy %": {occ}')
+_KARGS = (
+    '"registers per thread": {reg}, "shared memory": {smem}, "blocks per SM": {bps}, '
+    '"warps per SM": {wps}, "grid": [{g}, 1, 1], "block": [{blk}, 1, 1], "est. achieved occupancy %": {occ}'
+)
 
 
 class RankWriter:
-    def __init__(self, rank: int, world: int, seed: int, scenario: str, clock_off_ns: int = 0,
-                 layers: int = 16):
+    def __init__(self, rank: int, world: int, seed: int, scenario: str, clock_off_ns: int = 0, layers: int = 16):
         self.rank, self.world, self.layers, self.seed = rank, world, layers, seed
         self.pid = 40_000 + rank
         self.tid = self.pid
@@ -185,10 +203,18 @@ class RankWriter:
         self.addr = 139_926_520_725_504 + rank * (1 << 32)
         r = self.rng
         # a pool of realistic launch configs, picked round-robin (no rng call per event: speed)
-        self.kargs = [_KARGS.format(reg=r.choice((32, 64, 96, 128)), smem=r.choice((0, 16384, 49152)),
-                                    bps=round(r.uniform(0.1, 8), 6), wps=round(r.uniform(1, 64), 6),
-                                    g=r.choice((8, 132, 264, 1024)), blk=r.choice((128, 256, 512)),
-                                    occ=r.randrange(0, 100)) for _ in range(61)]
+        self.kargs = [
+            _KARGS.format(
+                reg=r.choice((32, 64, 96, 128)),
+                smem=r.choice((0, 16384, 49152)),
+                bps=round(r.uniform(0.1, 8), 6),
+                wps=round(r.uniform(1, 64), 6),
+                g=r.choice((8, 132, 264, 1024)),
+                blk=r.choice((128, 256, 512)),
+                occ=r.randrange(0, 100),
+            )
+            for _ in range(61)
+        ]
         self.alloc = 5_435_638_784
 
     # ids
@@ -209,10 +235,13 @@ class RankWriter:
             f'      "regsPerBlock": 65536, "regsPerMultiprocessor": 65536, "warpSize": 32,\n'
             f'      "sharedMemPerBlock": 49152, "sharedMemPerMultiprocessor": 233472,\n'
             f'      "numSms": 132, "sharedMemPerBlockOptin": 232448\n    }}'
-            for d in range(min(R, GPUS_PER_HOST)))
-        dist = (f'{{"backend": "nccl", "rank": {self.rank}, "world_size": {R}, "pg_count": 1, '
-                f'"pg_config": [{{"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl", '
-                f'"pg_size": {R}, "ranks": {_split(range(R))}}}], "nccl_version": "2.21.5"}}')
+            for d in range(min(R, GPUS_PER_HOST))
+        )
+        dist = (
+            f'{{"backend": "nccl", "rank": {self.rank}, "world_size": {R}, "pg_count": 1, '
+            f'"pg_config": [{{"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl", '
+            f'"pg_size": {R}, "ranks": {_split(range(R))}}}], "nccl_version": "2.21.5"}}'
+        )
         ts = T0_NS + self.off
         pid, d = self.pid, self.dev
         meta = [
@@ -230,42 +259,61 @@ class RankWriter:
             meta.append(("thread_sort_index", d, st, f'"sort_index": {st}'))
         m = "".join(
             f'\n  {{\n    "name": "{n}", "ph": "M", "ts": {_t(ts)}, "pid": {p}, "tid": {tid},\n'
-            f'    "args": {{\n      {a}\n    }}\n  }},' for n, p, tid, a in meta)
-        return (f'\n  {{\n    "schemaVersion": 1,\n    "deviceProperties": [\n    {dev}\n    ],\n'
-                f'      "distributedInfo": {dist},\n      "record_shapes": 1,\n      "with_stack": 1,\n'
-                f'      "profile_memory": 1,\n      "trace_id": "{trace_id}",\n'
-                f'  "displayTimeUnit": "ms",\n  "baseTimeNanoseconds": {BASE_TIME_NS},\n'
-                f'  "traceEvents": [{m}')
+            f'    "args": {{\n      {a}\n    }}\n  }},'
+            for n, p, tid, a in meta
+        )
+        return (
+            f'\n  {{\n    "schemaVersion": 1,\n    "deviceProperties": [\n    {dev}\n    ],\n'
+            f'      "distributedInfo": {dist},\n      "record_shapes": 1,\n      "with_stack": 1,\n'
+            f'      "profile_memory": 1,\n      "trace_id": "{trace_id}",\n'
+            f'  "displayTimeUnit": "ms",\n  "baseTimeNanoseconds": {BASE_TIME_NS},\n'
+            f'  "traceEvents": [{m}'
+        )
 
     def trailer(self, span_start: int, span_end: int, path_name: str) -> str:
         off = self.off
         s, e = span_start + off, span_end + off
-        return (f'\n  {{\n    "ph": "X", "cat": "Trace", "ts": {_t(s)}, "dur": {_t(e - s)},\n'
-                f'    "pid": "Spans", "tid": "PyTorch Profiler",\n    "name": "PyTorch Profiler (0)",\n'
-                f'    "args": {{\n      "Op count": 0\n    }}\n  }},'
-                f'\n  {{\n    "name": "process_sort_index", "ph": "M", "ts": {_t(s)},\n'
-                f'    "pid": "Spans", "tid": 0,\n    "args": {{\n      "sort_index": 536870912\n    }}\n  }},'
-                f'\n  {{\n    "name": "Iteration Start: PyTorch Profiler", "ph": "i", "s": "g",\n'
-                f'    "pid": "Traces", "tid": "Trace PyTorch Profiler", "ts": {_t(s)}\n  }},'
-                f'\n  {{\n    "name": "Record Window End", "ph": "i", "s": "g",\n'
-                f'    "pid": "", "tid": "", "ts": {_t(e + 1_000_000)}\n  }}\n  ],'
-                f'\n  "traceName": "{path_name}"\n}}\n')
+        return (
+            f'\n  {{\n    "ph": "X", "cat": "Trace", "ts": {_t(s)}, "dur": {_t(e - s)},\n'
+            f'    "pid": "Spans", "tid": "PyTorch Profiler",\n    "name": "PyTorch Profiler (0)",\n'
+            f'    "args": {{\n      "Op count": 0\n    }}\n  }},'
+            f'\n  {{\n    "name": "process_sort_index", "ph": "M", "ts": {_t(s)},\n'
+            f'    "pid": "Spans", "tid": 0,\n    "args": {{\n      "sort_index": 536870912\n    }}\n  }},'
+            f'\n  {{\n    "name": "Iteration Start: PyTorch Profiler", "ph": "i", "s": "g",\n'
+            f'    "pid": "Traces", "tid": "Trace PyTorch Profiler", "ts": {_t(s)}\n  }},'
+            f'\n  {{\n    "name": "Record Window End", "ph": "i", "s": "g",\n'
+            f'    "pid": "", "tid": "", "ts": {_t(e + 1_000_000)}\n  }}\n  ],'
+            f'\n  "traceName": "{path_name}"\n}}\n'
+        )
 
     # pieces ------------------------------------------------------------------------------------
-    def launch(self, ts: int, ext: int, kname: str, kts: int, kdur: int, stream: int,
-               kextra: str = "") -> tuple[str, str]:
+    def launch(
+        self, ts: int, ext: int, kname: str, kts: int, kdur: int, stream: int, kextra: str = ""
+    ) -> tuple[str, str]:
         """cudaLaunchKernel (CPU) + kernel (GPU) + ac2g flows. Returns (cpu_text, gpu_text)."""
         c = self.corr
         self.corr += 1
         pid, dev = self.pid, self.dev
-        cpu = (_x("cuda_runtime", "cudaLaunchKernel", pid, self.tid, ts, 4_100,
-                  f'"External id": {ext},\n      "cbid": 211, "correlation": {c}')
-               + _flow("s", c, pid, self.tid, ts))
+        cpu = _x(
+            "cuda_runtime",
+            "cudaLaunchKernel",
+            pid,
+            self.tid,
+            ts,
+            4_100,
+            f'"External id": {ext},\n      "cbid": 211, "correlation": {c}',
+        ) + _flow("s", c, pid, self.tid, ts)
         kargs = self.kargs[c % 61]
-        gpu = (_x("kernel", kname, dev, stream, kts, kdur,
-                  f'"External id": {ext},\n      "queued": 0, "device": {dev}, "context": 1,\n'
-                  f'      "stream": {stream}, "correlation": {c},\n      {kargs}{kextra}')
-               + _flow("f", c, dev, stream, kts))
+        gpu = _x(
+            "kernel",
+            kname,
+            dev,
+            stream,
+            kts,
+            kdur,
+            f'"External id": {ext},\n      "queued": 0, "device": {dev}, "context": 1,\n'
+            f'      "stream": {stream}, "correlation": {c},\n      {kargs}{kextra}',
+        ) + _flow("f", c, dev, stream, kts)
         return cpu, gpu
 
     def unit(self, i: int, t: int) -> tuple[str, str]:
@@ -287,64 +335,88 @@ class RankWriter:
         self.corr = c + 1
         name, args = _OPS[i % 4]
         dev = self.dev
-        cpu = (f'\n  {{\n    "ph": "X", "cat": "python_function", "name": "{_PY_NAMES[i % 6]}", "pid": {pid}, '
-               f'"tid": {pid},\n    "ts": {us}{f}, "dur": 12.000,\n    "args": {{\n      "Python parent id": '
-               f'{pyid - 1}, "Python id": {pyid}, "Ev Idx": {ev}\n    }}\n  }},'
-               f'\n  {{\n    "ph": "X", "cat": "cpu_op", "name": "{name}", "pid": {pid}, "tid": {pid},\n'
-               f'    "ts": {us + 1}{f}, "dur": 10.000,\n    "args": {{\n      "External id": {ext},'
-               f'"Sequence number": {ext}, "Fwd thread id": 0, "Record function id": 0, {args}, '
-               f'"Ev Idx": {ev + 1}\n    }}\n  }},'
-               f'\n  {{\n    "ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": {pid}, '
-               f'"tid": {pid},\n    "ts": {us + 3}{f}, "dur": 4.100,\n    "args": {{\n      "External id": '
-               f'{ext},\n      "cbid": 211, "correlation": {c}\n    }}\n  }},'
-               f'\n  {{\n    "ph": "s", "id": {c}, "pid": {pid}, "tid": {pid}, "ts": {us + 3}{f},\n'
-               f'    "cat": "ac2g", "name": "ac2g"\n  }},')
-        gpu = (f'\n  {{\n    "ph": "X", "cat": "kernel", "name": "{_KERNELS[i % 3]}", "pid": {dev}, "tid": 7,\n'
-               f'    "ts": {us + 9}{f}, "dur": {_KDUR[i % 7]},\n    "args": {{\n      "External id": {ext},\n'
-               f'      "queued": 0, "device": {dev}, "context": 1,\n      "stream": 7, "correlation": {c},\n'
-               f'      {self.kargs[c % 61]}\n    }}\n  }},'
-               f'\n  {{\n    "ph": "f", "id": {c}, "pid": {dev}, "tid": 7, "ts": {us + 9}{f},\n'
-               f'    "cat": "ac2g", "name": "ac2g", "bp": "e"\n  }},')
+        cpu = (
+            f'\n  {{\n    "ph": "X", "cat": "python_function", "name": "{_PY_NAMES[i % 6]}", "pid": {pid}, '
+            f'"tid": {pid},\n    "ts": {us}{f}, "dur": 12.000,\n    "args": {{\n      "Python parent id": '
+            f'{pyid - 1}, "Python id": {pyid}, "Ev Idx": {ev}\n    }}\n  }},'
+            f'\n  {{\n    "ph": "X", "cat": "cpu_op", "name": "{name}", "pid": {pid}, "tid": {pid},\n'
+            f'    "ts": {us + 1}{f}, "dur": 10.000,\n    "args": {{\n      "External id": {ext},'
+            f'"Sequence number": {ext}, "Fwd thread id": 0, "Record function id": 0, {args}, '
+            f'"Ev Idx": {ev + 1}\n    }}\n  }},'
+            f'\n  {{\n    "ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": {pid}, '
+            f'"tid": {pid},\n    "ts": {us + 3}{f}, "dur": 4.100,\n    "args": {{\n      "External id": '
+            f'{ext},\n      "cbid": 211, "correlation": {c}\n    }}\n  }},'
+            f'\n  {{\n    "ph": "s", "id": {c}, "pid": {pid}, "tid": {pid}, "ts": {us + 3}{f},\n'
+            f'    "cat": "ac2g", "name": "ac2g"\n  }},'
+        )
+        gpu = (
+            f'\n  {{\n    "ph": "X", "cat": "kernel", "name": "{_KERNELS[i % 3]}", "pid": {dev}, "tid": 7,\n'
+            f'    "ts": {us + 9}{f}, "dur": {_KDUR[i % 7]},\n    "args": {{\n      "External id": {ext},\n'
+            f'      "queued": 0, "device": {dev}, "context": 1,\n      "stream": 7, "correlation": {c},\n'
+            f"      {self.kargs[c % 61]}\n    }}\n  }},"
+            f'\n  {{\n    "ph": "f", "id": {c}, "pid": {dev}, "tid": 7, "ts": {us + 9}{f},\n'
+            f'    "cat": "ac2g", "name": "ac2g", "bp": "e"\n  }},'
+        )
         ev += 2
         if i % 4 == 0:
             b = 512 * (1 + (i % 64))
             self.alloc += b if (i // 4) % 2 == 0 else -b
-            cpu += (f'\n  {{\n    "ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]",\n'
-                    f'    "pid": {pid}, "tid": {pid},\n    "ts": {us + 8}{f},\n    "args": {{\n'
-                    f'      "Total Reserved": 12782141440, "Total Allocated": {self.alloc}, "Bytes": {b}, '
-                    f'"Addr": {self.addr + i * 4096}, "Device Id": {dev}, "Device Type": 1, '
-                    f'"Ev Idx": {ev}\n    }}\n  }},')
+            cpu += (
+                f'\n  {{\n    "ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]",\n'
+                f'    "pid": {pid}, "tid": {pid},\n    "ts": {us + 8}{f},\n    "args": {{\n'
+                f'      "Total Reserved": 12782141440, "Total Allocated": {self.alloc}, "Bytes": {b}, '
+                f'"Addr": {self.addr + i * 4096}, "Device Id": {dev}, "Device Type": 1, '
+                f'"Ev Idx": {ev}\n    }}\n  }},'
+            )
             ev += 1
             if i % 8 == 0:
                 c2 = self.corr
                 self.corr = c2 + 1
                 nbytes = 4096 * (1 + i % 256)
-                cpu += (f'\n  {{\n    "ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "pid": {pid}, '
-                        f'"tid": {pid},\n    "ts": {us + 9}{f}, "dur": 1.500,\n    "args": {{\n      "External id": '
-                        f'{ext},\n      "cbid": 41, "correlation": {c2}\n    }}\n  }},'
-                        f'\n  {{\n    "ph": "s", "id": {c2}, "pid": {pid}, "tid": {pid}, "ts": {us + 9}{f},\n'
-                        f'    "cat": "ac2g", "name": "ac2g"\n  }},')
-                gpu += (f'\n  {{\n    "ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoD (Device -> Device)", '
-                        f'"pid": {dev}, "tid": 7,\n    "ts": {us + 15}{f}, "dur": 1.200,\n    "args": {{\n'
-                        f'      "External id": {ext},\n      "device": {dev}, "context": 1,\n      "stream": 7, '
-                        f'"correlation": {c2},\n      "bytes": {nbytes}, "memory bandwidth (GB/s)": '
-                        f'{nbytes / 1200:.4f}\n    }}\n  }},'
-                        f'\n  {{\n    "ph": "f", "id": {c2}, "pid": {dev}, "tid": 7, "ts": {us + 15}{f},\n'
-                        f'    "cat": "ac2g", "name": "ac2g", "bp": "e"\n  }},')
+                cpu += (
+                    f'\n  {{\n    "ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "pid": {pid}, '
+                    f'"tid": {pid},\n    "ts": {us + 9}{f}, "dur": 1.500,\n    "args": {{\n      "External id": '
+                    f'{ext},\n      "cbid": 41, "correlation": {c2}\n    }}\n  }},'
+                    f'\n  {{\n    "ph": "s", "id": {c2}, "pid": {pid}, "tid": {pid}, "ts": {us + 9}{f},\n'
+                    f'    "cat": "ac2g", "name": "ac2g"\n  }},'
+                )
+                gpu += (
+                    f'\n  {{\n    "ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoD (Device -> Device)", '
+                    f'"pid": {dev}, "tid": 7,\n    "ts": {us + 15}{f}, "dur": 1.200,\n    "args": {{\n'
+                    f'      "External id": {ext},\n      "device": {dev}, "context": 1,\n      "stream": 7, '
+                    f'"correlation": {c2},\n      "bytes": {nbytes}, "memory bandwidth (GB/s)": '
+                    f"{nbytes / 1200:.4f}\n    }}\n  }},"
+                    f'\n  {{\n    "ph": "f", "id": {c2}, "pid": {dev}, "tid": 7, "ts": {us + 15}{f},\n'
+                    f'    "cat": "ac2g", "name": "ac2g", "bp": "e"\n  }},'
+                )
         self.evidx = ev
         return cpu, gpu
 
     def ua(self, name: str, ts: int, dur: int) -> str:
-        return _x("user_annotation", name, self.pid, self.tid, ts, dur,
-                  f'"External id": {self._ext()},"Record function id": 0, "Ev Idx": {self._ev()}')
+        return _x(
+            "user_annotation",
+            name,
+            self.pid,
+            self.tid,
+            ts,
+            dur,
+            f'"External id": {self._ext()},"Record function id": 0, "Ev Idx": {self._ev()}',
+        )
 
     def mm(self, ts: int, dur: int, rows: int, n_cols: int) -> tuple[str, str]:
         ext = self._ext()
-        cpu = _x("cpu_op", "aten::mm", self.pid, self.tid, ts, dur,
-                 f'"External id": {ext},"Sequence number": {ext}, "Fwd thread id": 0, "Record function id": 0, '
-                 f'"Concrete Inputs": ["", ""], "Input type": ["c10::BFloat16", "c10::BFloat16"], '
-                 f'"Input Strides": [[{H}, 1], [{n_cols}, 1]], "Input Dims": [[{rows}, {H}], [{H}, {n_cols}]], '
-                 f'"Ev Idx": {self._ev()}')
+        cpu = _x(
+            "cpu_op",
+            "aten::mm",
+            self.pid,
+            self.tid,
+            ts,
+            dur,
+            f'"External id": {ext},"Sequence number": {ext}, "Fwd thread id": 0, "Record function id": 0, '
+            f'"Concrete Inputs": ["", ""], "Input type": ["c10::BFloat16", "c10::BFloat16"], '
+            f'"Input Strides": [[{H}, 1], [{n_cols}, 1]], "Input Dims": [[{rows}, {H}], [{H}, {n_cols}]], '
+            f'"Ev Idx": {self._ev()}',
+        )
         c2, g = self.launch(ts + 1_000, ext, _KERNELS[1], ts + 6_000, max(dur - 7_000, 1_000), 7)
         return cpu + c2, g
 
@@ -358,31 +430,68 @@ class RankWriter:
         launch_ts = arrive - 6_000
         base_end = arrive + 3_000
         e1 = self._ext()
-        s = _x("cpu_op", "c10d::alltoall_base_", pid, tid, ts, base_end - ts,
-               f'"External id": {e1},"Sequence number": {e1}, "Fwd thread id": 0, "Record function id": 0, '
-               f'"Concrete Inputs": ["", "", "", "{out_s}", "{in_s}", "False", "-1"], '
-               f'"Input type": ["c10::BFloat16", "c10::BFloat16", "", "ScalarList", "ScalarList", "Scalar", "Scalar"], '
-               f'"Input Strides": [[{H}, 1], [{H}, 1], [], [], [], [], []], '
-               f'"Input Dims": [[{sum(recv)}, {H}], [{sum(send)}, {H}], [], [], [], [], []], "Ev Idx": {self._ev()}')
+        s = _x(
+            "cpu_op",
+            "c10d::alltoall_base_",
+            pid,
+            tid,
+            ts,
+            base_end - ts,
+            f'"External id": {e1},"Sequence number": {e1}, "Fwd thread id": 0, "Record function id": 0, '
+            f'"Concrete Inputs": ["", "", "", "{out_s}", "{in_s}", "False", "-1"], '
+            f'"Input type": ["c10::BFloat16", "c10::BFloat16", "", "ScalarList", "ScalarList", "Scalar", "Scalar"], '
+            f'"Input Strides": [[{H}, 1], [{H}, 1], [], [], [], [], []], '
+            f'"Input Dims": [[{sum(recv)}, {H}], [{sum(send)}, {H}], [], [], [], [], []], "Ev Idx": {self._ev()}',
+        )
         e2 = self._ext()
         # a 62-bit hash (> 2**53, exact only as an integer), equal on every rank for the same Seq
         comms_id = ((self.seq * 0x9E3779B97F4A7C15 + self.seed * 0xBF58476D1CE4E5B9) & ((1 << 62) - 1)) | (1 << 61)
-        coll = (f'"Collective name": "all_to_allv", "dtype": "BFloat16", "In msg nelems": {in_n}, '
-                f'"Out msg nelems": {out_n}, "Group size": {R}, "In split size": "{in_s}", '
-                f'"Out split size": "{out_s}", "Process Group Name": "0", '
-                f'"Process Group Description": "default_pg", "Process Group Ranks": "{ranks}"')
-        s += _x("cpu_op", "record_param_comms", pid, tid, ts + 2_000, base_end - ts - 3_000,
-                f'"External id": {e2},"Record function id": 0, {coll}, "Global rank start": 0, '
-                f'"Global rank stride": 1, "Rank": {self.rank}, "Seq": {self.seq}, "Comms Id": {comms_id}, '
-                f'"Ev Idx": {self._ev()}')
-        s += _x("user_annotation", "nccl:all_to_all", pid, tid, ts + 3_000, base_end - ts - 5_000,
-                f'"External id": {self._ext()},"Record function id": 0, "Ev Idx": {self._ev()}')
-        cpu, gpu = self.launch(launch_ts, e2, "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)",
-                               arrive, leave - arrive, 20, f', {coll}, "Seq": {self.seq}')
+        coll = (
+            f'"Collective name": "all_to_allv", "dtype": "BFloat16", "In msg nelems": {in_n}, '
+            f'"Out msg nelems": {out_n}, "Group size": {R}, "In split size": "{in_s}", '
+            f'"Out split size": "{out_s}", "Process Group Name": "0", '
+            f'"Process Group Description": "default_pg", "Process Group Ranks": "{ranks}"'
+        )
+        s += _x(
+            "cpu_op",
+            "record_param_comms",
+            pid,
+            tid,
+            ts + 2_000,
+            base_end - ts - 3_000,
+            f'"External id": {e2},"Record function id": 0, {coll}, "Global rank start": 0, '
+            f'"Global rank stride": 1, "Rank": {self.rank}, "Seq": {self.seq}, "Comms Id": {comms_id}, '
+            f'"Ev Idx": {self._ev()}',
+        )
+        s += _x(
+            "user_annotation",
+            "nccl:all_to_all",
+            pid,
+            tid,
+            ts + 3_000,
+            base_end - ts - 5_000,
+            f'"External id": {self._ext()},"Record function id": 0, "Ev Idx": {self._ev()}',
+        )
+        cpu, gpu = self.launch(
+            launch_ts,
+            e2,
+            "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)",
+            arrive,
+            leave - arrive,
+            20,
+            f', {coll}, "Seq": {self.seq}',
+        )
         c = self.corr
         self.corr += 1
-        sync = _x("cuda_runtime", "cudaStreamSynchronize", pid, tid, base_end + 1_000, leave + 4_000 - base_end - 1_000,
-                  f'"cbid": 131, "correlation": {c}')
+        sync = _x(
+            "cuda_runtime",
+            "cudaStreamSynchronize",
+            pid,
+            tid,
+            base_end + 1_000,
+            leave + 4_000 - base_end - 1_000,
+            f'"cbid": 131, "correlation": {c}',
+        )
         return s + cpu + sync, gpu
 
     def block(self, b: int, blk, units: int, step_info) -> str:
@@ -415,7 +524,7 @@ class RankWriter:
         cpu.append(self.ua("GroupedMatmul", gs, g_e - gs))
         t = gs + 10_000
         active = [n for n in rows[r] if n > 0]
-        span = (g_e - 10_000 - t)
+        span = g_e - 10_000 - t
         per = span // max(2 * len(active), 1)
         for n in active:
             for _ in range(2):
@@ -435,13 +544,26 @@ def _count_events(text: str) -> int:
     return text.count('"ph": ')
 
 
-def generate_rank(path: Path, rank: int, world: int, *, blocks: int, layers: int, units: int, scenario: str,
-                  slow: int, seed: int, gz: bool, clock_off_us: float = 0.0, the_plan=None) -> tuple[int, int]:
+def generate_rank(
+    path: Path,
+    rank: int,
+    world: int,
+    *,
+    blocks: int,
+    layers: int,
+    units: int,
+    scenario: str,
+    slow: int,
+    seed: int,
+    gz: bool,
+    clock_off_us: float = 0.0,
+    the_plan=None,
+) -> tuple[int, int]:
     """Stream one rank's trace to path. Returns (bytes written uncompressed, events)."""
     pl = the_plan if the_plan is not None else plan(world, blocks, units, scenario, slow, seed)
     w = RankWriter(rank, world, seed, scenario, int(round(clock_off_us * 1000)), layers)
     rng = random.Random(seed * 7 + rank)
-    trace_id = "%032X" % rng.getrandbits(128)
+    trace_id = f"{rng.getrandbits(128):032X}"
     raw = open(path, "wb")
     fh = gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=1) if gz else raw
     total = 0
@@ -500,8 +622,9 @@ def _job(args):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--out", type=Path, help="single output file (one rank of --world)")
     ap.add_argument("--mb", type=float, help="target uncompressed size in MB (10**6 bytes) for --out")
     ap.add_argument("--out-dir", type=Path, help="directory for rank{r}.pt.trace.json[.gz]")
@@ -513,8 +636,13 @@ def main(argv=None) -> int:
     ap.add_argument("--units", type=int, default=120, help="filler units per (step, layer) block")
     ap.add_argument("--scenario", choices=SCENARIOS, default="token_skew")
     ap.add_argument("--slow-rank", type=int, default=1)
-    ap.add_argument("--clock-offset", action="append", default=[], metavar="RANK=US",
-                    help="add US µs to every ts of RANK (repeatable)")
+    ap.add_argument(
+        "--clock-offset",
+        action="append",
+        default=[],
+        metavar="RANK=US",
+        help="add US µs to every ts of RANK (repeatable)",
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--gz", action="store_true", help="gzip (level 1) and add .gz to names")
     ap.add_argument("--jobs", type=int, default=1, help="processes for --out-dir mode")
@@ -537,13 +665,25 @@ def main(argv=None) -> int:
         if a.gz and not out.name.endswith(".gz"):
             out = out.with_name(out.name + ".gz")
         out.parent.mkdir(parents=True, exist_ok=True)
-        n, ev = generate_rank(out, a.rank, world, blocks=blocks, layers=a.layers, units=a.units,
-                              scenario=a.scenario, slow=a.slow_rank, seed=a.seed, gz=a.gz,
-                              clock_off_us=offsets.get(a.rank, 0.0))
+        n, ev = generate_rank(
+            out,
+            a.rank,
+            world,
+            blocks=blocks,
+            layers=a.layers,
+            units=a.units,
+            scenario=a.scenario,
+            slow=a.slow_rank,
+            seed=a.seed,
+            gz=a.gz,
+            clock_off_us=offsets.get(a.rank, 0.0),
+        )
         dt, dc = time.perf_counter() - t0, time.process_time() - c0
-        print(f"{out}: {n / 1e6:.1f} MB uncompressed, {ev} events, {n / ev:.0f} B/event, "
-              f"{dt:.1f} s wall ({n / 1e6 / dt:.0f} MB/s), {dc:.1f} s CPU ({n / 1e6 / dc:.0f} MB/s)",
-              file=sys.stderr)
+        print(
+            f"{out}: {n / 1e6:.1f} MB uncompressed, {ev} events, {n / ev:.0f} B/event, "
+            f"{dt:.1f} s wall ({n / 1e6 / dt:.0f} MB/s), {dc:.1f} s CPU ({n / 1e6 / dc:.0f} MB/s)",
+            file=sys.stderr,
+        )
         return 0
     if a.out_dir is None or a.ranks is None:
         ap.error("give either --out FILE --mb N, or --ranks N --out-dir DIR")
@@ -556,9 +696,21 @@ def main(argv=None) -> int:
     jobs = []
     for r in range(world):
         p = a.out_dir / (f"rank{r}.pt.trace.json" + (".gz" if a.gz else ""))
-        jobs.append(dict(path=p, rank=r, world=world, blocks=blocks, layers=a.layers, units=a.units,
-                         scenario=a.scenario, slow=a.slow_rank, seed=a.seed, gz=a.gz,
-                         clock_off_us=offsets.get(r, 0.0)))
+        jobs.append(
+            dict(
+                path=p,
+                rank=r,
+                world=world,
+                blocks=blocks,
+                layers=a.layers,
+                units=a.units,
+                scenario=a.scenario,
+                slow=a.slow_rank,
+                seed=a.seed,
+                gz=a.gz,
+                clock_off_us=offsets.get(r, 0.0),
+            )
+        )
     total = events = 0
     if a.jobs > 1:
         with ProcessPoolExecutor(max_workers=a.jobs) as ex:
@@ -572,8 +724,11 @@ def main(argv=None) -> int:
             total += n
             events += ev
     dt = time.perf_counter() - t0
-    print(f"{a.out_dir}: {world} ranks, {total / 1e6:.1f} MB uncompressed, {events} events "
-          f"({events // world} per rank), {dt:.1f} s wall, {total / 1e6 / dt:.0f} MB/s", file=sys.stderr)
+    print(
+        f"{a.out_dir}: {world} ranks, {total / 1e6:.1f} MB uncompressed, {events} events "
+        f"({events // world} per rank), {dt:.1f} s wall, {total / 1e6 / dt:.0f} MB/s",
+        file=sys.stderr,
+    )
     return 0
 
 

@@ -48,8 +48,16 @@ def open_db(path: str | Path, read_only: bool = True):
     return queries.open_readonly(path) if read_only else store.open_db(path)
 
 
-def ingest_files(db: str | Path, paths, run: str | None = None, *, taxonomy: str | Path | None = None,
-                 executor: str = "local", scheduler: str | None = None, **options) -> IngestReport:
+def ingest_files(
+    db: str | Path,
+    paths,
+    run: str | None = None,
+    *,
+    taxonomy: str | Path | None = None,
+    executor: str = "local",
+    scheduler: str | None = None,
+    **options,
+) -> IngestReport:
     """Ingest files / folders / globs into ``db`` under ``run``; see `slowcard ingest --help`.
 
     ``taxonomy`` (a CSV of user op-name patterns), ``executor`` (``local`` or ``dask``) and

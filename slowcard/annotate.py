@@ -40,11 +40,11 @@ from .errors import UsageError
 from .outfile import atomic_output
 from .verdict import Status, severity
 
-VERDICT_PID = 999_999          # the "slowcard verdicts" process
-RANK_PID_BASE = 100            # rank r -> pid 100 + r (pid 0 is the idle process in Perfetto)
-UNRANKED_PID_BASE = 500_000    # a file without a rank -> its own process, 500000 + source_id
-THREADS_PER_PROCESS = 1000     # tid = pid * 1000 + k: thread ids unique across processes
-FLOW_ID_BASE = 1 << 52         # ids of our flow arrows (original ids are source_id * 1e9 + id)
+VERDICT_PID = 999_999  # the "slowcard verdicts" process
+RANK_PID_BASE = 100  # rank r -> pid 100 + r (pid 0 is the idle process in Perfetto)
+UNRANKED_PID_BASE = 500_000  # a file without a rank -> its own process, 500000 + source_id
+THREADS_PER_PROCESS = 1000  # tid = pid * 1000 + k: thread ids unique across processes
+FLOW_ID_BASE = 1 << 52  # ids of our flow arrows (original ids are source_id * 1e9 + id)
 BATCH_ROWS = 50_000
 
 # Phases copied from the sources. M metadata is rewritten; B/E are kept on their thread as they are.
@@ -57,19 +57,19 @@ class AnnotateStats:
 
     path: Path
     run: str
-    events: int = 0                       # trace events copied from the sources
-    processes: int = 0                    # rank processes (and unranked files)
+    events: int = 0  # trace events copied from the sources
+    processes: int = 0  # rank processes (and unranked files)
     ranks: list = field(default_factory=list)
-    threads: int = 0                      # threads of those processes, overlap threads included
-    moved_events: int = 0                 # X events moved to an overlap thread
+    threads: int = 0  # threads of those processes, overlap threads included
+    moved_events: int = 0  # X events moved to an overlap thread
     overlap_threads: int = 0
-    slow_ranks: list = field(default_factory=list)      # the slow cards that are ranks, marked
-    slow_cards: list = field(default_factory=list)      # every slow card of the run ("DP domain 1")
-    markers: int = 0                      # instant events "rank N arrives last"
-    flows: int = 0                        # flow arrows (s/f pairs)
+    slow_ranks: list = field(default_factory=list)  # the slow cards that are ranks, marked
+    slow_cards: list = field(default_factory=list)  # every slow card of the run ("DP domain 1")
+    markers: int = 0  # instant events "rank N arrives last"
+    flows: int = 0  # flow arrows (s/f pairs)
     verdicts: int = 0
-    clock_offsets_ns: dict = field(default_factory=dict)   # host -> offset subtracted
-    t0_ns: int = 0                        # corrected time of the first event (ts 0)
+    clock_offsets_ns: dict = field(default_factory=dict)  # host -> offset subtracted
+    t0_ns: int = 0  # corrected time of the first event (ts 0)
     span_us: float = 0.0
 
 
@@ -95,8 +95,7 @@ def _jsonable(v):
 def slow_ranks(results: dict) -> dict[int, str]:
     """rank -> why (``query@vN: cause``): the slow cards that are ranks, from the verdicts that
     show in the merged trace (``shows: annotate``)."""
-    return {rank: f"{f.ref}: {f.cause or 'slow'}"
-            for rank, f in findings_mod.slow_ranks(results, "annotate").items()}
+    return {rank: f"{f.ref}: {f.cause or 'slow'}" for rank, f in findings_mod.slow_ranks(results, "annotate").items()}
 
 
 class _Threads:
@@ -104,13 +103,13 @@ class _Threads:
     thread itself plus the overlap threads created for X events that do not nest."""
 
     def __init__(self) -> None:
-        self.key: dict[tuple, int] = {}           # (source_id, pid, tid) -> tkey
-        self.pid: list[int] = []                  # tkey -> output pid
-        self.tid: list[int] = []                  # tkey -> output tid
+        self.key: dict[tuple, int] = {}  # (source_id, pid, tid) -> tkey
+        self.pid: list[int] = []  # tkey -> output pid
+        self.tid: list[int] = []  # tkey -> output tid
         self.name: list[str] = []
-        self.lanes: list[list] = []               # tkey -> [[tid, stack of open end_ns], ...]
-        self.next_k: dict[int, int] = {}          # pid -> next thread index
-        self.late_meta: list[dict] = []           # thread_name of the overlap threads
+        self.lanes: list[list] = []  # tkey -> [[tid, stack of open end_ns], ...]
+        self.next_k: dict[int, int] = {}  # pid -> next thread index
+        self.late_meta: list[dict] = []  # thread_name of the overlap threads
         self.moved = 0
 
     def _new_tid(self, pid: int) -> int:
@@ -146,10 +145,20 @@ class _Threads:
         lanes.append([tid, [end_ns]])
         self.moved += 1
         self.late_meta += [
-            {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
-             "args": {"name": f"{self.name[tkey]} (overlap {len(lanes) - 1})"}},
-            {"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid,
-             "args": {"sort_index": tid % THREADS_PER_PROCESS}},
+            {
+                "ph": "M",
+                "name": "thread_name",
+                "pid": pid,
+                "tid": tid,
+                "args": {"name": f"{self.name[tkey]} (overlap {len(lanes) - 1})"},
+            },
+            {
+                "ph": "M",
+                "name": "thread_sort_index",
+                "pid": pid,
+                "tid": tid,
+                "args": {"sort_index": tid % THREADS_PER_PROCESS},
+            },
         ]
         return tid
 
@@ -187,8 +196,8 @@ class _Marks:
 
     def __init__(self, threads: _Threads):
         self.threads = threads
-        self.anchors: dict[int, tuple[int, int]] = {}     # anchor id -> (pid, tid) of its X event
-        self.anchor_ids: dict[tuple, int] = {}            # (source_id, ts_ns, name) -> anchor id
+        self.anchors: dict[int, tuple[int, int]] = {}  # anchor id -> (pid, tid) of its X event
+        self.anchor_ids: dict[tuple, int] = {}  # (source_id, ts_ns, name) -> anchor id
         self.dropped: set[int] = set()
         self.instants = 0
         self.flows = 0
@@ -203,31 +212,52 @@ class _Marks:
                 k = self.threads.key[m["thread"]]
                 pos = (self.threads.pid[k], self.threads.tid[k])
             if pos is not None:
-                w.event({"ph": "i", "s": "p", "name": m["name"], "cat": "slowcard", "pid": pos[0],
-                         "tid": pos[1], "ts": _us(m["t"]), "args": m["args"]})
+                w.event(
+                    {
+                        "ph": "i",
+                        "s": "p",
+                        "name": m["name"],
+                        "cat": "slowcard",
+                        "pid": pos[0],
+                        "tid": pos[1],
+                        "ts": _us(m["t"]),
+                        "args": m["args"],
+                    }
+                )
                 self.instants += 1
             return
         if pos is None or m["id"] in self.dropped:
-            self.dropped.add(m["id"])            # an arrow end without its slice is left out
+            self.dropped.add(m["id"])  # an arrow end without its slice is left out
             return
-        ev = {"ph": m["ph"], "id": m["id"], "name": m["name"], "cat": "slowcard", "pid": pos[0],
-              "tid": pos[1], "ts": _us(m["t"])}
+        ev = {
+            "ph": m["ph"],
+            "id": m["id"],
+            "name": m["name"],
+            "cat": "slowcard",
+            "pid": pos[0],
+            "tid": pos[1],
+            "ts": _us(m["t"]),
+        }
         if m["ph"] == "f":
-            ev["bp"] = "e"                       # bind to the enclosing slice (the waiting collective)
+            ev["bp"] = "e"  # bind to the enclosing slice (the waiting collective)
             self.flows += 1
         w.event(ev)
 
 
 def _relation_exists(con, name: str) -> bool:
-    return bool(con.execute("SELECT 1 FROM information_schema.tables WHERE table_name = ? "
-                            "AND table_schema = 'main'", [name]).fetchall())
+    return bool(
+        con.execute(
+            "SELECT 1 FROM information_schema.tables WHERE table_name = ? AND table_schema = 'main'", [name]
+        ).fetchall()
+    )
 
 
 def _markers(con, run: str, slow: dict, src_off: dict, t0: int, marks: _Marks) -> list[tuple]:
     """Heap items (t_ns, seq, marker) for the collectives where a slow rank arrived last with a
     clear skew: an instant event on it, and a flow arrow to every rank that waited for it."""
     ranks = ", ".join(str(int(r)) for r in slow)
-    rows = con.execute(f"""
+    rows = con.execute(
+        f"""
         WITH c AS (
             SELECT c.*, o.pid, o.tid
             FROM collective_waits c
@@ -250,7 +280,9 @@ def _markers(con, run: str, slow: dict, src_off: dict, t0: int, marks: _Marks) -
                      AND w.rank <> l.rank AND w.arrival_lag_ns > 0
         GROUP BY ALL
         ORDER BY l.ts_ns
-    """, {"run": run}).fetchall()
+    """,
+        {"run": run},
+    ).fetchall()
     out: list[tuple] = []
     seq = 0
     flow_id = FLOW_ID_BASE
@@ -261,13 +293,28 @@ def _markers(con, run: str, slow: dict, src_off: dict, t0: int, marks: _Marks) -
         anchor = marks.anchor_id((sid, ts_ns, name))
         waiters = [wr for wr in (waiters or []) if wr["source_id"] in src_off]
         seq += 1
-        out.append((t, seq, {
-            "ph": "i", "t": t, "anchor": anchor, "thread": (sid, pid, tid),
-            "name": f"rank {rank} arrives last: {kind} #{inst}",
-            "args": {"slow_rank": rank, "why": slow.get(rank, ""), "process_group": pg, "collective": kind,
-                     "instance": inst, "arrival_skew_us": _us(skew),
-                     "others_waited_us": {str(wr["rank"]): _us(wr["arrival_lag_ns"]) for wr in waiters}},
-        }))
+        out.append(
+            (
+                t,
+                seq,
+                {
+                    "ph": "i",
+                    "t": t,
+                    "anchor": anchor,
+                    "thread": (sid, pid, tid),
+                    "name": f"rank {rank} arrives last: {kind} #{inst}",
+                    "args": {
+                        "slow_rank": rank,
+                        "why": slow.get(rank, ""),
+                        "process_group": pg,
+                        "collective": kind,
+                        "instance": inst,
+                        "arrival_skew_us": _us(skew),
+                        "others_waited_us": {str(wr["rank"]): _us(wr["arrival_lag_ns"]) for wr in waiters},
+                    },
+                },
+            )
+        )
         for wr in waiters:
             flow_id += 1
             wsid = wr["source_id"]
@@ -277,12 +324,24 @@ def _markers(con, run: str, slow: dict, src_off: dict, t0: int, marks: _Marks) -
             t_f = min(max(t, w_start), max(w_start, w_end - 1))
             label = f"rank {wr['rank']} waits for rank {rank}"
             seq += 1
-            out.append((t, seq, {"ph": "s", "t": t, "id": flow_id, "name": label, "anchor": anchor,
-                                 "thread": (sid, pid, tid)}))
+            out.append(
+                (t, seq, {"ph": "s", "t": t, "id": flow_id, "name": label, "anchor": anchor, "thread": (sid, pid, tid)})
+            )
             seq += 1
-            out.append((t_f, seq, {"ph": "f", "t": t_f, "id": flow_id, "name": label,
-                                   "anchor": marks.anchor_id((wsid, wr["ts_ns"], wr["name"])),
-                                   "thread": (wsid, wr["pid"], wr["tid"])}))
+            out.append(
+                (
+                    t_f,
+                    seq,
+                    {
+                        "ph": "f",
+                        "t": t_f,
+                        "id": flow_id,
+                        "name": label,
+                        "anchor": marks.anchor_id((wsid, wr["ts_ns"], wr["name"])),
+                        "thread": (wsid, wr["pid"], wr["tid"]),
+                    },
+                )
+            )
     return out
 
 
@@ -298,17 +357,38 @@ def _write_metadata(w: _Writer, srcs, threads: _Threads, src_pid: dict, src_host
         seen.add(pid)
         pname = f"rank {int(rank)}" if rank is not None else f"unranked: {os.path.basename(path)}"
         w.event({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": pname}})
-        w.event({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0,
-                 "args": {"sort_index": int(rank) if rank is not None else 1_000_000 + sid}})
+        w.event(
+            {
+                "ph": "M",
+                "name": "process_sort_index",
+                "pid": pid,
+                "tid": 0,
+                "args": {"sort_index": int(rank) if rank is not None else 1_000_000 + sid},
+            }
+        )
         named = sorted(h for h in hosts[pid] if h)
         if named:
-            w.event({"ph": "M", "name": "process_labels", "pid": pid, "tid": 0,
-                     "args": {"labels": "host " + ", ".join(named)}})
+            w.event(
+                {
+                    "ph": "M",
+                    "name": "process_labels",
+                    "pid": pid,
+                    "tid": 0,
+                    "args": {"labels": "host " + ", ".join(named)},
+                }
+            )
     for k in range(len(threads.pid)):
         pid, tid = threads.pid[k], threads.tid[k]
         w.event({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": threads.name[k]}})
-        w.event({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid,
-                 "args": {"sort_index": tid % THREADS_PER_PROCESS}})
+        w.event(
+            {
+                "ph": "M",
+                "name": "thread_sort_index",
+                "pid": pid,
+                "tid": tid,
+                "args": {"sort_index": tid % THREADS_PER_PROCESS},
+            }
+        )
 
 
 def _write_verdicts(w: _Writer, results: dict, span_ns: int) -> int:
@@ -322,11 +402,18 @@ def _write_verdicts(w: _Writer, results: dict, span_ns: int) -> int:
         w.event({"ph": "M", "name": "thread_name", "pid": VERDICT_PID, "tid": tid, "args": {"name": r.query}})
         w.event({"ph": "M", "name": "thread_sort_index", "pid": VERDICT_PID, "tid": tid, "args": {"sort_index": i}})
     for i, r in enumerate(shown, start=1):
-        w.event({"ph": "X", "name": f"{r.query}@v{r.version} {r.status}", "cat": "slowcard",
-                 "pid": VERDICT_PID, "tid": VERDICT_PID * THREADS_PER_PROCESS + i, "ts": 0.0,
-                 "dur": _us(max(span_ns, 1)),
-                 "args": {"summary": r.summary, "rule": r.rule, "rows": _jsonable(r.rows[:5]),
-                          "n_rows": len(r.rows)}})
+        w.event(
+            {
+                "ph": "X",
+                "name": f"{r.query}@v{r.version} {r.status}",
+                "cat": "slowcard",
+                "pid": VERDICT_PID,
+                "tid": VERDICT_PID * THREADS_PER_PROCESS + i,
+                "ts": 0.0,
+                "dur": _us(max(span_ns, 1)),
+                "args": {"summary": r.summary, "rule": r.rule, "rows": _jsonable(r.rows[:5]), "n_rows": len(r.rows)},
+            }
+        )
     return len(shown)
 
 
@@ -342,8 +429,9 @@ def _needed_results(con, run: str, results: dict | None, catalog=None) -> dict:
     return out
 
 
-def write_annotated(con, run: str, out: str | Path, results: dict | None = None, *,
-                    catalog=None, batch_rows: int = BATCH_ROWS) -> AnnotateStats:
+def write_annotated(
+    con, run: str, out: str | Path, results: dict | None = None, *, catalog=None, batch_rows: int = BATCH_ROWS
+) -> AnnotateStats:
     """Write the merged, annotated Chrome trace of ``run`` to ``out`` (a temporary file renamed
     at the end, so a reader never sees half a trace).
 
@@ -361,18 +449,27 @@ def write_annotated(con, run: str, out: str | Path, results: dict | None = None,
 
     offsets: dict[str, int] = {}
     if _relation_exists(con, "clock_offsets"):
-        offsets = {h: int(o) for h, o in con.execute(
-            "SELECT host, offset_ns FROM clock_offsets WHERE run = ?", [run]).fetchall() if o is not None}
-    srcs = con.execute("""
+        offsets = {
+            h: int(o)
+            for h, o in con.execute("SELECT host, offset_ns FROM clock_offsets WHERE run = ?", [run]).fetchall()
+            if o is not None
+        }
+    srcs = con.execute(
+        """
         SELECT s.source_id, s.rank, coalesce(s.host, '') AS host, s.path
         FROM sources s
         WHERE s.run = ? AND s.source_id IN (SELECT DISTINCT source_id FROM event_rows WHERE ph <> 'M')
-        ORDER BY s.rank NULLS LAST, s.source_id""", [run]).fetchall()
+        ORDER BY s.rank NULLS LAST, s.source_id""",
+        [run],
+    ).fetchall()
     if not srcs:
-        raise UsageError(f"run {run!r} has no Chrome-trace events to merge (annotate needs trace files, "
-                         "e.g. *.pt.trace.json or trace_view.json)")
-    src_pid = {sid: (RANK_PID_BASE + int(rank) if rank is not None else UNRANKED_PID_BASE + sid)
-               for sid, rank, _h, _p in srcs}
+        raise UsageError(
+            f"run {run!r} has no Chrome-trace events to merge (annotate needs trace files, "
+            "e.g. *.pt.trace.json or trace_view.json)"
+        )
+    src_pid = {
+        sid: (RANK_PID_BASE + int(rank) if rank is not None else UNRANKED_PID_BASE + sid) for sid, rank, _h, _p in srcs
+    }
     src_host = {sid: host for sid, _r, host, _p in srcs}
     src_off = {sid: offsets.get(host, 0) for sid, _r, host, _p in srcs}
     stats.clock_offsets_ns = {h: offsets.get(h, 0) for h in sorted(set(src_host.values()))}
@@ -393,14 +490,17 @@ def write_annotated(con, run: str, out: str | Path, results: dict | None = None,
         stats.slow_ranks = sorted(slow)
         stats.slow_cards = list(dict.fromkeys(f.label for f in findings_mod.slow_cards(results)))
         marks = _Marks(threads)
-        markers = (_markers(con, run, slow, src_off, t0, marks)
-                   if slow and _relation_exists(con, "collective_waits") else [])
+        markers = (
+            _markers(con, run, slow, src_off, t0, marks) if slow and _relation_exists(con, "collective_waits") else []
+        )
         heapq.heapify(markers)
-        con.execute("CREATE OR REPLACE TEMP TABLE _ann_anchor (source_id INTEGER, ts_ns BIGINT, name VARCHAR, "
-                    "aid INTEGER)")
+        con.execute(
+            "CREATE OR REPLACE TEMP TABLE _ann_anchor (source_id INTEGER, ts_ns BIGINT, name VARCHAR, aid INTEGER)"
+        )
         if marks.anchor_ids:
-            con.executemany("INSERT INTO _ann_anchor VALUES (?, ?, ?, ?)",
-                            [(*k, a) for k, a in marks.anchor_ids.items()])
+            con.executemany(
+                "INSERT INTO _ann_anchor VALUES (?, ?, ?, ?)", [(*k, a) for k, a in marks.anchor_ids.items()]
+            )
 
         with atomic_output(out) as f:
             w = _Writer(f)
@@ -412,8 +512,14 @@ def write_annotated(con, run: str, out: str | Path, results: dict | None = None,
                 marks.emit(w, heapq.heappop(markers)[2])
             for m in threads.late_meta:
                 w.event(m)
-            other = {"slowcard": {"run": run, "t0_ns": t0, "clock_offsets_ns": stats.clock_offsets_ns,
-                                  "slow_ranks": {str(k): v for k, v in slow.items()}}}
+            other = {
+                "slowcard": {
+                    "run": run,
+                    "t0_ns": t0,
+                    "clock_offsets_ns": stats.clock_offsets_ns,
+                    "slow_ranks": {str(k): v for k, v in slow.items()},
+                }
+            }
             w.raw(b'\n],\n"otherData":' + orjson.dumps(other) + b"}\n")
     finally:
         con.execute("DROP TABLE IF EXISTS _ann_src")
@@ -457,15 +563,19 @@ def _thread_table(con, srcs) -> _Threads:
     path = {s[0]: s[3] for s in srcs}
     for sid, pid, tid, pname, tname, opid in rows:
         name = tname or (f"tid {tid}" if tid else "(no tid)")
-        if len(groups[opid]) > 1:              # several original processes in this rank
+        if len(groups[opid]) > 1:  # several original processes in this rank
             name = f"{pname or (f'pid {pid}' if pid else '(no pid)')} / {name}"
-        if len(sources[opid]) > 1:             # several files of this rank
+        if len(sources[opid]) > 1:  # several files of this rank
             name = f"[{os.path.basename(path[sid])}] {name}"
         threads.add((sid, pid, tid), opid, name)
-    con.execute("CREATE OR REPLACE TEMP TABLE _ann_threads (source_id INTEGER, pid VARCHAR, tid VARCHAR, "
-                "tkey INTEGER, out_pid BIGINT, out_tid BIGINT)")
-    con.executemany("INSERT INTO _ann_threads VALUES (?, ?, ?, ?, ?, ?)",
-                    [(*key, k, threads.pid[k], threads.tid[k]) for key, k in threads.key.items()])
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE _ann_threads (source_id INTEGER, pid VARCHAR, tid VARCHAR, "
+        "tkey INTEGER, out_pid BIGINT, out_tid BIGINT)"
+    )
+    con.executemany(
+        "INSERT INTO _ann_threads VALUES (?, ?, ?, ?, ?, ?)",
+        [(*key, k, threads.pid[k], threads.tid[k]) for key, k in threads.key.items()],
+    )
     return threads
 
 
@@ -473,8 +583,7 @@ def _thread_table(con, srcs) -> _Threads:
 _US = "(({x}) // 1000)::VARCHAR || '.' || lpad((({x}) % 1000)::VARCHAR, 3, '0')"
 
 
-def _write_events(con, w: _Writer, t0: int, threads: _Threads, markers: list, marks: _Marks,
-                  batch_rows: int) -> int:
+def _write_events(con, w: _Writer, t0: int, threads: _Threads, markers: list, marks: _Marks, batch_rows: int) -> int:
     """Stream the run's events sorted by corrected time (a parent before its children: longer
     first at equal ts). DuckDB writes each event's JSON around its tid; X events get their tid
     from the lane placement."""
@@ -516,7 +625,8 @@ def _write_events(con, w: _Writer, t0: int, threads: _Threads, markers: list, ma
         c = batch.to_pydict()
         parts: list[str] = []
         for tkey, is_x, t_ns, end_ns, aid, head, out_tid, tail in zip(
-                c["tkey"], c["is_x"], c["t_ns"], c["end_ns"], c["aid"], c["head"], c["out_tid"], c["tail"]):
+            c["tkey"], c["is_x"], c["t_ns"], c["end_ns"], c["aid"], c["head"], c["out_tid"], c["tail"]
+        ):
             if markers and markers[0][0] < t_ns:
                 w.text(parts)
                 parts = []

@@ -20,15 +20,18 @@ def _subject(q: Query) -> str:
 
 def query_section(q: Query) -> str:
     lines = [f"## {q.name} (v{q.version}, {q.role})", "", _cell(q.description), ""]
-    facts = [("reads", ", ".join(f"`{r}`" for r in q.requires)),
-             ("verdict", f"`{q.rule_text}`")]
+    facts = [("reads", ", ".join(f"`{r}`" for r in q.requires)), ("verdict", f"`{q.rule_text}`")]
     if q.is_verdict:
-        facts += [("finding about", _subject(q)),
-                  ("priority", "never names the slow card" if q.priority is None else str(q.priority))]
+        facts += [
+            ("finding about", _subject(q)),
+            ("priority", "never names the slow card" if q.priority is None else str(q.priority)),
+        ]
     elif q.subject:
         facts.append(("rows about", _subject(q)))
-    facts += [("runs in diagnose at", str(q.order)),
-              ("shown in", ", ".join(f"`{s}`" for s in q.shows) or "the verdict lists only")]
+    facts += [
+        ("runs in diagnose at", str(q.order)),
+        ("shown in", ", ".join(f"`{s}`" for s in q.shows) or "the verdict lists only"),
+    ]
     lines += [f"- {k}: {v}" for k, v in facts]
     if q.params:
         lines += ["", "| parameter | type | default | meaning |", "|---|---|---|---|"]
@@ -67,8 +70,11 @@ def catalog_markdown(catalog: dict[str, Query]) -> str:
         "",
         "| query | version | role | verdict | subject | priority | order |",
         "|---|---|---|---|---|---|---|",
-        *[f"| [{q.name}](#{q.name}-v{q.version}-{q.role}) | {q.version} | {q.role} | `{_cell(q.rule_text)}` | "
-          f"{_subject(q)} | {'-' if q.priority is None else q.priority} | {q.order} |" for q in ordered],
+        *[
+            f"| [{q.name}](#{q.name}-v{q.version}-{q.role}) | {q.version} | {q.role} | `{_cell(q.rule_text)}` | "
+            f"{_subject(q)} | {'-' if q.priority is None else q.priority} | {q.order} |"
+            for q in ordered
+        ],
         "",
     ]
     return "\n".join(head) + "\n" + "\n\n".join(query_section(q) for q in ordered) + "\n"

@@ -16,14 +16,24 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
 from . import queries as queries_mod
 from . import render
-from .cli_common import (DEFAULT_DB, Commands, DbOption, DebugOption, FormatOption, LimitOption, SqlDirOption,
-                         StrictOption, check_format, pick_runs, progress_printer)
+from .cli_common import (
+    DEFAULT_DB,
+    Commands,
+    DbOption,
+    DebugOption,
+    FormatOption,
+    LimitOption,
+    SqlDirOption,
+    StrictOption,
+    check_format,
+    pick_runs,
+    progress_printer,
+)
 from .errors import SlowcardError, UsageError
 from .verdict import Status
 
@@ -48,16 +58,28 @@ def _fail(msg: str, code: int = 2):
 
 @app.command()
 def ingest(
-    paths: List[str] = typer.Argument(..., help="Files, folders (walked recursively) or globs."),
+    paths: list[str] = typer.Argument(..., help="Files, folders (walked recursively) or globs."),
     db: Path = typer.Option(DEFAULT_DB, "--db", help="DuckDB database file (created if missing)."),
-    run: Optional[str] = typer.Option(None, "--run", help="Run name (default: the folder given)."),
+    run: str | None = typer.Option(None, "--run", help="Run name (default: the folder given)."),
     jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="Files parsed in parallel."),
-    rank_pattern: Optional[str] = typer.Option(None, "--rank-pattern", help="Regex on the path; group 'rank' (or the first group) is the rank."),
-    rank_map: Optional[Path] = typer.Option(None, "--rank-map", help="CSV 'path,rank' or JSON {path-or-glob: rank}; overrides every other source."),
-    taxonomy: Optional[Path] = typer.Option(None, "--taxonomy", help="CSV pattern,op_class,coll_kind,priority of user op-name patterns (win over built-ins)."),
-    run_per_folder: bool = typer.Option(False, "--run-per-folder", help="Each sub-folder of PATH is its own run, named after it."),
+    rank_pattern: str | None = typer.Option(
+        None, "--rank-pattern", help="Regex on the path; group 'rank' (or the first group) is the rank."
+    ),
+    rank_map: Path | None = typer.Option(
+        None, "--rank-map", help="CSV 'path,rank' or JSON {path-or-glob: rank}; overrides every other source."
+    ),
+    taxonomy: Path | None = typer.Option(
+        None,
+        "--taxonomy",
+        help="CSV pattern,op_class,coll_kind,priority of user op-name patterns (win over built-ins).",
+    ),
+    run_per_folder: bool = typer.Option(
+        False, "--run-per-folder", help="Each sub-folder of PATH is its own run, named after it."
+    ),
     executor: str = typer.Option("local", "--executor", help="local | dask (parse files on Dask workers)."),
-    scheduler: Optional[str] = typer.Option(None, "--scheduler", help="Dask scheduler tcp://HOST:PORT (default: a LocalCluster on loopback)."),
+    scheduler: str | None = typer.Option(
+        None, "--scheduler", help="Dask scheduler tcp://HOST:PORT (default: a LocalCluster on loopback)."
+    ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No per-file summary table."),
 ):
     """Stream profiler output into one DuckDB database, tagged with a run name.
@@ -67,9 +89,19 @@ def ingest(
     """
     from .ingest.runs import ingest_runs
 
-    reports = ingest_runs(db, paths, run, run_per_folder=run_per_folder, taxonomy=taxonomy, executor=executor,
-                          scheduler=scheduler, jobs=jobs, rank_pattern=rank_pattern, rank_map=rank_map,
-                          progress=progress_printer())
+    reports = ingest_runs(
+        db,
+        paths,
+        run,
+        run_per_folder=run_per_folder,
+        taxonomy=taxonomy,
+        executor=executor,
+        scheduler=scheduler,
+        jobs=jobs,
+        rank_pattern=rank_pattern,
+        rank_map=rank_map,
+        progress=progress_printer(),
+    )
     for report in reports:
         if not quiet:
             typer.echo(render.ingest_table(report))
@@ -77,8 +109,10 @@ def ingest(
             typer.echo(f"warning: {w}", err=True)
         for f in report.files:
             if f.status in ("failed", "truncated", "salvaged"):
-                typer.echo(f"{f.status}: {f.path}: {f.message}" if f.path not in f.message
-                       else f"{f.status}: {f.message}", err=True)
+                typer.echo(
+                    f"{f.status}: {f.path}: {f.message}" if f.path not in f.message else f"{f.status}: {f.message}",
+                    err=True,
+                )
     raise typer.Exit(max(r.exit_code for r in reports))
 
 
@@ -94,11 +128,11 @@ def _parse_params(pairs: list[str] | None) -> dict:
 
 @app.command()
 def query(
-    names: List[str] = typer.Argument(None, help="Query names (default: every query)."),
+    names: list[str] = typer.Argument(None, help="Query names (default: every query)."),
     db: DbOption = Path(DEFAULT_DB),
-    run: Optional[List[str]] = typer.Option(None, "--run", help="Run name (repeatable; default: the latest run)."),
+    run: list[str] | None = typer.Option(None, "--run", help="Run name (repeatable; default: the latest run)."),
     all_runs: bool = typer.Option(False, "--all-runs", help="Every run in the database, one result each."),
-    param: Optional[List[str]] = typer.Option(None, "--param", "-p", help="Query parameter key=value (repeatable)."),
+    param: list[str] | None = typer.Option(None, "--param", "-p", help="Query parameter key=value (repeatable)."),
     fmt: FormatOption = "table",
     sql_dir: SqlDirOption = None,
     strict: StrictOption = False,
@@ -120,11 +154,10 @@ def query(
     if params and len(selected) > 1:
         raise UsageError("-p applies to one query; name exactly one query")
     for q in selected:
-        queries_mod.bind_params(q, params)       # validate before running anything
+        queries_mod.bind_params(q, params)  # validate before running anything
     con = queries_mod.open_readonly(db)
     try:
-        results = [queries_mod.run_query(con, q, r, params)
-                   for r in pick_runs(con, run, all_runs) for q in selected]
+        results = [queries_mod.run_query(con, q, r, params) for r in pick_runs(con, run, all_runs) for q in selected]
     finally:
         con.close()
     typer.echo(render.render_results(results, fmt, limit))
@@ -167,10 +200,12 @@ def list_queries(
 @app.command()
 def show(
     name: str = typer.Argument(..., help="Query name."),
-    run: Optional[str] = typer.Option(None, "--run", help="Run to bind (default: the database's first run)."),
-    param: Optional[List[str]] = typer.Option(None, "--param", "-p", help="key=value, repeatable (default: the query's defaults)."),
+    run: str | None = typer.Option(None, "--run", help="Run to bind (default: the database's first run)."),
+    param: list[str] | None = typer.Option(
+        None, "--param", "-p", help="key=value, repeatable (default: the query's defaults)."
+    ),
     raw: bool = typer.Option(False, "--raw", help="The query file as it is ($parameters unbound)."),
-    sql_dir: Optional[List[Path]] = typer.Option(None, "--sql-dir", help="Extra folder of query files."),
+    sql_dir: list[Path] | None = typer.Option(None, "--sql-dir", help="Extra folder of query files."),
 ):
     """Print a query as a script for the duckdb shell: parameters become SET VARIABLE lines
     (defaults, or --run / -p), so it runs as printed.
@@ -180,8 +215,9 @@ def show(
     """
     try:
         q = queries_mod.find(queries_mod.load_catalog(sql_dir), name)
-        text = (q.path.read_text(encoding="utf-8").rstrip() if raw
-                else queries_mod.shell_sql(q, run, _parse_params(param)))
+        text = (
+            q.path.read_text(encoding="utf-8").rstrip() if raw else queries_mod.shell_sql(q, run, _parse_params(param))
+        )
     except SlowcardError as exc:
         _fail(str(exc), 2)
     typer.echo(text)
@@ -189,9 +225,11 @@ def show(
 
 @app.command()
 def diagnose(
-    paths: List[str] = typer.Argument(None, help="Profiler output to ingest first (files, folders, globs)."),
+    paths: list[str] = typer.Argument(None, help="Profiler output to ingest first (files, folders, globs)."),
     db: DbOption = Path(DEFAULT_DB),
-    run: Optional[str] = typer.Option(None, "--run", help="Run to diagnose (default: the one just ingested, else the latest)."),
+    run: str | None = typer.Option(
+        None, "--run", help="Run to diagnose (default: the one just ingested, else the latest)."
+    ),
     fmt: FormatOption = "table",
     sql_dir: SqlDirOption = None,
     strict: StrictOption = False,
@@ -264,8 +302,8 @@ def compare(
 def export(
     parquet: Path = typer.Option(..., "--parquet", help="Output folder for Hive-partitioned Parquet."),
     db: DbOption = Path(DEFAULT_DB),
-    run: Optional[List[str]] = typer.Option(None, "--run", help="Only these runs (repeatable; default all)."),
-    table: Optional[List[str]] = typer.Option(None, "--table", help="Only these tables (repeatable)."),
+    run: list[str] | None = typer.Option(None, "--run", help="Only these runs (repeatable; default all)."),
+    table: list[str] | None = typer.Option(None, "--table", help="Only these tables (repeatable)."),
 ):
     """Write the tables as Parquet partitioned by run (and rank): <dir>/<table>/run=…/rank=…/.
 
@@ -278,7 +316,7 @@ def export(
     from .export import export_parquet
 
     try:
-        store.open_db(db, read_only=True).close()     # refresh views if this version changed them
+        store.open_db(db, read_only=True).close()  # refresh views if this version changed them
         con = store.connect(db, read_only=True)
         try:
             if run:
@@ -328,7 +366,7 @@ class _TerminalSafe:
         return self._stream.write(text)
 
     def __getattr__(self, name):
-        if name == "buffer":      # click would write bytes straight to it, around this filter
+        if name == "buffer":  # click would write bytes straight to it, around this filter
             raise AttributeError(name)
         return getattr(self._stream, name)
 
@@ -336,7 +374,7 @@ class _TerminalSafe:
 def _on_interrupt(signum, frame):
     """Ctrl-C: one line, then typer exits with 130 (the code of SIGINT, not 1 "a file failed");
     what committed before stays, and the file being written is removed at the next open."""
-    signal.signal(signal.SIGINT, signal.default_int_handler)     # a second Ctrl-C is not delayed
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # a second Ctrl-C is not delayed
     sys.stderr.write("interrupted (Ctrl-C); what was committed before it is kept\n")
     raise KeyboardInterrupt
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, List, Optional
+from typing import Annotated
 
 import typer
 from typer.core import TyperGroup
@@ -24,9 +24,10 @@ DEFAULT_DB = "slowcard.duckdb"
 
 # Options several commands take, declared once.
 DbOption = Annotated[Path, typer.Option("--db", help="DuckDB database file.")]
-SqlDirOption = Annotated[Optional[List[Path]],
-                         typer.Option("--sql-dir", help="Extra folder of query files (same header rules).")]
-RunOption = Annotated[Optional[str], typer.Option("--run", help="Run name (default: the latest run).")]
+SqlDirOption = Annotated[
+    list[Path] | None, typer.Option("--sql-dir", help="Extra folder of query files (same header rules).")
+]
+RunOption = Annotated[str | None, typer.Option("--run", help="Run name (default: the latest run).")]
 StrictOption = Annotated[bool, typer.Option("--strict", help="Exit 1 on WARN too.")]
 LimitOption = Annotated[int, typer.Option("--limit", help="Rows shown per table in table formats (0: all).")]
 FormatOption = Annotated[str, typer.Option("--format", "-f", help="table | json (query: also csv | markdown)")]
@@ -62,8 +63,9 @@ def check_format(fmt: str, allowed) -> None:
         fail(f"--format {fmt!r}: expected one of {', '.join(allowed)}")
 
 
-def pick_runs(con, run: Optional[List[str]], all_runs: bool = False,
-              choose: str = "--run NAME or --all-runs") -> list[str]:
+def pick_runs(
+    con, run: list[str] | None, all_runs: bool = False, choose: str = "--run NAME or --all-runs"
+) -> list[str]:
     """The runs to work on: the given ones (checked), all, or the latest (with a note on stderr)."""
     known = queries_mod.runs(con)
     if not known:
@@ -76,12 +78,13 @@ def pick_runs(con, run: Optional[List[str]], all_runs: bool = False,
             raise UsageError(f"no run named {', '.join(map(repr, missing))}; runs in the database: {', '.join(known)}")
         return list(run)
     if len(known) > 1:
-        typer.echo(f"note: {len(known)} runs in the database; using the latest, {known[-1]!r} "
-                   f"({choose} to choose)", err=True)
+        typer.echo(
+            f"note: {len(known)} runs in the database; using the latest, {known[-1]!r} ({choose} to choose)", err=True
+        )
     return [known[-1]]
 
 
-def pick_run(con, run: Optional[str]) -> str:
+def pick_run(con, run: str | None) -> str:
     """One run: the given one (checked) or the latest."""
     return pick_runs(con, [run] if run else None, choose="--run NAME")[0]
 

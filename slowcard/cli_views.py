@@ -8,7 +8,6 @@ errors reach the group's error boundary, ``cli_common.Commands``).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
@@ -53,9 +52,19 @@ def register(app: typer.Typer) -> None:
     def show_taxonomy(
         db: DbOption = Path(DEFAULT_DB),
         run: RunOption = None,
-        name: Optional[List[str]] = typer.Option(None, "--name", help="Only classify these op/kernel names (repeatable); no run needed."),
-        taxonomy_file: Optional[Path] = typer.Option(None, "--taxonomy", help="With --name: also apply this user taxonomy CSV (pattern,op_class,coll_kind,priority)."),
-        unmatched: int = typer.Option(15, "--unmatched", help="Also list the N costliest unclassified kernels / cpu_ops / annotations of the run (0: none)."),
+        name: list[str] | None = typer.Option(
+            None, "--name", help="Only classify these op/kernel names (repeatable); no run needed."
+        ),
+        taxonomy_file: Path | None = typer.Option(
+            None,
+            "--taxonomy",
+            help="With --name: also apply this user taxonomy CSV (pattern,op_class,coll_kind,priority).",
+        ),
+        unmatched: int = typer.Option(
+            15,
+            "--unmatched",
+            help="Also list the N costliest unclassified kernels / cpu_ops / annotations of the run (0: none).",
+        ),
         all_rows: bool = typer.Option(False, "--all", help="Also list taxonomy rows that matched nothing in the run."),
         fmt: str = typer.Option("table", "--format", "-f", help="table | csv | json"),
     ):
@@ -97,9 +106,16 @@ def register(app: typer.Typer) -> None:
         if fmt == "json" and extra is not None:
             import json
 
-            typer.echo(json.dumps({"matched": [dict(zip(cols, r)) for r in rows],
-                                   "unmatched": [dict(zip(extra[0], r)) for r in extra[1]]},
-                                  indent=1, default=str))
+            typer.echo(
+                json.dumps(
+                    {
+                        "matched": [dict(zip(cols, r)) for r in rows],
+                        "unmatched": [dict(zip(extra[0], r)) for r in extra[1]],
+                    },
+                    indent=1,
+                    default=str,
+                )
+            )
             raise typer.Exit(0)
         if fmt == "table":
             typer.echo(f"taxonomy rows that classified operations of run {chosen!r}:")
@@ -107,7 +123,9 @@ def register(app: typer.Typer) -> None:
         if extra is not None and fmt != "json":
             typer.echo("")
             if fmt == "table":
-                typer.echo("costliest names nothing matched (add rows for them with `slowcard ingest --taxonomy FILE`):")
+                typer.echo(
+                    "costliest names nothing matched (add rows for them with `slowcard ingest --taxonomy FILE`):"
+                )
             typer.echo(_table(*extra, fmt) if extra[1] else "(none)")
         raise typer.Exit(0)
 
@@ -143,8 +161,9 @@ def register(app: typer.Typer) -> None:
         bad = sorted(r.query for r in results.values() if r.status == Status.ERROR)
         typer.echo(f"wrote {out} (run {chosen!r}, {len(page) / 1e6:.1f} MB)")
         if bad:
-            typer.echo(f"warning: these queries ended in ERROR and show as such in the report: {', '.join(bad)}",
-                       err=True)
+            typer.echo(
+                f"warning: these queries ended in ERROR and show as such in the report: {', '.join(bad)}", err=True
+            )
         raise typer.Exit(0)
 
     @app.command()
@@ -176,9 +195,14 @@ def register(app: typer.Typer) -> None:
         finally:
             con.close()
         slow = "; ".join(stats.slow_cards) or "none"
-        typer.echo(f"wrote {out}: {stats.events:,} events of {stats.processes} process(es), "
-                   f"slow card(s): {slow}, {stats.markers} arrival marker(s), {stats.flows} flow(s), "
-                   f"{stats.verdicts} verdict(s)"
-                   + (f"; {stats.moved_events} overlapping event(s) moved to {stats.overlap_threads} extra "
-                      "thread(s)" if stats.moved_events else ""))
+        typer.echo(
+            f"wrote {out}: {stats.events:,} events of {stats.processes} process(es), "
+            f"slow card(s): {slow}, {stats.markers} arrival marker(s), {stats.flows} flow(s), "
+            f"{stats.verdicts} verdict(s)"
+            + (
+                f"; {stats.moved_events} overlapping event(s) moved to {stats.overlap_threads} extra thread(s)"
+                if stats.moved_events
+                else ""
+            )
+        )
         raise typer.Exit(0)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
-from typing import Any, List, Literal, Optional, overload
+from typing import Any, Literal, overload
 
 import typer
 
@@ -95,23 +95,47 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def watch(
-        scrape: Optional[List[str]] = typer.Option(None, "--scrape", help="A /metrics URL, optionally URL=DP (repeatable; default DP: the engine label, else the position)."),
-        prometheus: Optional[str] = typer.Option(None, "--prometheus", help="Prometheus server URL: range-query backfill, then follow."),
-        dp_map: Optional[List[str]] = typer.Option(None, "--dp-map", help="With --prometheus: INSTANCE=DP for instances without an engine label (repeatable)."),
+        scrape: list[str] | None = typer.Option(
+            None,
+            "--scrape",
+            help="A /metrics URL, optionally URL=DP (repeatable; default DP: the engine label, else the position).",
+        ),
+        prometheus: str | None = typer.Option(
+            None, "--prometheus", help="Prometheus server URL: range-query backfill, then follow."
+        ),
+        dp_map: list[str] | None = typer.Option(
+            None, "--dp-map", help="With --prometheus: INSTANCE=DP for instances without an engine label (repeatable)."
+        ),
         db: Path = typer.Option(DEFAULT_DB, "--db", help="DuckDB database file (created if missing)."),
         run: str = typer.Option("watch", "--run", help="Run name the metrics are stored under."),
         interval: str = typer.Option("15s", "--interval", help="Collection interval (= window length), e.g. 15s, 1m."),
-        duration: Optional[str] = typer.Option(None, "--duration", help="Stop after this long (default: until Ctrl-C)."),
-        backfill: str = typer.Option("1h", "--backfill", help="With --prometheus: how far back the first collection reaches."),
-        retention: str = typer.Option("7d", "--retention", help="Windows older than this are deleted from the database."),
+        duration: str | None = typer.Option(None, "--duration", help="Stop after this long (default: until Ctrl-C)."),
+        backfill: str = typer.Option(
+            "1h", "--backfill", help="With --prometheus: how far back the first collection reaches."
+        ),
+        retention: str = typer.Option(
+            "7d", "--retention", help="Windows older than this are deleted from the database."
+        ),
         timeout: str = typer.Option("5s", "--timeout", help="Per-request timeout."),
-        metric: Optional[List[str]] = typer.Option(None, "--metric", help="CANONICAL=NAME: read another exposed metric (e.g. expert_tokens=my_moe_tokens_total)."),
-        dp_label: Optional[str] = typer.Option(None, "--dp-label", help="Label holding the DP rank (default: engine, dp, dp_rank)."),
-        exec_cmd: Optional[str] = typer.Option(None, "--exec", help="Shell command run when a verdict turns FAIL or back (SLOWCARD_QUERY/STATUS/BEFORE/SUMMARY/RUN in its environment)."),
-        webhook: Optional[str] = typer.Option(None, "--webhook", help="URL that gets a JSON POST when a verdict turns FAIL or back."),
+        metric: list[str] | None = typer.Option(
+            None,
+            "--metric",
+            help="CANONICAL=NAME: read another exposed metric (e.g. expert_tokens=my_moe_tokens_total).",
+        ),
+        dp_label: str | None = typer.Option(
+            None, "--dp-label", help="Label holding the DP rank (default: engine, dp, dp_rank)."
+        ),
+        exec_cmd: str | None = typer.Option(
+            None,
+            "--exec",
+            help="Shell command run when a verdict turns FAIL or back (SLOWCARD_QUERY/STATUS/BEFORE/SUMMARY/RUN in its environment).",
+        ),
+        webhook: str | None = typer.Option(
+            None, "--webhook", help="URL that gets a JSON POST when a verdict turns FAIL or back."
+        ),
         once: bool = typer.Option(False, "--once", help="Collect one window, judge, print, exit (for cron)."),
         strict: bool = typer.Option(False, "--strict", help="Exit 1 on WARN too."),
-        sql_dir: Optional[List[Path]] = typer.Option(None, "--sql-dir", help="Extra folder of query files."),
+        sql_dir: list[Path] | None = typer.Option(None, "--sql-dir", help="Extra folder of query files."),
     ):
         """Collect live service metrics (vLLM /metrics or a Prometheus server) into the database
         and re-judge dp-metrics-imbalance and expert-hotspots after every interval.
@@ -145,7 +169,7 @@ def register(app: typer.Typer) -> None:
                         raise UsageError(f"--scrape {url!r}: expected an http:// or https:// URL")
                 source = ScrapeSource(targets, mapping, timeout_s=timeout_s)
             else:
-                assert prometheus is not None      # exactly one of --scrape / --prometheus: checked above
+                assert prometheus is not None  # exactly one of --scrape / --prometheus: checked above
                 if not prometheus.startswith(("http://", "https://")):
                     raise UsageError(f"--prometheus {prometheus!r}: expected an http:// or https:// URL")
                 dmap = {}
@@ -153,11 +177,23 @@ def register(app: typer.Typer) -> None:
                     if not v.strip().isdigit():
                         raise UsageError(f"--dp-map {k}={v}: the DP rank must be a number >= 0")
                     dmap[k] = int(v)
-                source = PrometheusSource(prometheus, mapping, step_s=interval_s,
-                                          backfill_s=parse_duration(backfill, "--backfill"), dp_map=dmap,
-                                          timeout_s=timeout_s)
-            watcher = Watcher(db, run, source, retention_s=parse_duration(retention, "--retention"),
-                              exec_cmd=exec_cmd, webhook=webhook, sql_dirs=sql_dir)
+                source = PrometheusSource(
+                    prometheus,
+                    mapping,
+                    step_s=interval_s,
+                    backfill_s=parse_duration(backfill, "--backfill"),
+                    dp_map=dmap,
+                    timeout_s=timeout_s,
+                )
+            watcher = Watcher(
+                db,
+                run,
+                source,
+                retention_s=parse_duration(retention, "--retention"),
+                exec_cmd=exec_cmd,
+                webhook=webhook,
+                sql_dirs=sql_dir,
+            )
 
             def show(step):
                 nonlocal last
@@ -175,7 +211,7 @@ def register(app: typer.Typer) -> None:
                 typer.echo("interrupted: every window collected before Ctrl-C is in the database", err=True)
         except SlowcardError as exc:
             typer.echo(f"Error: {exc}", err=True)
-            raise typer.Exit(2)
+            raise typer.Exit(2) from None
         results = list(last.results.values()) if last else []
         bad = {"FAIL", "ERROR"} | ({"WARN"} if strict else set())
         raise typer.Exit(1 if any(r.status in bad for r in results) else 0)

@@ -18,14 +18,20 @@ KEY_COLUMNS = ("rank", "dp_rank", "layer", "expert", "host", "pg", "coll_kind")
 class Comparison:
     run_a: str
     run_b: str
-    verdicts: list = field(default_factory=list)      # one dict per verdict query
-    metrics: dict = field(default_factory=dict)       # query -> {"key": [...], "rows": [...]}
+    verdicts: list = field(default_factory=list)  # one dict per verdict query
+    metrics: dict = field(default_factory=dict)  # query -> {"key": [...], "rows": [...]}
     slow_cards_a: list = field(default_factory=list)  # the run's slow cards (findings.slow_cards)
     slow_cards_b: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return {"run_a": self.run_a, "run_b": self.run_b, "slow_cards_a": self.slow_cards_a,
-                "slow_cards_b": self.slow_cards_b, "verdicts": self.verdicts, "metrics": self.metrics}
+        return {
+            "run_a": self.run_a,
+            "run_b": self.run_b,
+            "slow_cards_a": self.slow_cards_a,
+            "slow_cards_b": self.slow_cards_b,
+            "verdicts": self.verdicts,
+            "metrics": self.metrics,
+        }
 
 
 def _flagged(res) -> list[str]:
@@ -69,8 +75,9 @@ def compare(con, run_a: str, run_b: str, catalog: dict | None = None) -> Compari
     catalog = catalog or queries_mod.load_catalog()
     cmp = Comparison(run_a=run_a, run_b=run_b)
     # every verdict (the ones that name slow cards first), then the reports shown in compare
-    verdicts = sorted((q for q in catalog.values() if q.is_verdict),
-                      key=lambda q: (q.priority is None, q.priority or 0, q.name))
+    verdicts = sorted(
+        (q for q in catalog.values() if q.is_verdict), key=lambda q: (q.priority is None, q.priority or 0, q.name)
+    )
     metrics = sorted((q for q in catalog.values() if "compare" in q.shows), key=lambda q: (q.order, q.name))
     results_a, results_b = {}, {}
     for q in verdicts + metrics:
@@ -85,11 +92,17 @@ def compare(con, run_a: str, run_b: str, catalog: dict | None = None) -> Compari
                 note.append("gone in B: " + "; ".join(gone))
             if new:
                 note.append("new in B: " + "; ".join(new))
-            cmp.verdicts.append({
-                "query": f"{q.name}@v{q.version}", "status_a": ra.status, "status_b": rb.status,
-                "flagged_a": fa, "flagged_b": fb, "changed": ra.status != rb.status or fa != fb,
-                "note": "; ".join(note) or ("unchanged" if ra.status == rb.status else "status changed"),
-            })
+            cmp.verdicts.append(
+                {
+                    "query": f"{q.name}@v{q.version}",
+                    "status_a": ra.status,
+                    "status_b": rb.status,
+                    "flagged_a": fa,
+                    "flagged_b": fb,
+                    "changed": ra.status != rb.status or fa != fb,
+                    "note": "; ".join(note) or ("unchanged" if ra.status == rb.status else "status changed"),
+                }
+            )
         elif not {ra.status, rb.status} & {Status.SKIP, Status.ERROR}:
             cmp.metrics[f"{q.name}@v{q.version}"] = side_by_side(ra, rb)
     cmp.slow_cards_a = [f.short() for f in findings_mod.slow_cards(results_a)]

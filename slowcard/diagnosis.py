@@ -16,10 +16,11 @@ from . import findings as findings_mod
 from . import queries as queries_mod
 from .verdict import Status
 
+
 @dataclass
 class Diagnosis:
     run: str
-    results: dict = field(default_factory=dict)       # query name -> Result, in ORDER
+    results: dict = field(default_factory=dict)  # query name -> Result, in ORDER
     conclusion: dict = field(default_factory=dict)
 
     @property
@@ -32,8 +33,12 @@ class Diagnosis:
         return findings_mod.slow_cards(self.results)
 
     def to_dict(self) -> dict:
-        return {"run": self.run, "status": str(self.status), "conclusion": self.conclusion,
-                "results": [findings_mod.result_dict(r) for r in self.results.values()]}
+        return {
+            "run": self.run,
+            "status": str(self.status),
+            "conclusion": self.conclusion,
+            "results": [findings_mod.result_dict(r) for r in self.results.values()],
+        }
 
 
 def ordered(catalog: dict) -> list:
@@ -56,7 +61,7 @@ def conclude(results: dict) -> dict:
     res, found = findings_mod.speaker(results)
     if res is not None:
         first = found[0]
-        cards = list(dict.fromkeys(f.label for f in found))   # one card, several rows
+        cards = list(dict.fromkeys(f.label for f in found))  # one card, several rows
         cause = first.cause or res.query
         return {
             "status": str(res.status),
@@ -71,22 +76,34 @@ def conclude(results: dict) -> dict:
     ran = [r for r in results.values() if r.status not in (Status.SKIP, Status.ERROR)]
     errors = [f"{r.query}: {r.summary}" for r in results.values() if r.status == Status.ERROR]
     if not ran:
-        return {"status": str(Status.SKIP), "headline": "Nothing to diagnose: no query found its tables in this run",
-                "slow_cards": [], "cause": None, "evidence": "; ".join(errors),
-                "next_step": "ingest traces (Kineto / Ascend), operator CSVs, service CSVs or expert data",
-                "query": None}
+        return {
+            "status": str(Status.SKIP),
+            "headline": "Nothing to diagnose: no query found its tables in this run",
+            "slow_cards": [],
+            "cause": None,
+            "evidence": "; ".join(errors),
+            "next_step": "ingest traces (Kineto / Ascend), operator CSVs, service CSVs or expert data",
+            "query": None,
+        }
     speakers = [r for r in ran if r.spec is not None and r.spec.is_verdict and r.spec.priority is not None]
     # the reports behind the report's figures that have data for this run
-    reports = [r.query for r in ran if r.spec is not None and not r.spec.is_verdict
-               and any(s.startswith("report.") for s in r.spec.shows)]
-    return {"status": str(Status.PASS), "headline": "No slow card: no verdict query flags a rank, DP domain or expert",
-            "slow_cards": [], "cause": None,
-            "evidence": "; ".join(f"{r.query}@v{r.version} {r.status}" for r in speakers),
-            "next_step": "if the service is still slow, look outside MoE/DP balance (host overhead, "
-                         "scheduling, memory) — see " + (_and(reports) or "the report queries"),
-            "query": None}
+    reports = [
+        r.query
+        for r in ran
+        if r.spec is not None and not r.spec.is_verdict and any(s.startswith("report.") for s in r.spec.shows)
+    ]
+    return {
+        "status": str(Status.PASS),
+        "headline": "No slow card: no verdict query flags a rank, DP domain or expert",
+        "slow_cards": [],
+        "cause": None,
+        "evidence": "; ".join(f"{r.query}@v{r.version} {r.status}" for r in speakers),
+        "next_step": "if the service is still slow, look outside MoE/DP balance (host overhead, "
+        "scheduling, memory) — see " + (_and(reports) or "the report queries"),
+        "query": None,
+    }
 
 
 def _and(items: list[str]) -> str:
-    """"a", "a and b", "a, b and c"."""
+    """ "a", "a and b", "a, b and c"."""
     return " and ".join([", ".join(items[:-1]), items[-1]]) if len(items) > 1 else "".join(items)

@@ -53,14 +53,16 @@ CONNECT_TIMEOUT_S = 20
 # Per worker process: a schema-applied empty database copied for each file, because applying
 # the whole DDL takes ~1 s and a copy ~0.1 s (see bench/README.md, Scale).
 _TEMPLATE: dict[tuple[str, str], Path] = {}
-_STAGED: dict[str, list[str]] = {}          # per schema fingerprint: the tables to stage
+_STAGED: dict[str, list[str]] = {}  # per schema fingerprint: the tables to stage
 
 
 def _dask():
     try:
         from dask.distributed import Client, LocalCluster, as_completed
     except ImportError:
-        raise UsageError(f"--executor dask needs dask.distributed, which is not installed; run `{INSTALL_HINT}`") from None
+        raise UsageError(
+            f"--executor dask needs dask.distributed, which is not installed; run `{INSTALL_HINT}`"
+        ) from None
     return Client, LocalCluster, as_completed
 
 
@@ -114,8 +116,16 @@ def _worker_memory_limit() -> int | None:
         return None
 
 
-def ingest_one_file(path: str, run: str, explicit: bool, size: int, options: IngestOptions,
-                    rank_pattern: str | None, rank_map, stage_dir: str) -> dict:
+def ingest_one_file(
+    path: str,
+    run: str,
+    explicit: bool,
+    size: int,
+    options: IngestOptions,
+    rank_pattern: str | None,
+    rank_map,
+    stage_dir: str,
+) -> dict:
     """Task body (runs on a worker): ingest one file into a private temporary database and stage
     its rows as Parquet in ``stage_dir``. Returns the small dict the coordinator registers."""
     t0 = time.perf_counter()
@@ -138,8 +148,12 @@ def ingest_one_file(path: str, run: str, explicit: bool, size: int, options: Ing
             if rows:
                 out["source"] = dict(zip([d[0] for d in cur.description], rows[0]))
                 sid = out["source"]["source_id"]
-                out["drops"] = [tuple(r) for r in con.execute(
-                    "SELECT reason, position, n_rows FROM source_drops WHERE source_id = ?", [sid]).fetchall()]
+                out["drops"] = [
+                    tuple(r)
+                    for r in con.execute(
+                        "SELECT reason, position, n_rows FROM source_drops WHERE source_id = ?", [sid]
+                    ).fetchall()
+                ]
                 token = uuid.uuid4().hex
                 for table in _staged_tables(con):
                     if not con.execute(f'SELECT 1 FROM "{table}" LIMIT 1').fetchall():
@@ -167,9 +181,14 @@ def _sql_str(s: str) -> str:
 
 
 def _table_columns(con, table: str) -> list[str]:
-    return [r[0] for r in con.execute(
-        "SELECT column_name FROM information_schema.columns WHERE table_schema = 'main' "
-        "AND table_name = ? ORDER BY ordinal_position", [table]).fetchall()]
+    return [
+        r[0]
+        for r in con.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_schema = 'main' "
+            "AND table_name = ? ORDER BY ordinal_position",
+            [table],
+        ).fetchall()
+    ]
 
 
 def _record(src: dict) -> store.SourceRecord:
@@ -184,7 +203,7 @@ def _register(con, run: str, size: int, out: dict, columns: dict[str, list[str]]
     """Copy one staged file into the database and publish it (one commit)."""
     res = FileResult(**out["result"])
     src = out["source"]
-    if src is None:                       # failed or skipped on the worker: nothing to register
+    if src is None:  # failed or skipped on the worker: nothing to register
         return res
     t0 = time.perf_counter()
     # Workers on another machine may run another slowcard version: their staged tables must have
@@ -193,10 +212,13 @@ def _register(con, run: str, size: int, out: dict, columns: dict[str, list[str]]
         mine = columns.get(table)
         if mine is None or sorted(mine) != sorted(cols):
             res.status, res.rows_kept, res.rows_dropped, res.rank, res.rank_source = "failed", 0, 0, None, None
-            what = ("has no such table" if mine is None else
-                    f"has columns {sorted(set(mine) ^ set(cols))} on one side only")
-            res.message = (f"{res.path}: the Dask worker staged {table!r} but this database {what}; "
-                           "install the same slowcard version on every worker")
+            what = (
+                "has no such table" if mine is None else f"has columns {sorted(set(mine) ^ set(cols))} on one side only"
+            )
+            res.message = (
+                f"{res.path}: the Dask worker staged {table!r} but this database {what}; "
+                "install the same slowcard version on every worker"
+            )
             return res
     sid = store.new_source_id(con)
     try:
@@ -204,8 +226,10 @@ def _register(con, run: str, size: int, out: dict, columns: dict[str, list[str]]
             for table, pq in sorted(out["parquet"].items()):
                 cols = [c for c in columns[table] if c != "source_id"]
                 names = ", ".join(f'"{c}"' for c in cols)
-                con.execute(f'INSERT INTO "{table}" ("source_id", {names}) '
-                            f"SELECT $sid, {names} FROM read_parquet($pq)", {"sid": sid, "pq": pq})
+                con.execute(
+                    f'INSERT INTO "{table}" ("source_id", {names}) SELECT $sid, {names} FROM read_parquet($pq)',
+                    {"sid": sid, "pq": pq},
+                )
             store.commit_source(con, sid, run, res.path, size, src["fingerprint"], _record(src), out["drops"])
     except duckdb.Error as exc:
         res.status, res.rows_kept, res.rows_dropped = "failed", 0, 0
@@ -216,10 +240,17 @@ def _register(con, run: str, size: int, out: dict, columns: dict[str, list[str]]
 
 
 def _failed(path: Path, size: int, exc: BaseException) -> FileResult:
-    return FileResult(path=str(path), format=None, status="failed", size_bytes=size,
-                      message=(f"{path}: the Dask task failed ({type(exc).__name__}: {exc}); "
-                               "the other files were ingested; ingest this file again, or locally "
-                               "(--executor local) to see the reader's message"))
+    return FileResult(
+        path=str(path),
+        format=None,
+        status="failed",
+        size_bytes=size,
+        message=(
+            f"{path}: the Dask task failed ({type(exc).__name__}: {exc}); "
+            "the other files were ingested; ingest this file again, or locally "
+            "(--executor local) to see the reader's message"
+        ),
+    )
 
 
 def _unlink_staged(out: dict | None) -> None:
@@ -230,11 +261,19 @@ def _unlink_staged(out: dict | None) -> None:
             pass
 
 
-def ingest_paths_dask(db_path: str | Path, paths: list[str | Path], run: str | None = None,
-                      scheduler: str | None = None, shared_dir: str | Path | None = None,
-                      n_workers: int = 2, rank_pattern: str | None = None,
-                      rank_map: str | Path | None = None, progress=None,
-                      options: IngestOptions | None = None, client=None) -> IngestReport:
+def ingest_paths_dask(
+    db_path: str | Path,
+    paths: list[str | Path],
+    run: str | None = None,
+    scheduler: str | None = None,
+    shared_dir: str | Path | None = None,
+    n_workers: int = 2,
+    rank_pattern: str | None = None,
+    rank_map: str | Path | None = None,
+    progress=None,
+    options: IngestOptions | None = None,
+    client=None,
+) -> IngestReport:
     """Like ``slowcard.ingest.ingest_paths``, with the parsing fanned out over Dask workers.
 
     Args:
@@ -257,8 +296,14 @@ def ingest_paths_dask(db_path: str | Path, paths: list[str | Path], run: str | N
     files, run, rmap = prepare_batch(paths, run, rank_pattern, rank_map)
     opts = options or IngestOptions(threads=1)
     sizes = {p: p.stat().st_size for p, _ in files}
-    state = {"files_done": 0, "files_total": len(files), "bytes_done": 0,
-             "bytes_total": sum(sizes.values()), "events": 0, "current": None}
+    state = {
+        "files_done": 0,
+        "files_total": len(files),
+        "bytes_done": 0,
+        "bytes_total": sum(sizes.values()),
+        "events": 0,
+        "current": None,
+    }
 
     db_path = Path(db_path)
     base = Path(shared_dir) if shared_dir else db_path.resolve().parent
@@ -266,8 +311,10 @@ def ingest_paths_dask(db_path: str | Path, paths: list[str | Path], run: str | N
         base.mkdir(parents=True, exist_ok=True)
         stage = tempspace.make_dir("dask", base, hidden=True)
     except OSError as exc:
-        raise UsageError(f"{base}: cannot create the Parquet staging folder ({exc}); "
-                         "give --shared-dir a writable folder every worker can reach") from None
+        raise UsageError(
+            f"{base}: cannot create the Parquet staging folder ({exc}); "
+            "give --shared-dir a writable folder every worker can reach"
+        ) from None
 
     cluster = own_client = None
     con = None
@@ -281,13 +328,20 @@ def ingest_paths_dask(db_path: str | Path, paths: list[str | Path], run: str | N
                 try:
                     own_client = Client(scheduler, timeout=f"{CONNECT_TIMEOUT_S}s")
                 except (OSError, TimeoutError) as exc:
-                    raise UsageError(f"cannot reach the Dask scheduler at {scheduler} ({exc}); "
-                                     "check the address (tcp://HOST:PORT) and that it is running") from None
+                    raise UsageError(
+                        f"cannot reach the Dask scheduler at {scheduler} ({exc}); "
+                        "check the address (tcp://HOST:PORT) and that it is running"
+                    ) from None
             else:
                 # Loopback only: nothing listens beyond this machine, and no dashboard.
-                cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
-                                       host="127.0.0.1", dashboard_address=None,
-                                       silence_logs=logging.ERROR)
+                cluster = LocalCluster(
+                    n_workers=n_workers,
+                    threads_per_worker=1,
+                    processes=True,
+                    host="127.0.0.1",
+                    dashboard_address=None,
+                    silence_logs=logging.ERROR,
+                )
                 own_client = Client(cluster)
             client = own_client
         threads = sum(w.get("nthreads", 1) for w in client.scheduler_info()["workers"].values()) or n_workers
@@ -302,8 +356,19 @@ def ingest_paths_dask(db_path: str | Path, paths: list[str | Path], run: str | N
             if item is None:
                 return None
             i, (p, explicit) = item
-            fut = client.submit(ingest_one_file, str(p), run, explicit, sizes[p], opts, rank_pattern,
-                                rmap, str(stage), pure=False, key=f"slowcard-ingest-{uuid.uuid4().hex}")
+            fut = client.submit(
+                ingest_one_file,
+                str(p),
+                run,
+                explicit,
+                sizes[p],
+                opts,
+                rank_pattern,
+                rmap,
+                str(stage),
+                pure=False,
+                key=f"slowcard-ingest-{uuid.uuid4().hex}",
+            )
             by_key[fut.key] = (i, p, sizes[p])
             if ac is not None:
                 ac.add(fut)
@@ -347,4 +412,3 @@ def ingest_paths_dask(db_path: str | Path, paths: list[str | Path], run: str | N
             cluster.close()
         shutil.rmtree(stage, ignore_errors=True)
     return report
-

@@ -30,8 +30,9 @@ def exportable(con) -> list[tuple[str, bool]]:
     return [(name, bool(has_rank)) for name, has_rank in rows]
 
 
-def export_parquet(con, out_dir: str | Path, runs: list[str] | None = None,
-                   tables: list[str] | None = None) -> dict[str, int]:
+def export_parquet(
+    con, out_dir: str | Path, runs: list[str] | None = None, tables: list[str] | None = None
+) -> dict[str, int]:
     """Write the tables; returns rows written per table. ``runs`` None means every run.
 
     What is exported replaces what the folder held for it, never adds to it: without ``runs``
@@ -47,7 +48,7 @@ def export_parquet(con, out_dir: str | Path, runs: list[str] | None = None,
     if unknown:
         raise UsageError(f"cannot export {', '.join(unknown)}; exportable: {', '.join(available)}")
     written = {}
-    tempspace.clean_stale([out])             # staging of an export that was killed
+    tempspace.clean_stale([out])  # staging of an export that was killed
     stage = tempspace.make_dir("export", out, hidden=True)
     try:
         for table in chosen:
@@ -75,8 +76,7 @@ def export_parquet(con, out_dir: str | Path, runs: list[str] | None = None,
 def _prepare_folder(out: Path) -> None:
     """The output folder exists and is writable, or a UsageError says why not."""
     if out.exists() and not out.is_dir():
-        raise UsageError(f"{out}: is a file, not a folder; --parquet takes a folder (it is created "
-                         "when missing)")
+        raise UsageError(f"{out}: is a file, not a folder; --parquet takes a folder (it is created when missing)")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except (NotADirectoryError, FileExistsError):

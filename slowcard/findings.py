@@ -29,9 +29,9 @@ class Finding:
 
     query: str
     version: int
-    level: Status                              # FAIL or WARN
-    subject: tuple[tuple[str, Any], ...]       # (kind, value) for each subject column present
-    label: str                                 # "rank 1", "DP domain 1", "expert 5, layer 0" (or the query)
+    level: Status  # FAIL or WARN
+    subject: tuple[tuple[str, Any], ...]  # (kind, value) for each subject column present
+    label: str  # "rank 1", "DP domain 1", "expert 5, layer 0" (or the query)
     cause: str | None
     next_step: str | None
     cost_ms: float | None
@@ -57,9 +57,16 @@ class Finding:
         return f"{self.label} {self.cause or ''}".strip()
 
     def to_dict(self) -> dict:
-        return {"query": self.ref, "level": str(self.level), "subject": dict(self.subject), "label": self.label,
-                "cause": self.cause, "next_step": self.next_step, "cost_ms": self.cost_ms,
-                "cost_pct": self.cost_pct}
+        return {
+            "query": self.ref,
+            "level": str(self.level),
+            "subject": dict(self.subject),
+            "label": self.label,
+            "cause": self.cause,
+            "next_step": self.next_step,
+            "cost_ms": self.cost_ms,
+            "cost_pct": self.cost_pct,
+        }
 
 
 def _number(v) -> float | None:
@@ -78,10 +85,20 @@ def findings(result) -> list[Finding]:
         subject = tuple((kind, row[col]) for col, kind in spec.subject if row.get(col) is not None)
         label = ", ".join(f"{SUBJECT_KINDS[kind]} {value}" for kind, value in subject) or spec.name
         cause = row.get("cause") or row.get("finding") or None
-        out.append(Finding(query=spec.name, version=spec.version, level=level, subject=subject, label=label,
-                           cause=None if cause is None else str(cause),
-                           next_step=row.get("next_step") or None, cost_ms=_number(row.get("cost_ms")),
-                           cost_pct=_number(row.get("cost_pct")), row=row))
+        out.append(
+            Finding(
+                query=spec.name,
+                version=spec.version,
+                level=level,
+                subject=subject,
+                label=label,
+                cause=None if cause is None else str(cause),
+                next_step=row.get("next_step") or None,
+                cost_ms=_number(row.get("cost_ms")),
+                cost_pct=_number(row.get("cost_pct")),
+                row=row,
+            )
+        )
     return out
 
 
@@ -89,8 +106,14 @@ def speaking_order(results) -> list:
     """The verdict results that may name the slow card, the first to speak first: by status
     (FAIL before WARN), then ``priority:`` (lower first), then name. Reports, and verdicts with
     ``priority: none``, never speak."""
-    cands = [r for r in results if getattr(r, "spec", None) is not None and r.spec.is_verdict
-             and r.spec.priority is not None and Status(r.status).flags]
+    cands = [
+        r
+        for r in results
+        if getattr(r, "spec", None) is not None
+        and r.spec.is_verdict
+        and r.spec.priority is not None
+        and Status(r.status).flags
+    ]
     return sorted(cands, key=lambda r: (Status(r.status).severity, r.spec.priority, r.query))
 
 
@@ -134,5 +157,6 @@ def evidence(f: Finding, subject_columns) -> str:
     from .verdict import fmt_value
 
     skip = set(subject_columns) | set(NON_EVIDENCE)
-    return ", ".join(f"{k}={fmt_value(v)}" for k, v in f.row.items()
-                     if k not in skip and v != "" and not isinstance(v, (dict, list)))
+    return ", ".join(
+        f"{k}={fmt_value(v)}" for k, v in f.row.items() if k not in skip and v != "" and not isinstance(v, (dict, list))
+    )

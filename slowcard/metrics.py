@@ -71,7 +71,7 @@ class Mapping:
                     if kind == "counter" and not n.endswith("_total"):
                         out[n + "_total"] = (canon, "value")
                     if kind == "counter" and n.endswith("_total"):
-                        out[n[: -len("_total")]] = (canon, "value")   # a family name as parsed
+                        out[n[: -len("_total")]] = (canon, "value")  # a family name as parsed
         # The same names with ':' escaped to '_': prometheus_client's OpenMetrics output does that,
         # so a Prometheus server scraping vLLM may store vllm_num_requests_running.
         for n, hit in list(out.items()):
@@ -91,13 +91,22 @@ class Snapshot:
     """The mapped samples of every target at one instant (ts_ns)."""
 
     ts_ns: int
-    values: dict = field(default_factory=dict)           # SeriesKey -> float
-    targets: set = field(default_factory=set)            # targets that answered
-    experts: dict = field(default_factory=dict)          # (target, layer, ep_rank, slot) -> float
+    values: dict = field(default_factory=dict)  # SeriesKey -> float
+    targets: set = field(default_factory=set)  # targets that answered
+    experts: dict = field(default_factory=dict)  # (target, layer, ep_rank, slot) -> float
 
 
-def add_sample(snap: Snapshot, mapping: Mapping, wanted: dict, target: str, default_dp: int | None,
-               name: str, labels: dict, value: float, forced_dp: int | None = None) -> bool:
+def add_sample(
+    snap: Snapshot,
+    mapping: Mapping,
+    wanted: dict,
+    target: str,
+    default_dp: int | None,
+    name: str,
+    labels: dict,
+    value: float,
+    forced_dp: int | None = None,
+) -> bool:
     """Put one exposed sample into the snapshot; False when it is not a mapped metric or unusable.
 
     The DP rank is ``forced_dp`` (the user mapped the endpoint to a domain), else the sample's DP
@@ -151,7 +160,7 @@ def _int_label(labels: dict, names: tuple[str, ...]) -> int | None:
 def increase(prev: float | None, cur: float) -> tuple[float, bool]:
     """A counter's increase over a window and whether it was reset (went down) inside it."""
     if prev is None:
-        return cur, False            # a series born inside the window counted from 0
+        return cur, False  # a series born inside the window counted from 0
     if cur < prev:
         return cur, True
     return cur - prev, False
@@ -170,7 +179,7 @@ def histogram_quantile(q: float, buckets: list[tuple[float, float]]) -> float | 
     for le, c in buckets:
         if c >= rank:
             if le == math.inf:
-                return prev_le          # above the last finite bound: its bound, as PromQL
+                return prev_le  # above the last finite bound: its bound, as PromQL
             if c == prev_c:
                 return le
             return prev_le + (le - prev_le) * (rank - prev_c) / (c - prev_c)
@@ -178,10 +187,25 @@ def histogram_quantile(q: float, buckets: list[tuple[float, float]]) -> float | 
     return prev_le
 
 
-WINDOW_COLUMNS = ("ts_ns", "window_s", "dp_rank", "targets", "running", "waiting", "kv_usage",
-                  "requests_per_s", "prompt_tokens_per_s", "generation_tokens_per_s",
-                  "ttft_p50_ms", "ttft_p95_ms", "ttft_p99_ms", "e2e_p50_ms", "e2e_p95_ms", "e2e_p99_ms",
-                  "reset")
+WINDOW_COLUMNS = (
+    "ts_ns",
+    "window_s",
+    "dp_rank",
+    "targets",
+    "running",
+    "waiting",
+    "kv_usage",
+    "requests_per_s",
+    "prompt_tokens_per_s",
+    "generation_tokens_per_s",
+    "ttft_p50_ms",
+    "ttft_p95_ms",
+    "ttft_p99_ms",
+    "e2e_p50_ms",
+    "e2e_p95_ms",
+    "e2e_p99_ms",
+    "reset",
+)
 
 
 def window_rows(prev: Snapshot, cur: Snapshot, mapping: Mapping) -> list[dict]:
@@ -194,11 +218,11 @@ def window_rows(prev: Snapshot, cur: Snapshot, mapping: Mapping) -> list[dict]:
     if dt_s <= 0:
         return []
     both = cur.targets & prev.targets
-    gauges: dict = {}        # (dp, canon) -> sum (running, waiting) / list (kv)
-    rates: dict = {}         # (dp, canon) -> increase
-    hist: dict = {}          # (dp, canon, le) -> increase
+    gauges: dict = {}  # (dp, canon) -> sum (running, waiting) / list (kv)
+    rates: dict = {}  # (dp, canon) -> increase
+    hist: dict = {}  # (dp, canon, le) -> increase
     reset: set = set()
-    targets: dict = {}       # dp -> set of targets
+    targets: dict = {}  # dp -> set of targets
     for key, v in cur.values.items():
         target, dp, canon, part, le, _rest = key
         targets.setdefault(dp, set()).add(target)
@@ -220,16 +244,17 @@ def window_rows(prev: Snapshot, cur: Snapshot, mapping: Mapping) -> list[dict]:
         rows.append(_row(cur.ts_ns, dt_s, dp, len(targets[dp]), gauges, rates, hist, dp in reset))
     if rows:
         inst_g: dict = {}
-        for (dp, canon), vals in gauges.items():
+        for (_dp, canon), vals in gauges.items():
             inst_g.setdefault((None, canon), []).extend(vals)
         inst_r: dict = {}
         inst_h: dict = {}
-        for (dp, canon), v in rates.items():
+        for (_dp, canon), v in rates.items():
             inst_r[(None, canon)] = inst_r.get((None, canon), 0.0) + v
-        for (dp, canon, le), v in hist.items():
+        for (_dp, canon, le), v in hist.items():
             inst_h[(None, canon, le)] = inst_h.get((None, canon, le), 0.0) + v
-        rows.append(_row(cur.ts_ns, dt_s, None, len(set().union(*targets.values())), inst_g, inst_r,
-                         inst_h, bool(reset)))
+        rows.append(
+            _row(cur.ts_ns, dt_s, None, len(set().union(*targets.values())), inst_g, inst_r, inst_h, bool(reset))
+        )
     return rows
 
 
@@ -248,13 +273,25 @@ def _row(ts_ns, dt_s, dp, n_targets, gauges, rates, hist, was_reset) -> dict:
         return [None if (x := histogram_quantile(q, b)) is None else x * 1000.0 for q in (0.5, 0.95, 0.99)]
 
     ttft, e2e = qs("ttft"), qs("e2e")
-    return {"ts_ns": ts_ns, "window_s": dt_s, "dp_rank": dp, "targets": n_targets,
-            "running": g("running", sum), "waiting": g("waiting", sum),
-            "kv_usage": g("kv_usage", lambda v: sum(v) / len(v)),
-            "requests_per_s": r("requests"), "prompt_tokens_per_s": r("prompt_tokens"),
-            "generation_tokens_per_s": r("generation_tokens"),
-            "ttft_p50_ms": ttft[0], "ttft_p95_ms": ttft[1], "ttft_p99_ms": ttft[2],
-            "e2e_p50_ms": e2e[0], "e2e_p95_ms": e2e[1], "e2e_p99_ms": e2e[2], "reset": was_reset}
+    return {
+        "ts_ns": ts_ns,
+        "window_s": dt_s,
+        "dp_rank": dp,
+        "targets": n_targets,
+        "running": g("running", sum),
+        "waiting": g("waiting", sum),
+        "kv_usage": g("kv_usage", lambda v: sum(v) / len(v)),
+        "requests_per_s": r("requests"),
+        "prompt_tokens_per_s": r("prompt_tokens"),
+        "generation_tokens_per_s": r("generation_tokens"),
+        "ttft_p50_ms": ttft[0],
+        "ttft_p95_ms": ttft[1],
+        "ttft_p99_ms": ttft[2],
+        "e2e_p50_ms": e2e[0],
+        "e2e_p95_ms": e2e[1],
+        "e2e_p99_ms": e2e[2],
+        "reset": was_reset,
+    }
 
 
 def expert_rows(prev: Snapshot, cur: Snapshot) -> list[tuple[int, int, int, float]]:

@@ -13,9 +13,10 @@ from __future__ import annotations
 import os
 import stat
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO
 
 
 def _umask() -> int:
@@ -28,7 +29,7 @@ def _umask() -> int:
 def atomic_output(path: str | Path) -> Iterator[BinaryIO]:
     """A binary file to write ``path``'s new content into (see the module doc for where it goes)."""
     path = Path(path)
-    real = Path(os.path.realpath(path))          # a symlink's final target (itself when none)
+    real = Path(os.path.realpath(path))  # a symlink's final target (itself when none)
     try:
         st = os.stat(real)
     except FileNotFoundError:
@@ -36,7 +37,7 @@ def atomic_output(path: str | Path) -> Iterator[BinaryIO]:
     if st is not None and not stat.S_ISREG(st.st_mode):
         if stat.S_ISDIR(st.st_mode):
             raise IsADirectoryError(21, "is a folder, expected a file name", str(path))
-        with open(real, "wb") as f:              # FIFO, device, socket: stream into it
+        with open(real, "wb") as f:  # FIFO, device, socket: stream into it
             yield f
         return
     real.parent.mkdir(parents=True, exist_ok=True)

@@ -29,12 +29,33 @@ import duckdb
 from . import verdict as verdict_mod
 from .errors import QueryDefinitionError, UsageError
 
-KEYS = ("name", "version", "description", "requires", "param", "verdict", "summary", "pass",
-        "role", "subject", "priority", "order", "shows")
+KEYS = (
+    "name",
+    "version",
+    "description",
+    "requires",
+    "param",
+    "verdict",
+    "summary",
+    "pass",
+    "role",
+    "subject",
+    "priority",
+    "order",
+    "shows",
+)
 ROLES = ("report", "verdict")
 # What a finding can be about: subject kind -> the label printed before its value ("DP domain 1").
-SUBJECT_KINDS = {"rank": "rank", "ep_rank": "EP rank", "dp_rank": "DP domain", "expert": "expert",
-                 "layer": "layer", "step": "step", "host": "host", "pg": "process group"}
+SUBJECT_KINDS = {
+    "rank": "rank",
+    "ep_rank": "EP rank",
+    "dp_rank": "DP domain",
+    "expert": "expert",
+    "layer": "layer",
+    "step": "step",
+    "host": "host",
+    "pg": "process group",
+}
 # Subject kinds that name a rank (the ones `annotate` can mark in the merged trace).
 RANK_KINDS = ("rank", "ep_rank")
 # Where a query's result is shown (the report's sections, the merged trace, `slowcard compare`).
@@ -48,13 +69,11 @@ SHOWS = {
     "annotate": "merged trace: the collectives where this verdict's slow rank arrives last are marked",
     "compare": "slowcard compare: the report's rows side by side (verdicts are always compared)",
 }
-DEFAULT_PRIORITY = 100       # a verdict without `priority:` speaks after the built-in ones
-DEFAULT_ORDER = 1000         # a query without `order:` runs after the built-in ones (by name)
+DEFAULT_PRIORITY = 100  # a verdict without `priority:` speaks after the built-in ones
+DEFAULT_ORDER = 1000  # a query without `order:` runs after the built-in ones (by name)
 TYPES = {"INTEGER": int, "BIGINT": int, "DOUBLE": float, "VARCHAR": str, "BOOLEAN": bool}
 _NAME = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
-_PARAM = re.compile(
-    r"^(?P<name>[a-z_][a-z0-9_]*)\s+(?P<type>[A-Z]+)\s*=\s*(?P<default>.*?)\s*(?:--\s*(?P<help>.*))?$"
-)
+_PARAM = re.compile(r"^(?P<name>[a-z_][a-z0-9_]*)\s+(?P<type>[A-Z]+)\s*=\s*(?P<default>.*?)\s*(?:--\s*(?P<help>.*))?$")
 _DOLLAR = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
 
 
@@ -82,8 +101,8 @@ class Query:
     body: str
     path: Path
     role: str = "report"
-    subject: tuple[tuple[str, str], ...] = ()      # (column, kind) pairs, the card first
-    priority: int | None = None                    # verdicts: lower names the slow card first; None never
+    subject: tuple[tuple[str, str], ...] = ()  # (column, kind) pairs, the card first
+    priority: int | None = None  # verdicts: lower names the slow card first; None never
     order: int = DEFAULT_ORDER
     shows: tuple[str, ...] = ()
 
@@ -137,7 +156,7 @@ def _check_finite(value) -> None:
     into a PASS; integers beyond BIGINT fail inside DuckDB. Both are refused as bad values."""
     if isinstance(value, float) and not math.isfinite(value):
         raise ValueError(value)
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 2 ** 63:
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 2**63:
         raise ValueError(value)
 
 
@@ -153,7 +172,7 @@ def parse_query(path: Path, text: str | None = None) -> Query:
             break
         m = re.match(r"^--\s*([a-z]+):\s?(.*)$", raw)
         if not m:
-            continue                       # a plain comment inside the header block
+            continue  # a plain comment inside the header block
         key, value = m.group(1), m.group(2).strip()
         if key not in KEYS:
             raise QueryDefinitionError(f"{path}:{i + 1}: unknown header key {key!r} (allowed: {', '.join(KEYS)})")
@@ -170,8 +189,9 @@ def parse_query(path: Path, text: str | None = None) -> Query:
 
     line, name = one("name")
     if name != path.stem or not _NAME.match(name):
-        raise QueryDefinitionError(f"{path}:{line}: name {name!r} must equal the file stem {path.stem!r} "
-                                   "and be kebab-case")
+        raise QueryDefinitionError(
+            f"{path}:{line}: name {name!r} must equal the file stem {path.stem!r} and be kebab-case"
+        )
     line, version = one("version")
     if not version.isdigit() or int(version) < 1:
         raise QueryDefinitionError(f"{path}:{line}: version must be an integer >= 1, got {version!r}")
@@ -186,8 +206,10 @@ def parse_query(path: Path, text: str | None = None) -> Query:
     for line, value in fields.get("param", []):
         m = _PARAM.match(value)
         if not m or m["type"] not in TYPES:
-            raise QueryDefinitionError(f"{path}:{line}: bad param {value!r}; expected "
-                                       f"'NAME TYPE = DEFAULT -- help' with TYPE one of {', '.join(TYPES)}")
+            raise QueryDefinitionError(
+                f"{path}:{line}: bad param {value!r}; expected "
+                f"'NAME TYPE = DEFAULT -- help' with TYPE one of {', '.join(TYPES)}"
+            )
         if m["name"] == "run":
             raise QueryDefinitionError(f"{path}:{line}: 'run' is bound by the runner; do not declare it")
         default = _coerce(m["default"], m["type"], f"{path}:{line}")
@@ -198,19 +220,32 @@ def parse_query(path: Path, text: str | None = None) -> Query:
     used = set(_DOLLAR.findall(_strip_comments_and_strings(body)))
     declared = {p.name for p in params}
     if used - declared - {"run"}:
-        raise QueryDefinitionError(f"{path}: parameters used but not declared: {', '.join(sorted(used - declared - {'run'}))}")
+        raise QueryDefinitionError(
+            f"{path}: parameters used but not declared: {', '.join(sorted(used - declared - {'run'}))}"
+        )
     if declared - used:
         raise QueryDefinitionError(f"{path}: parameters declared but not used: {', '.join(sorted(declared - used))}")
     if "run" not in used:
         raise QueryDefinitionError(f"{path}: the query must filter on the run (use $run)")
     _, summary = one("summary", required=False)
     _, pass_text = one("pass", required=False)
-    meta = _parse_meta(path, rule, {k: fields[k][0] for k in ("role", "subject", "priority", "order", "shows")
-                                    if k in fields})
-    return Query(name=name, version=int(version), description=description,
-                 requires=[r.strip() for r in requires.split(",") if r.strip()], params=params,
-                 rule=rule, rule_text=rule_text, summary=summary, pass_text=pass_text, body=body,
-                 path=path, **meta)
+    meta = _parse_meta(
+        path, rule, {k: fields[k][0] for k in ("role", "subject", "priority", "order", "shows") if k in fields}
+    )
+    return Query(
+        name=name,
+        version=int(version),
+        description=description,
+        requires=[r.strip() for r in requires.split(",") if r.strip()],
+        params=params,
+        rule=rule,
+        rule_text=rule_text,
+        summary=summary,
+        pass_text=pass_text,
+        body=body,
+        path=path,
+        **meta,
+    )
 
 
 _SUBJECT = re.compile(r"^(?P<col>[a-z_][a-z0-9_]*)(?:\s+as\s+(?P<kind>[a-z_][a-z0-9_]*))?$")
@@ -226,7 +261,8 @@ def _parse_meta(path: Path, rule, given: dict[str, tuple[int, str]]) -> dict:
         if value != role:
             raise QueryDefinitionError(
                 f"{path}:{line}: role {value} does not match 'verdict: {'none' if rule is None else '…'}' "
-                "(a report has 'verdict: none', a verdict has a rule)")
+                "(a report has 'verdict: none', a verdict has a rule)"
+            )
     subject: list[tuple[str, str]] = []
     if "subject" in given:
         line, value = given["subject"]
@@ -236,8 +272,9 @@ def _parse_meta(path: Path, rule, given: dict[str, tuple[int, str]]) -> dict:
             if kind not in SUBJECT_KINDS:
                 raise QueryDefinitionError(
                     f"{path}:{line}: bad subject {part.strip()!r}; expected 'COLUMN' or 'COLUMN as KIND' "
-                    f"with KIND one of {', '.join(SUBJECT_KINDS)}")
-            assert m is not None               # no match gives kind None, refused above
+                    f"with KIND one of {', '.join(SUBJECT_KINDS)}"
+                )
+            assert m is not None  # no match gives kind None, refused above
             subject.append((m["col"], kind))
     priority = DEFAULT_PRIORITY if role == "verdict" else None
     if "priority" in given:
@@ -263,11 +300,14 @@ def _parse_meta(path: Path, rule, given: dict[str, tuple[int, str]]) -> dict:
             if part not in SHOWS:
                 raise QueryDefinitionError(f"{path}:{line}: shows {part!r} is not one of {', '.join(SHOWS)}")
             if part == "annotate" and (role != "verdict" or not subject or subject[0][1] not in RANK_KINDS):
-                raise QueryDefinitionError(f"{path}:{line}: 'shows: annotate' needs a verdict whose subject "
-                                           f"is a rank ({' or '.join(RANK_KINDS)})")
+                raise QueryDefinitionError(
+                    f"{path}:{line}: 'shows: annotate' needs a verdict whose subject "
+                    f"is a rank ({' or '.join(RANK_KINDS)})"
+                )
             if part == "compare" and role != "report":
-                raise QueryDefinitionError(f"{path}:{line}: 'shows: compare' is for report queries "
-                                           "(every verdict is compared)")
+                raise QueryDefinitionError(
+                    f"{path}:{line}: 'shows: compare' is for report queries (every verdict is compared)"
+                )
             shows.append(part)
     return {"role": role, "subject": tuple(subject), "priority": priority, "order": order, "shows": tuple(shows)}
 
@@ -301,12 +341,19 @@ def catalog_rows(catalog: dict[str, Query]) -> list[dict]:
     """One row per query with its header metadata, in diagnosis order (what `slowcard list` prints)."""
     rows = []
     for q in sorted(catalog.values(), key=lambda q: (q.order, q.name)):
-        rows.append({
-            "query": q.name, "version": f"v{q.version}", "role": q.role, "verdict": q.rule_text,
-            "subject": ", ".join(col if col == kind else f"{col} as {kind}" for col, kind in q.subject) or "-",
-            "priority": "-" if q.priority is None else q.priority, "order": q.order,
-            "shows": ", ".join(q.shows) or "-", "description": q.description,
-        })
+        rows.append(
+            {
+                "query": q.name,
+                "version": f"v{q.version}",
+                "role": q.role,
+                "verdict": q.rule_text,
+                "subject": ", ".join(col if col == kind else f"{col} as {kind}" for col, kind in q.subject) or "-",
+                "priority": "-" if q.priority is None else q.priority,
+                "order": q.order,
+                "shows": ", ".join(q.shows) or "-",
+                "description": q.description,
+            }
+        )
     return rows
 
 
@@ -327,34 +374,47 @@ class Result:
     query: str
     version: int
     run: str
-    status: verdict_mod.Status      # a str too: "PASS", "FAIL", …
+    status: verdict_mod.Status  # a str too: "PASS", "FAIL", …
     summary: str
     columns: list[str] = field(default_factory=list)
     rows: list[dict] = field(default_factory=list)
     params: dict = field(default_factory=dict)
     elapsed_s: float = 0.0
     rule: str = ""
-    spec: Query | None = field(default=None, repr=False, compare=False)   # the query it came from
+    spec: Query | None = field(default=None, repr=False, compare=False)  # the query it came from
 
     def to_arrow(self):
         """The rows as a pyarrow Table (columns in result order)."""
         import pyarrow as pa
 
-        return pa.Table.from_pylist(self.rows, schema=None) if self.rows else pa.table(
-            {c: pa.array([], pa.null()) for c in self.columns})
+        return (
+            pa.Table.from_pylist(self.rows, schema=None)
+            if self.rows
+            else pa.table({c: pa.array([], pa.null()) for c in self.columns})
+        )
 
     def to_dict(self) -> dict:
-        return {"query": self.query, "version": self.version, "run": self.run, "status": str(self.status),
-                "summary": self.summary, "columns": self.columns, "rows": self.rows,
-                "params": self.params, "rule": self.rule}
+        return {
+            "query": self.query,
+            "version": self.version,
+            "run": self.run,
+            "status": str(self.status),
+            "summary": self.summary,
+            "columns": self.columns,
+            "rows": self.rows,
+            "params": self.params,
+            "rule": self.rule,
+        }
 
 
 def with_specs(results: dict, catalog: dict) -> dict:
     """``results`` where each Result made without its query (``spec`` None) gets it from ``catalog``."""
     import dataclasses
 
-    return {name: dataclasses.replace(r, spec=catalog[r.query]) if r.spec is None and r.query in catalog else r
-            for name, r in results.items()}
+    return {
+        name: dataclasses.replace(r, spec=catalog[r.query]) if r.spec is None and r.query in catalog else r
+        for name, r in results.items()
+    }
 
 
 def bind_params(query: Query, given: dict | None) -> dict:
@@ -390,29 +450,42 @@ def runs(con) -> list[str]:
 def _rank_conflict_note(con, run: str) -> str:
     """Why the cross-rank views are empty for a run whose ranks are not unique (05_runs.sql)."""
     try:
-        rows = con.execute("SELECT rank, format, n_files FROM rank_conflicts WHERE run = ? "
-                           "ORDER BY rank, format LIMIT 4", [run]).fetchall()
+        rows = con.execute(
+            "SELECT rank, format, n_files FROM rank_conflicts WHERE run = ? ORDER BY rank, format LIMIT 4", [run]
+        ).fetchall()
     except duckdb.Error:
         return ""
     if not rows:
         return ""
     shown = ", ".join(f"rank {r} in {n} {f} files" for r, f, n in rows[:3]) + (", …" if len(rows) > 3 else "")
-    return (f" (run {run!r} has duplicate ranks: {shown}; ranks cannot be compared in it. Ingest each "
-            "job as its own run: --run NAME per job, or --run-per-folder; see the rank_conflicts view)")
+    return (
+        f" (run {run!r} has duplicate ranks: {shown}; ranks cannot be compared in it. Ingest each "
+        "job as its own run: --run NAME per job, or --run-per-folder; see the rank_conflicts view)"
+    )
 
 
 def run_query(con, query: Query, run: str, params: dict | None = None) -> Result:
     """Run one query for one run. Never raises for SQL errors: they become status ERROR."""
     values = bind_params(query, params)
-    res = Result(query=query.name, version=query.version, run=run, status=verdict_mod.Status.SKIP,
-                 summary="", params=values, rule=query.rule_text, spec=query)
+    res = Result(
+        query=query.name,
+        version=query.version,
+        run=run,
+        status=verdict_mod.Status.SKIP,
+        summary="",
+        params=values,
+        rule=query.rule_text,
+        spec=query,
+    )
     t0 = time.perf_counter()
     try:
         for rel in query.requires:
             n = _relation_rows(con, rel, run)
             if not n:
-                res.summary = (f"requires {rel}: " + ("no such table or view in this database" if n is None
-                                                      else f"no rows for run {run!r}")) + _rank_conflict_note(con, run)
+                res.summary = (
+                    f"requires {rel}: "
+                    + ("no such table or view in this database" if n is None else f"no rows for run {run!r}")
+                ) + _rank_conflict_note(con, run)
                 return res
         # Bind exactly the parameters the body uses (DuckDB rejects unused named parameters).
         used = set(_DOLLAR.findall(_strip_comments_and_strings(query.body)))
@@ -466,8 +539,10 @@ def isolated_select(con, body: str, params: dict) -> tuple[list[str], list]:
 
     statements = duckdb.extract_statements(body)
     if len(statements) != 1:
-        raise QueryAborted(f"the query body holds {len(statements)} SQL statements; a query is exactly "
-                           "one statement, a SELECT (see docs/contract.md)")
+        raise QueryAborted(
+            f"the query body holds {len(statements)} SQL statements; a query is exactly "
+            "one statement, a SELECT (see docs/contract.md)"
+        )
     cur = con.cursor()
     out: dict = {}
 
@@ -476,7 +551,7 @@ def isolated_select(con, body: str, params: dict) -> tuple[list[str], list]:
             c = cur.execute(body, params)
             out["columns"] = [d[0] for d in c.description]
             out["rows"] = c.fetchall()
-        except BaseException as exc:          # handed to the caller's thread
+        except BaseException as exc:  # handed to the caller's thread
             out["error"] = exc
 
     from .store import fault_point
@@ -561,13 +636,17 @@ def shell_sql(query: Query, run: str | None = None, params: dict | None = None) 
     values = bind_params(query, params)
     head = query.path.read_text(encoding="utf-8").splitlines()
     header = head[: next((i for i, line in enumerate(head) if not line.startswith("--")), len(head))]
-    lines = [*header, "",
-             f"-- For the duckdb shell: slowcard show {query.name} | duckdb slowcard.duckdb",
-             "-- (parameters are variables: change a value below to try another)"]
+    lines = [
+        *header,
+        "",
+        f"-- For the duckdb shell: slowcard show {query.name} | duckdb slowcard.duckdb",
+        "-- (parameters are variables: change a value below to try another)",
+    ]
     if run is None:
         lines.append("-- run: the database's first run (or write 'NAME')")
-    run_value = (_sql_literal(run, "VARCHAR") if run is not None
-                 else "(SELECT run FROM runs ORDER BY created_at, run LIMIT 1)")
+    run_value = (
+        _sql_literal(run, "VARCHAR") if run is not None else "(SELECT run FROM runs ORDER BY created_at, run LIMIT 1)"
+    )
     lines.append(f"SET VARIABLE run = {run_value};")
     types = {p.name: p.type for p in query.params}
     for name, value in values.items():
@@ -575,7 +654,7 @@ def shell_sql(query: Query, run: str | None = None, params: dict | None = None) 
     # $name -> getvariable('name'), in code only (never inside a string literal or a comment)
     out, pos = [], 0
     for m in _LEXEMES.finditer(query.body):
-        out.append(_DOLLAR.sub(lambda d: f"getvariable('{d.group(1)}')", query.body[pos:m.start()]))
+        out.append(_DOLLAR.sub(lambda d: f"getvariable('{d.group(1)}')", query.body[pos : m.start()]))
         out.append(m.group(0))
         pos = m.end()
     out.append(_DOLLAR.sub(lambda d: f"getvariable('{d.group(1)}')", query.body[pos:]))

@@ -85,8 +85,11 @@ def _from_map(path: Path, rank_map: list[tuple[str, int]]) -> int | None:
             return rank
         # a relative path ("rank3/trace.json") names the file by its trailing path components
         rel = key[2:] if key.startswith("./") else key
-        if not Path(rel).is_absolute() and "/" in rel and (
-                full.endswith("/" + rel) or fnmatch.fnmatch(full, "*/" + rel)):
+        if (
+            not Path(rel).is_absolute()
+            and "/" in rel
+            and (full.endswith("/" + rel) or fnmatch.fnmatch(full, "*/" + rel))
+        ):
             return rank
     return None
 
@@ -106,7 +109,7 @@ def _ascend_pt_root(path: Path) -> Path | None:
 def _from_profiler_info(root: Path) -> int | None:
     infos = sorted(root.glob("profiler_info*.json"))
     if len({i.name for i in infos if PROFILER_INFO.match(i.name)}) > 1:
-        return None         # several ranks' files in one folder: none of them names this file
+        return None  # several ranks' files in one folder: none of them names this file
     for info in infos:
         try:
             data = json.loads(info.read_text(encoding="utf-8"))
@@ -120,8 +123,9 @@ def _from_profiler_info(root: Path) -> int | None:
     return None
 
 
-def resolve(path: Path, hints: dict, rank_pattern: str | None = None,
-            rank_map: list[tuple[str, int]] | None = None) -> RankInfo:
+def resolve(
+    path: Path, hints: dict, rank_pattern: str | None = None, rank_map: list[tuple[str, int]] | None = None
+) -> RankInfo:
     """Work out the rank of one file. ``hints`` come from the file's own content."""
     info = RankInfo(world_size=hints.get("world_size"), host=hints.get("host"))
     m = None

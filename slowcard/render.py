@@ -24,7 +24,7 @@ _CONTROL_BUT_LINES = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u20
 
 
 def _escape(m: re.Match) -> str:
-    return "\\u%04x" % ord(m.group())
+    return f"\\u{ord(m.group()):04x}"
 
 
 def safe_field(text: str) -> str:
@@ -74,8 +74,13 @@ def result_table(res, fmt: str = "simple", limit: int = 20) -> str:
     parts = [head]
     if res.rows:
         shown = res.rows[:limit] if limit else res.rows
-        table = tabulate([[_cell(r.get(c)) for c in res.columns] for r in shown],
-                         headers=res.columns, tablefmt=fmt, floatfmt="g", missingval="NULL")
+        table = tabulate(
+            [[_cell(r.get(c)) for c in res.columns] for r in shown],
+            headers=res.columns,
+            tablefmt=fmt,
+            floatfmt="g",
+            missingval="NULL",
+        )
         parts.append(table)
         if len(res.rows) > len(shown):
             parts.append(f"(showing {len(shown)} of {len(res.rows)} rows; --limit 0 shows all)")
@@ -135,10 +140,20 @@ def ingest_table(report) -> str:
     """The per-file summary printed at the end of `slowcard ingest`."""
     rows = []
     for f in report.files:
-        rows.append([safe_field(f.path), f.format or "-", "NULL" if f.rank is None else f.rank, f.rows_kept,
-                     f.rows_dropped, f.status, _cell(f.message) if f.message else ""])
-    table = tabulate(rows, headers=["file", "format", "rank", "kept", "dropped", "status", "message"],
-                     tablefmt="simple")
+        rows.append(
+            [
+                safe_field(f.path),
+                f.format or "-",
+                "NULL" if f.rank is None else f.rank,
+                f.rows_kept,
+                f.rows_dropped,
+                f.status,
+                _cell(f.message) if f.message else "",
+            ]
+        )
+    table = tabulate(
+        rows, headers=["file", "format", "rank", "kept", "dropped", "status", "message"], tablefmt="simple"
+    )
     counts: dict[str, int] = {}
     for f in report.files:
         counts[f.status] = counts.get(f.status, 0) + 1
@@ -149,8 +164,7 @@ def ingest_table(report) -> str:
 def diagnosis_text(diag) -> str:
     """The conclusion first, then one verdict line per query (name@vN STATUS summary)."""
     c = diag.conclusion
-    lines = [f"== slowcard diagnosis of run {diag.run!r}: {c.get('status')} ==",
-             c.get("headline", "")]
+    lines = [f"== slowcard diagnosis of run {diag.run!r}: {c.get('status')} ==", c.get("headline", "")]
     if c.get("query"):
         lines.append(f"   evidence ({c['query']}): {c.get('evidence', '')}")
         lines.append(f"   verdict: {c.get('summary', '')}")
@@ -175,13 +189,24 @@ def fmt_num(v) -> str:
 
 def comparison_text(cmp, limit: int = 20) -> str:
     """Verdict changes first, then one side-by-side table per metric query."""
-    lines = [f"== {cmp.run_a} (A) vs {cmp.run_b} (B) ==",
-             f"slow card(s) in A: {'; '.join(cmp.slow_cards_a) or 'none'}; "
-             f"in B: {'; '.join(cmp.slow_cards_b) or 'none'}"]
-    rows = [[v["query"], v["status_a"], v["status_b"], "; ".join(v["flagged_a"]) or "-",
-             "; ".join(v["flagged_b"]) or "-", v["note"]] for v in cmp.verdicts]
-    lines.append(tabulate(rows, headers=["verdict", "A", "B", "flagged in A", "flagged in B", "change"],
-                          tablefmt="simple"))
+    lines = [
+        f"== {cmp.run_a} (A) vs {cmp.run_b} (B) ==",
+        f"slow card(s) in A: {'; '.join(cmp.slow_cards_a) or 'none'}; in B: {'; '.join(cmp.slow_cards_b) or 'none'}",
+    ]
+    rows = [
+        [
+            v["query"],
+            v["status_a"],
+            v["status_b"],
+            "; ".join(v["flagged_a"]) or "-",
+            "; ".join(v["flagged_b"]) or "-",
+            v["note"],
+        ]
+        for v in cmp.verdicts
+    ]
+    lines.append(
+        tabulate(rows, headers=["verdict", "A", "B", "flagged in A", "flagged in B", "change"], tablefmt="simple")
+    )
     for name, block in cmp.metrics.items():
         if not block["rows"]:
             continue

@@ -38,17 +38,21 @@ from .errors import UsageError
 from .verdict import Status, fmt_value, severity
 
 # The report's places (a query's `shows:` header puts it in one): section data and verdict lines.
-SECTIONS = ("report.moe", "report.waits", "report.collectives", "report.experts", "report.dp",
-            "report.dp-windows")
+SECTIONS = ("report.moe", "report.waits", "report.collectives", "report.experts", "report.dp", "report.dp-windows")
 
 # Heat maps wider than this many (step, layer) columns are folded to one column per layer.
 MAX_HEATMAP_COLUMNS = 400
 # Evidence rows shown per verdict.
 EVIDENCE_ROWS = 20
 
-_PARTS = (("gmm_ms", "GroupedMatmul", "#1f77b4"), ("dispatch_ms", "dispatch", "#ff7f0e"),
-          ("combine_ms", "combine", "#2ca02c"), ("gating_ms", "gating", "#9467bd"),
-          ("overlap_ms", "two or more at once", "#bcbd22"), ("other_ms", "other", "#8c8c8c"))
+_PARTS = (
+    ("gmm_ms", "GroupedMatmul", "#1f77b4"),
+    ("dispatch_ms", "dispatch", "#ff7f0e"),
+    ("combine_ms", "combine", "#2ca02c"),
+    ("gating_ms", "gating", "#9467bd"),
+    ("overlap_ms", "two or more at once", "#bcbd22"),
+    ("other_ms", "other", "#8c8c8c"),
+)
 
 
 def _plotly():
@@ -57,9 +61,11 @@ def _plotly():
         import plotly.graph_objects as go
         import plotly.offline as offline
         from plotly.subplots import make_subplots
-    except ImportError as exc:           # the optional extra is not installed
-        raise UsageError(f"the HTML report needs plotly ({exc}); install it with "
-                         "`pip install -e .[report]` (or `pip install 'slowcard[report]'`)") from None
+    except ImportError as exc:  # the optional extra is not installed
+        raise UsageError(
+            f"the HTML report needs plotly ({exc}); install it with "
+            "`pip install -e .[report]` (or `pip install 'slowcard[report]'`)"
+        ) from None
     return go, make_subplots, offline
 
 
@@ -94,8 +100,11 @@ def _f(v) -> float | None:
 def report_queries(catalog: dict) -> list[str]:
     """The queries the report reads: every query shown in a report section, and every verdict
     that may name the slow card (the conclusion and the marks on the figures come from them)."""
-    return [q.name for q in sorted(catalog.values(), key=lambda q: (q.order, q.name))
-            if any(s.startswith("report.") for s in q.shows) or (q.is_verdict and q.priority is not None)]
+    return [
+        q.name
+        for q in sorted(catalog.values(), key=lambda q: (q.order, q.name))
+        if any(s.startswith("report.") for s in q.shows) or (q.is_verdict and q.priority is not None)
+    ]
 
 
 def ensure_results(con, run: str, results: dict | None, names=None, catalog=None) -> dict:
@@ -103,7 +112,7 @@ def ensure_results(con, run: str, results: dict | None, names=None, catalog=None
     ``names`` None means ``report_queries(catalog)``."""
     catalog = catalog or queries_mod.load_catalog()
     out = queries_mod.with_specs(dict(results or {}), catalog)
-    for n in (report_queries(catalog) if names is None else names):
+    for n in report_queries(catalog) if names is None else names:
         if n not in out and n in catalog:
             out[n] = queries_mod.run_query(con, catalog[n], run)
     return out
@@ -112,8 +121,11 @@ def ensure_results(con, run: str, results: dict | None, names=None, catalog=None
 def shown(results: dict, place: str, role: str | None = None) -> list:
     """The results whose query shows in ``place`` (optionally only reports or only verdicts),
     in diagnosis order."""
-    out = [r for r in results.values() if r.spec is not None and place in r.spec.shows
-           and (role is None or r.spec.role == role)]
+    out = [
+        r
+        for r in results.values()
+        if r.spec is not None and place in r.spec.shows and (role is None or r.spec.role == role)
+    ]
     return sorted(out, key=lambda r: (r.spec.order, r.query))
 
 
@@ -147,13 +159,15 @@ class _Figures:
         self.n += 1
         fid = f"fig{self.n}"
         fig.update_layout(height=height, margin=dict(l=70, r=30, t=50, b=60), template="plotly_white")
-        data = fig.to_json()          # validated by plotly; python lists stay plain JSON arrays
+        data = fig.to_json()  # validated by plotly; python lists stay plain JSON arrays
         # JSON with <, > and & as \\u escapes: still the same JSON, and it cannot end the script.
         data = data.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-        return (f'<div class="fig" id="{fid}" style="height:{height}px"></div>\n'
-                f'<script type="application/json" class="figure-data" data-target="{fid}" '
-                f'data-query="{query_refs}">{data}</script>\n'
-                f'<p class="src">from {query_refs}</p>')
+        return (
+            f'<div class="fig" id="{fid}" style="height:{height}px"></div>\n'
+            f'<script type="application/json" class="figure-data" data-target="{fid}" '
+            f'data-query="{query_refs}">{data}</script>\n'
+            f'<p class="src">from {query_refs}</p>'
+        )
 
 
 def _slow_ranks(results: dict) -> dict[int, str]:
@@ -167,6 +181,7 @@ def _rank_label(rank) -> str:
 
 # ---------------------------------------------------------------- sections
 
+
 def _moe_section(F: _Figures, results: dict, slow: dict) -> str:
     res = _data(results, "report.moe")
     head = "<h2>MoE time per rank</h2>"
@@ -179,25 +194,54 @@ def _moe_section(F: _Figures, results: dict, slow: dict) -> str:
     base = [0.0] * len(rows)
     for col, label, color in _PARTS:
         y = [_f(r.get(col)) or 0.0 for r in rows]
-        fig.add_trace(go.Bar(name=label, x=x, y=y, base=list(base), offsetgroup="moe",
-                             marker_color=color, legendgroup="moe",
-                             hovertemplate=f"{label}: %{{y:.3f}} ms<extra>%{{x}}</extra>"))
+        fig.add_trace(
+            go.Bar(
+                name=label,
+                x=x,
+                y=y,
+                base=list(base),
+                offsetgroup="moe",
+                marker_color=color,
+                legendgroup="moe",
+                hovertemplate=f"{label}: %{{y:.3f}} ms<extra>%{{x}}</extra>",
+            )
+        )
         base = [b + v for b, v in zip(base, y)]
-    fig.add_trace(go.Bar(name="waited for the last arrival (part of dispatch + combine)", x=x,
-                         y=[_f(r.get("wait_ms")) or 0.0 for r in rows], offsetgroup="wait",
-                         marker_color="#d62728", marker_pattern_shape="/",
-                         hovertemplate="waited: %{y:.3f} ms<extra>%{x}</extra>"))
+    fig.add_trace(
+        go.Bar(
+            name="waited for the last arrival (part of dispatch + combine)",
+            x=x,
+            y=[_f(r.get("wait_ms")) or 0.0 for r in rows],
+            offsetgroup="wait",
+            marker_color="#d62728",
+            marker_pattern_shape="/",
+            hovertemplate="waited: %{y:.3f} ms<extra>%{x}</extra>",
+        )
+    )
     for i, r in enumerate(rows):
         if r.get("rank") is not None and int(r["rank"]) in slow:
-            fig.add_annotation(x=x[i], y=base[i], text=html.escape(f"slow card: {slow[int(r['rank'])]}"),
-                               showarrow=True, arrowhead=2, ay=-40, font=dict(color="#d62728"))
-    fig.update_layout(barmode="group", bargap=0.25, bargroupgap=0.05,
-                      title="Time inside MoE layers per rank (stacked), and the time spent waiting",
-                      yaxis_title="ms (sum over MoE layer instances)",
-                      legend=dict(orientation="h", y=-0.15))
-    note = ("<p>dispatch and combine include their collectives, so the red bar (the time this rank "
-            "waited for the last rank to arrive) is a part of them, not an extra cost. The slow card "
-            "arrives last: it waits least while the others wait for it.</p>")
+            fig.add_annotation(
+                x=x[i],
+                y=base[i],
+                text=html.escape(f"slow card: {slow[int(r['rank'])]}"),
+                showarrow=True,
+                arrowhead=2,
+                ay=-40,
+                font=dict(color="#d62728"),
+            )
+    fig.update_layout(
+        barmode="group",
+        bargap=0.25,
+        bargroupgap=0.05,
+        title="Time inside MoE layers per rank (stacked), and the time spent waiting",
+        yaxis_title="ms (sum over MoE layer instances)",
+        legend=dict(orientation="h", y=-0.15),
+    )
+    note = (
+        "<p>dispatch and combine include their collectives, so the red bar (the time this rank "
+        "waited for the last rank to arrive) is a part of them, not an extra cost. The slow card "
+        "arrives last: it waits least while the others wait for it.</p>"
+    )
     return head + note + F.block(fig, _ref(res), 480)
 
 
@@ -214,10 +258,22 @@ def _wait_section(F: _Figures, results: dict, make_subplots) -> str:
     body = _wait_figure(F, results, make_subplots)
     sg = _data(results, "report.collectives")
     if _usable(sg):
-        cols = [c for c in ("pg", "coll_kind", "instance", "name", "last_rank", "arrival_skew_us", "min_dur_us",
-                            "max_dur_us", "wait_us_by_rank") if c in sg.columns]
-        body += (f"<h3>Largest arrival skews</h3>" + _table(cols, sg.rows, 10)
-                 + f'<p class="src">from {_ref(sg)}</p>')
+        cols = [
+            c
+            for c in (
+                "pg",
+                "coll_kind",
+                "instance",
+                "name",
+                "last_rank",
+                "arrival_skew_us",
+                "min_dur_us",
+                "max_dur_us",
+                "wait_us_by_rank",
+            )
+            if c in sg.columns
+        ]
+        body += "<h3>Largest arrival skews</h3>" + _table(cols, sg.rows, 10) + f'<p class="src">from {_ref(sg)}</p>'
     return body
 
 
@@ -238,31 +294,67 @@ def _wait_figure(F: _Figures, results: dict, make_subplots) -> str:
             lag[i][c] = (lag[i][c] or 0.0) + (_f(r["arrival_lag_ms"]) or 0.0)
             last[i][c] = (last[i][c] or 0) + int(r["n_arrived_last"] or 0)
         y = [_rank_label(r) for r in ranks]
-        fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.12,
-                            subplot_titles=("waited for the last arrival (ms)", "arrived last (collectives)"))
-        fig.add_trace(go.Heatmap(z=lag, x=labels, y=y, colorscale="Reds", colorbar=dict(y=0.79, len=0.42),
-                                 hovertemplate="%{y} %{x}: waited %{z:.3f} ms<extra></extra>"), row=1, col=1)
-        fig.add_trace(go.Heatmap(z=last, x=labels, y=y, colorscale="Blues", colorbar=dict(y=0.21, len=0.42),
-                                 hovertemplate="%{y} %{x}: arrived last at %{z} collectives<extra></extra>"),
-                      row=2, col=1)
+        fig = make_subplots(
+            rows=2,
+            cols=1,
+            shared_xaxes=True,
+            vertical_spacing=0.12,
+            subplot_titles=("waited for the last arrival (ms)", "arrived last (collectives)"),
+        )
+        fig.add_trace(
+            go.Heatmap(
+                z=lag,
+                x=labels,
+                y=y,
+                colorscale="Reds",
+                colorbar=dict(y=0.79, len=0.42),
+                hovertemplate="%{y} %{x}: waited %{z:.3f} ms<extra></extra>",
+            ),
+            row=1,
+            col=1,
+        )
+        fig.add_trace(
+            go.Heatmap(
+                z=last,
+                x=labels,
+                y=y,
+                colorscale="Blues",
+                colorbar=dict(y=0.21, len=0.42),
+                hovertemplate="%{y} %{x}: arrived last at %{z} collectives<extra></extra>",
+            ),
+            row=2,
+            col=1,
+        )
         fig.update_yaxes(autorange="reversed")
         fig.update_layout(title=("rank x layer (summed over steps)" if folded else "rank x (step, layer)"))
-        note = ("<p>The slow card is the row that is pale on top (it hardly waits) and dark below "
-                "(it is the one the others wait for).</p>")
+        note = (
+            "<p>The slow card is the row that is pale on top (it hardly waits) and dark below "
+            "(it is the one the others wait for).</p>"
+        )
         return head + note + F.block(fig, _ref(res), 160 + 2 * max(160, 28 * len(ranks)))
     sg = _data(results, "report.collectives")
     if _usable(sg):
-        rows = sorted(sg.rows, key=lambda r: (r.get("first_ts_ns") or 0))[: MAX_HEATMAP_COLUMNS]
+        rows = sorted(sg.rows, key=lambda r: r.get("first_ts_ns") or 0)[:MAX_HEATMAP_COLUMNS]
         ranks = sorted({int(k) for r in rows for k in (r.get("wait_us_by_rank") or {})})
         labels = [f"{esc(r.get('coll_kind'))} #{esc(r.get('instance'))} {esc(r.get('pg'))}" for r in rows]
         z = [[_f((r.get("wait_us_by_rank") or {}).get(k)) for r in rows] for k in ranks]
-        fig = go.Figure(go.Heatmap(z=z, x=labels, y=[_rank_label(k) for k in ranks], colorscale="Reds",
-                                   hovertemplate="%{y} %{x}: wait %{z:.1f} us<extra></extra>"))
+        fig = go.Figure(
+            go.Heatmap(
+                z=z,
+                x=labels,
+                y=[_rank_label(k) for k in ranks],
+                colorscale="Reds",
+                hovertemplate="%{y} %{x}: wait %{z:.1f} us<extra></extra>",
+            )
+        )
         fig.update_yaxes(autorange="reversed")
         fig.update_layout(title="wait inside each matched collective (us), in time order", xaxis_type="category")
         skipped = f" ({_ref(res)} {html.escape(res.status)}: {esc(res.summary)})" if res is not None else ""
-        return (head + f"<p>No MoE layers to group by{skipped}; one column per matched collective.</p>"
-                + F.block(fig, _ref(sg), 160 + max(160, 28 * len(ranks))))
+        return (
+            head
+            + f"<p>No MoE layers to group by{skipped}; one column per matched collective.</p>"
+            + F.block(fig, _ref(sg), 160 + max(160, 28 * len(ranks)))
+        )
     return head + _skip_note("No collectives matched across ranks", res, sg)
 
 
@@ -282,27 +374,58 @@ def _expert_section(F: _Figures, results: dict) -> str:
     for r in rows:
         i, j = li[r["layer"]], si[(r["ep_rank"], r["local_slot"])]
         z[i][j] = _f(r["mean_hotness"])
-        text[i][j] = (f"expert {esc(r['expert'])} (replicas {esc(r['replicas'])}), peak "
-                      f"{esc(r['peak_hotness'])}, {esc(r['mean_slot_tokens'])} tokens/window")
+        text[i][j] = (
+            f"expert {esc(r['expert'])} (replicas {esc(r['replicas'])}), peak "
+            f"{esc(r['peak_hotness'])}, {esc(r['mean_slot_tokens'])} tokens/window"
+        )
     x = [f"r{a}/s{b}" for a, b in slots]
-    fig = go.Figure(go.Heatmap(z=z, x=x, y=[f"layer {lay}" for lay in layers], text=text, colorscale="YlOrRd",
-                               zmin=0, colorbar=dict(title="x layer mean"),
-                               hovertemplate="%{y}, %{x}: %{z:.2f}x layer mean<br>%{text}<extra></extra>"))
+    fig = go.Figure(
+        go.Heatmap(
+            z=z,
+            x=x,
+            y=[f"layer {lay}" for lay in layers],
+            text=text,
+            colorscale="YlOrRd",
+            zmin=0,
+            colorbar=dict(title="x layer mean"),
+            hovertemplate="%{y}, %{x}: %{z:.2f}x layer mean<br>%{text}<extra></extra>",
+        )
+    )
     # rank groups: a line between ranks and the rank's name above its slots
     ranks = sorted({a for a, _ in slots})
     for rk in ranks:
         idx = [si[s] for s in slots if s[0] == rk]
-        fig.add_annotation(x=(min(idx) + max(idx)) / 2, y=1.02, xref="x", yref="paper", showarrow=False,
-                           text=f"rank {rk}", font=dict(size=11))
+        fig.add_annotation(
+            x=(min(idx) + max(idx)) / 2,
+            y=1.02,
+            xref="x",
+            yref="paper",
+            showarrow=False,
+            text=f"rank {rk}",
+            font=dict(size=11),
+        )
         if min(idx) > 0:
-            fig.add_shape(type="line", x0=min(idx) - 0.5, x1=min(idx) - 0.5, y0=0, y1=1, xref="x",
-                          yref="paper", line=dict(color="#333", width=2))
+            fig.add_shape(
+                type="line",
+                x0=min(idx) - 0.5,
+                x1=min(idx) - 0.5,
+                y0=0,
+                y1=1,
+                xref="x",
+                yref="paper",
+                line=dict(color="#333", width=2),
+            )
     fig.update_yaxes(autorange="reversed")
-    fig.update_layout(title="mean hotness per expert slot (tokens / the layer's mean expert tokens), "
-                            "grouped by the rank that holds it", xaxis_type="category")
+    fig.update_layout(
+        title="mean hotness per expert slot (tokens / the layer's mean expert tokens), "
+        "grouped by the rank that holds it",
+        xaxis_type="category",
+    )
     epoch = rows[0].get("epoch")
-    note = (f"<p>Latest EPLB epoch: {esc(epoch) if epoch is not None else 'unknown (no expert map)'}, "
-            f"{esc(max(r['windows'] for r in rows))} load window(s).</p>")
+    note = (
+        f"<p>Latest EPLB epoch: {esc(epoch) if epoch is not None else 'unknown (no expert map)'}, "
+        f"{esc(max(r['windows'] for r in rows))} load window(s).</p>"
+    )
     for hs in shown(results, "report.experts", "verdict"):
         note += f'<p class="verdict-line">{_status_span(hs.status)} {_ref(hs)}: {esc(hs.summary)}</p>'
     return head + note + F.block(fig, _ref(res), 140 + max(220, 22 * len(layers)))
@@ -315,12 +438,29 @@ def _dp_section(F: _Figures, results: dict, make_subplots) -> str:
         return head + _skip_note("No DP service data in this run", rep)
     verdicts = shown(results, "report.dp", "verdict")
     # the DP domains the verdicts shown here flag, highlighted in the table and the figures
-    hot = {value for v in verdicts for f in findings_mod.findings(v) for kind, value in f.subject
-           if kind == "dp_rank"}
-    cols = [c for c in ("dp_rank", "requests", "requests_pct", "input_tokens", "output_tokens", "tokens_pct",
-                        "batches", "total_scheduled_tokens", "exec_p50_ms", "exec_p99_ms", "kv_usage_mean",
-                        "queue_wait_p99_ms", "ttft_p99_ms", "requests_vs_median", "tokens_vs_median",
-                        "exec_vs_median") if c in rep.columns]
+    hot = {value for v in verdicts for f in findings_mod.findings(v) for kind, value in f.subject if kind == "dp_rank"}
+    cols = [
+        c
+        for c in (
+            "dp_rank",
+            "requests",
+            "requests_pct",
+            "input_tokens",
+            "output_tokens",
+            "tokens_pct",
+            "batches",
+            "total_scheduled_tokens",
+            "exec_p50_ms",
+            "exec_p99_ms",
+            "kv_usage_mean",
+            "queue_wait_p99_ms",
+            "ttft_p99_ms",
+            "requests_vs_median",
+            "tokens_vs_median",
+            "exec_vs_median",
+        )
+        if c in rep.columns
+    ]
     out = head + _table(cols, rep.rows, highlight=lambda r: r.get("dp_rank") in hot)
     out += f'<p class="src">from {_ref(rep)}</p>'
     for imb in verdicts:
@@ -330,23 +470,53 @@ def _dp_section(F: _Figures, results: dict, make_subplots) -> str:
     if not wrows:
         return out + _skip_note("No per-window DP data", ts)
     go = F.go
-    fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.07,
-                        subplot_titles=("tokens (input + output of requests arriving)", "queue wait p99 (ms)",
-                                        "KV-cache usage (mean)"))
-    palette = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-               "#bcbd22", "#17becf")
+    fig = make_subplots(
+        rows=3,
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.07,
+        subplot_titles=("tokens (input + output of requests arriving)", "queue wait p99 (ms)", "KV-cache usage (mean)"),
+    )
+    palette = (
+        "#1f77b4",
+        "#ff7f0e",
+        "#2ca02c",
+        "#d62728",
+        "#9467bd",
+        "#8c564b",
+        "#e377c2",
+        "#7f7f7f",
+        "#bcbd22",
+        "#17becf",
+    )
     for n, dp in enumerate(sorted({r["dp_rank"] for r in wrows})):
         rs = sorted((r for r in wrows if r["dp_rank"] == dp), key=lambda r: r["window_start_s"])
         x = [_f(r["window_start_s"]) for r in rs]
         color = palette[n % len(palette)]
-        tokens = [None if r.get("input_tokens") is None and r.get("output_tokens") is None
-                  else (_f(r.get("input_tokens")) or 0) + (_f(r.get("output_tokens")) or 0) for r in rs]
-        for row, y in ((1, tokens), (2, [_f(r.get("queue_wait_p99_ms")) for r in rs]),
-                       (3, [_f(r.get("kv_usage_mean")) for r in rs])):
-            fig.add_trace(go.Scatter(x=x, y=y, mode="lines+markers", name=f"DP {dp}", legendgroup=f"dp{dp}",
-                                     showlegend=row == 1, line=dict(color=color,
-                                                                    width=3 if dp in hot else 1.5)),
-                          row=row, col=1)
+        tokens = [
+            None
+            if r.get("input_tokens") is None and r.get("output_tokens") is None
+            else (_f(r.get("input_tokens")) or 0) + (_f(r.get("output_tokens")) or 0)
+            for r in rs
+        ]
+        for row, y in (
+            (1, tokens),
+            (2, [_f(r.get("queue_wait_p99_ms")) for r in rs]),
+            (3, [_f(r.get("kv_usage_mean")) for r in rs]),
+        ):
+            fig.add_trace(
+                go.Scatter(
+                    x=x,
+                    y=y,
+                    mode="lines+markers",
+                    name=f"DP {dp}",
+                    legendgroup=f"dp{dp}",
+                    showlegend=row == 1,
+                    line=dict(color=color, width=3 if dp in hot else 1.5),
+                ),
+                row=row,
+                col=1,
+            )
     fig.update_xaxes(title_text="seconds since the first batch", row=3, col=1)
     fig.update_layout(title=f"per window of {esc(ts.params.get('window_s'))} s")
     return out + F.block(fig, _ref(ts), 720)
@@ -369,34 +539,49 @@ def _table(cols, rows, limit: int | None = None, highlight=None) -> str:
 
 def _verdicts_section(results: dict) -> str:
     items = sorted(results.values(), key=lambda r: (severity(r.status), r.query))
-    out = ["<h2>Verdicts</h2>", '<table class="verdicts"><thead><tr><th>query</th><th>status</th>'
-           "<th>summary</th></tr></thead><tbody>"]
+    out = [
+        "<h2>Verdicts</h2>",
+        '<table class="verdicts"><thead><tr><th>query</th><th>status</th><th>summary</th></tr></thead><tbody>',
+    ]
     for r in items:
-        out.append(f"<tr><td><code>{_ref(r)}</code></td><td>{_status_span(r.status)}</td>"
-                   f"<td>{esc(r.summary)}</td></tr>")
+        out.append(
+            f"<tr><td><code>{_ref(r)}</code></td><td>{_status_span(r.status)}</td><td>{esc(r.summary)}</td></tr>"
+        )
     out.append("</tbody></table>")
     for r in items:
         if Status(r.status).flags and r.rows:
-            out.append(f"<details open><summary>evidence of <code>{_ref(r)}</code> {_status_span(r.status)} "
-                       f"({len(r.rows)} row{'s' if len(r.rows) != 1 else ''})</summary>"
-                       + _table(r.columns, r.rows, EVIDENCE_ROWS) + "</details>")
+            out.append(
+                f"<details open><summary>evidence of <code>{_ref(r)}</code> {_status_span(r.status)} "
+                f"({len(r.rows)} row{'s' if len(r.rows) != 1 else ''})</summary>"
+                + _table(r.columns, r.rows, EVIDENCE_ROWS)
+                + "</details>"
+            )
     return "\n".join(out)
 
 
 def _conclusion_section(conclusion: dict | None, results: dict) -> str:
-    if not conclusion:          # no diagnosis given: the flagged verdict lines, worst first
-        flagged = sorted((r for r in results.values() if r.status in (Status.FAIL, Status.ERROR, Status.WARN)),
-                         key=lambda r: (severity(r.status), r.query))
+    if not conclusion:  # no diagnosis given: the flagged verdict lines, worst first
+        flagged = sorted(
+            (r for r in results.values() if r.status in (Status.FAIL, Status.ERROR, Status.WARN)),
+            key=lambda r: (severity(r.status), r.query),
+        )
         if not flagged:
             return '<div class="conclusion ok"><p class="headline">No verdict query flags anything.</p></div>'
-        return ('<div class="conclusion"><ul>' + "".join(
-            f"<li>{_status_span(r.status)} <code>{_ref(r)}</code>: {esc(r.summary)}</li>" for r in flagged)
-            + "</ul></div>")
+        return (
+            '<div class="conclusion"><ul>'
+            + "".join(f"<li>{_status_span(r.status)} <code>{_ref(r)}</code>: {esc(r.summary)}</li>" for r in flagged)
+            + "</ul></div>"
+        )
     status = conclusion.get("status")
     badge = f"{_status_span(str(status))} " if status else ""
     parts = [f'<div class="conclusion"><p class="headline">{badge}{esc(conclusion.get("headline"))}</p><dl>']
-    for key, label in (("slow_cards", "slow card(s)"), ("cause", "cause"), ("evidence", "evidence"),
-                       ("next_step", "next step"), ("query", "from")):
+    for key, label in (
+        ("slow_cards", "slow card(s)"),
+        ("cause", "cause"),
+        ("evidence", "evidence"),
+        ("next_step", "next step"),
+        ("query", "from"),
+    ):
         v = conclusion.get(key)
         if v not in (None, "", [], {}):
             parts.append(f"<dt>{label}</dt><dd>{esc(v)}</dd>")
@@ -429,8 +614,7 @@ document.querySelectorAll('script.figure-data').forEach(function (s) {
 """
 
 
-def build_report(con, run: str, results: dict, *, conclusion: dict | None = None,
-                 catalog=None) -> str:
+def build_report(con, run: str, results: dict, *, conclusion: dict | None = None, catalog=None) -> str:
     """The report page of one run as an HTML string.
 
     ``results`` maps query name -> Result (e.g. ``Diagnosis.results``); queries the report needs
@@ -450,21 +634,23 @@ def build_report(con, run: str, results: dict, *, conclusion: dict | None = None
         _verdicts_section(results),
     ]
     when = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
-    return "\n".join([
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>slowcard report: {html.escape(run)}</title>",
-        f"<style>{_CSS}</style>",
-        # plotly.js inline: the page needs no network at all
-        f'<script type="text/javascript">{offline.get_plotlyjs()}</script>',
-        "</head><body>",
-        f"<h1>slowcard report: run <code>{html.escape(run)}</code></h1>",
-        f'<p class="meta">slowcard {html.escape(__version__)}, generated {when}. Each figure names the '
-        "query behind it (<code>name@version</code>); <code>slowcard show NAME</code> prints its SQL.</p>",
-        *sections,
-        f"<script>{_LOADER}</script>",
-        "</body></html>",
-    ])
+    return "\n".join(
+        [
+            "<!DOCTYPE html>",
+            '<html lang="en"><head><meta charset="utf-8">',
+            f"<title>slowcard report: {html.escape(run)}</title>",
+            f"<style>{_CSS}</style>",
+            # plotly.js inline: the page needs no network at all
+            f'<script type="text/javascript">{offline.get_plotlyjs()}</script>',
+            "</head><body>",
+            f"<h1>slowcard report: run <code>{html.escape(run)}</code></h1>",
+            f'<p class="meta">slowcard {html.escape(__version__)}, generated {when}. Each figure names the '
+            "query behind it (<code>name@version</code>); <code>slowcard show NAME</code> prints its SQL.</p>",
+            *sections,
+            f"<script>{_LOADER}</script>",
+            "</body></html>",
+        ]
+    )
 
 
 def figure_data(page: str) -> list[dict]:
@@ -473,8 +659,12 @@ def figure_data(page: str) -> list[dict]:
     import re
 
     out = []
-    for m in re.finditer(r'<script type="application/json" class="figure-data" data-target="[^"]*" '
-                         r'data-query="([^"]*)">(.*?)</script>', page, flags=re.S):
+    for m in re.finditer(
+        r'<script type="application/json" class="figure-data" data-target="[^"]*" '
+        r'data-query="([^"]*)">(.*?)</script>',
+        page,
+        flags=re.S,
+    ):
         fig = json.loads(m.group(2))
         out.append({"query": html.unescape(m.group(1)), "data": fig.get("data", []), "layout": fig.get("layout", {})})
     return out

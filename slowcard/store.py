@@ -37,9 +37,10 @@ def lock_wait_from_env(raw: str | None) -> tuple[float, str | None]:
         value = float(raw)
     except ValueError:
         value = float("nan")
-    if not (0 <= value < 1e9):           # also refuses nan and inf
-        return DEFAULT_LOCK_WAIT_S, (f"SLOWCARD_LOCK_WAIT={raw!r} is not a number of seconds >= 0; "
-                                     f"using {DEFAULT_LOCK_WAIT_S:.0f} s")
+    if not (0 <= value < 1e9):  # also refuses nan and inf
+        return DEFAULT_LOCK_WAIT_S, (
+            f"SLOWCARD_LOCK_WAIT={raw!r} is not a number of seconds >= 0; using {DEFAULT_LOCK_WAIT_S:.0f} s"
+        )
     return value, None
 
 
@@ -77,11 +78,7 @@ def _package_sql(folder: str | None) -> list[tuple[str, str]]:
     root = resources.files("slowcard")
     if folder:
         root = root / folder
-    return sorted(
-        (p.name, p.read_text(encoding="utf-8"))
-        for p in root.iterdir()
-        if p.name.endswith(".sql")
-    )
+    return sorted((p.name, p.read_text(encoding="utf-8")) for p in root.iterdir() if p.name.endswith(".sql"))
 
 
 def ddl_texts() -> list[tuple[str, str]]:
@@ -104,8 +101,9 @@ def _is_lock_error(exc: Exception) -> bool:
     return "lock" in text.lower() and ("Conflicting lock" in text or "Could not set lock" in text)
 
 
-def connect(path: str | Path, read_only: bool = False, wait_s: float | None = None,
-            config: dict | None = None) -> duckdb.DuckDBPyConnection:
+def connect(
+    path: str | Path, read_only: bool = False, wait_s: float | None = None, config: dict | None = None
+) -> duckdb.DuckDBPyConnection:
     """Open a DuckDB file, waiting up to ``wait_s`` seconds while another process holds it.
 
     Raises:
@@ -143,13 +141,18 @@ def connect(path: str | Path, read_only: bool = False, wait_s: float | None = No
             time.sleep(delay)
             delay = min(delay * 2, 1.0)
         except duckdb.Error as exc:
-            raise UsageError(f"{path}: cannot open the database ({str(exc).splitlines()[0]}); "
-                             "is it a slowcard DuckDB file?") from None
+            raise UsageError(
+                f"{path}: cannot open the database ({str(exc).splitlines()[0]}); is it a slowcard DuckDB file?"
+            ) from None
 
 
 # What other files given as --db start with, for a message that says what the file is.
-_OTHER_MAGIC = ((b"SQLite format 3\x00", "a SQLite database"), (b"PAR1", "a Parquet file"),
-                (b"\x1f\x8b", "a gzip file"), (b"PK\x03\x04", "a zip file"))
+_OTHER_MAGIC = (
+    (b"SQLite format 3\x00", "a SQLite database"),
+    (b"PAR1", "a Parquet file"),
+    (b"\x1f\x8b", "a gzip file"),
+    (b"PK\x03\x04", "a zip file"),
+)
 
 
 def check_duckdb_file(path: str | Path) -> None:
@@ -161,7 +164,7 @@ def check_duckdb_file(path: str | Path) -> None:
         with open(path, "rb") as f:
             head = f.read(16)
     except FileNotFoundError:
-        return                                   # a new database
+        return  # a new database
     except IsADirectoryError:
         raise UsageError(f"{path}: is a folder; --db takes a DuckDB file") from None
     except OSError as exc:
@@ -169,17 +172,19 @@ def check_duckdb_file(path: str | Path) -> None:
     if not head or head[8:12] == b"DUCK":
         return
     what = next((name for magic, name in _OTHER_MAGIC if head.startswith(magic)), "not a DuckDB database")
-    raise UsageError(f"{path}: {what}, not a slowcard DuckDB database; give another --db "
-                     "(a new file name creates one)")
+    raise UsageError(f"{path}: {what}, not a slowcard DuckDB database; give another --db (a new file name creates one)")
 
 
 def check_ours(con, path: str | Path) -> None:
     """Refuse a DuckDB database that slowcard did not create, before anything writes to it: its
     tables are someone else's (an `events` table of theirs is not ours), and opening it must not
     add slowcard's 69 tables and views to it. An empty database is ours to fill."""
-    names = [r[0] for r in con.execute(
-        "SELECT table_name FROM information_schema.tables "
-        "WHERE table_catalog = current_database() ORDER BY 1").fetchall()]
+    names = [
+        r[0]
+        for r in con.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_catalog = current_database() ORDER BY 1"
+        ).fetchall()
+    ]
     if not names:
         return
     if "meta" in names:
@@ -189,8 +194,10 @@ def check_ours(con, path: str | Path) -> None:
         except duckdb.Error:
             pass
     shown = ", ".join(names[:5]) + (" …" if len(names) > 5 else "")
-    raise UsageError(f"{path}: this DuckDB database was not created by slowcard (it holds {shown}); "
-                     "slowcard does not write into other databases: give another --db")
+    raise UsageError(
+        f"{path}: this DuckDB database was not created by slowcard (it holds {shown}); "
+        "slowcard does not write into other databases: give another --db"
+    )
 
 
 def apply_schema(con: duckdb.DuckDBPyConnection) -> None:
@@ -227,8 +234,9 @@ def rebuild_derived(con) -> None:
     """Recompute the derived rows of every file (after a taxonomy or view change)."""
     for table, macro in DERIVED:
         con.execute(f"DELETE FROM {table}")
-        con.execute(f"INSERT INTO {table} SELECT * FROM {macro}(NULL) "
-                    "WHERE source_id IN (SELECT source_id FROM sources)")
+        con.execute(
+            f"INSERT INTO {table} SELECT * FROM {macro}(NULL) WHERE source_id IN (SELECT source_id FROM sources)"
+        )
 
 
 def open_db(path: str | Path, read_only: bool = False, wait_s: float | None = None):
@@ -410,15 +418,21 @@ class SourceRecord:
     host: str | None = None
 
 
-def commit_source(con, sid: int, run: str, path: str, size: int, fingerprint: str,
-                  rec: "SourceRecord", drops: list[tuple[str, str, int]]) -> None:
+def commit_source(
+    con,
+    sid: int,
+    run: str,
+    path: str,
+    size: int,
+    fingerprint: str,
+    rec: SourceRecord,
+    drops: list[tuple[str, str, int]],
+) -> None:
     """Publish a file's rows in one short transaction: the previous ingest of the same (run, path),
     if any, disappears and this one appears, or (on any error) nothing changes."""
     con.execute("BEGIN")
     try:
-        for (old,) in con.execute(
-            "SELECT source_id FROM sources WHERE run = ? AND path = ?", [run, path]
-        ).fetchall():
+        for (old,) in con.execute("SELECT source_id FROM sources WHERE run = ? AND path = ?", [run, path]).fetchall():
             for table in row_tables(con):
                 con.execute(f'DELETE FROM "{table}" WHERE source_id = ?', [old])
             con.execute("DELETE FROM source_drops WHERE source_id = ?", [old])
@@ -428,15 +442,32 @@ def commit_source(con, sid: int, run: str, path: str, size: int, fingerprint: st
                    rank_source, dp_rank, tp_rank, pp_rank, ep_rank, world_size, host, base_time_ns,
                    rows_seen, rows_kept, rows_dropped, status, message, metadata, ingested_at)
                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, now())""",
-            [sid, run, path, size, fingerprint, rec.format, rec.rank, rec.rank_source, rec.dp_rank,
-             rec.tp_rank, rec.pp_rank, rec.ep_rank, rec.world_size, rec.host, rec.base_time_ns,
-             rec.rows_seen, rec.rows_kept, rec.rows_dropped, rec.status, rec.message,
-             json.dumps(rec.metadata, default=str)],
+            [
+                sid,
+                run,
+                path,
+                size,
+                fingerprint,
+                rec.format,
+                rec.rank,
+                rec.rank_source,
+                rec.dp_rank,
+                rec.tp_rank,
+                rec.pp_rank,
+                rec.ep_rank,
+                rec.world_size,
+                rec.host,
+                rec.base_time_ns,
+                rec.rows_seen,
+                rec.rows_kept,
+                rec.rows_dropped,
+                rec.status,
+                rec.message,
+                json.dumps(rec.metadata, default=str),
+            ],
         )
         if drops:
-            con.executemany(
-                "INSERT INTO source_drops VALUES (?, ?, ?, ?)", [(sid, r, p, n) for r, p, n in drops]
-            )
+            con.executemany("INSERT INTO source_drops VALUES (?, ?, ?, ?)", [(sid, r, p, n) for r, p, n in drops])
         # Derived rows, in the same transaction so that they appear with the file.
         for table, macro in DERIVED:
             con.execute(f"INSERT INTO {table} SELECT * FROM {macro}(?)", [sid])

@@ -21,8 +21,17 @@ import duckdb
 from .errors import UsageError
 
 COLUMNS = ("pattern", "op_class", "coll_kind", "priority")
-OP_CLASSES = {"grouped_matmul", "dispatch", "combine", "gating", "collective", "moe_layer", "moe_fused",
-              "step", "compute"}
+OP_CLASSES = {
+    "grouped_matmul",
+    "dispatch",
+    "combine",
+    "gating",
+    "collective",
+    "moe_layer",
+    "moe_fused",
+    "step",
+    "compute",
+}
 COLL_KINDS = {"all_to_all", "all_reduce", "all_gather", "reduce_scatter", "send_recv", "broadcast", "other"}
 
 
@@ -73,24 +82,26 @@ def define_builtin_prefilter(con, rows: list[tuple]) -> None:
     built-in pattern (one alternation: RE2 runs it in one pass), and
     ``_builtin_taxonomy_hit(name)``, the winning built-in pattern (lowest priority, then file
     order). User rows are matched separately there, so they never go stale here."""
+
     def lit(s: str) -> str:
         return "'" + s.replace("'", "''") + "'"
 
     alternation = "|".join(f"(?:{pattern})" for pattern, *_ in rows) or "$^"
     con.execute(f"CREATE OR REPLACE MACRO _builtin_taxonomy_any(name) AS regexp_matches(name, {lit(alternation)}, 'i')")
     ordered = sorted(enumerate(rows), key=lambda ir: (ir[1][3], ir[0]))
-    whens = " ".join(f"WHEN regexp_matches(name, {lit(pattern)}, 'i') THEN {lit(pattern)}"
-                     for _, (pattern, *_rest) in ordered)
-    con.execute("CREATE OR REPLACE MACRO _builtin_taxonomy_hit(name) AS "
-                + (f"CASE {whens} END" if whens else "NULL::VARCHAR"))
+    whens = " ".join(
+        f"WHEN regexp_matches(name, {lit(pattern)}, 'i') THEN {lit(pattern)}" for _, (pattern, *_rest) in ordered
+    )
+    con.execute(
+        "CREATE OR REPLACE MACRO _builtin_taxonomy_hit(name) AS " + (f"CASE {whens} END" if whens else "NULL::VARCHAR")
+    )
 
 
 def _insert(con, rows: list[tuple], origin: str) -> None:
     """One statement for all rows (executemany runs one statement per row)."""
     if rows:
         values = ", ".join(["(?, ?, ?, ?, ?)"] * len(rows))
-        con.execute(f"INSERT INTO op_taxonomy VALUES {values}",
-                    [v for row in rows for v in (*row, origin)])
+        con.execute(f"INSERT INTO op_taxonomy VALUES {values}", [v for row in rows for v in (*row, origin)])
 
 
 def read_user_taxonomy(con, path: str | Path) -> list[tuple]:
@@ -108,21 +119,22 @@ def read_user_taxonomy(con, path: str | Path) -> list[tuple]:
 def replace_user_rows(con, rows: list[tuple]) -> None:
     """Add user rows, replacing the user rows of the same patterns (inside the caller's
     transaction; the caller rebuilds what is derived from the taxonomy: ``store.load_user_taxonomy``)."""
-    con.execute("DELETE FROM op_taxonomy WHERE origin = 'user' AND list_contains(?, pattern)",
-                [[row[0] for row in rows]])
+    con.execute(
+        "DELETE FROM op_taxonomy WHERE origin = 'user' AND list_contains(?, pattern)", [[row[0] for row in rows]]
+    )
     # a pattern given twice in one file: the last row wins, as it did row by row
     _insert(con, list({row[0]: row for row in rows}.values()), "user")
 
 
 # ------------------------------------------------------------------ what the taxonomy matched
 
+
 def usage(con, run: str, include_unused: bool = False) -> tuple[list[str], list[tuple]]:
     """Per taxonomy row: what it classified in ``run`` (operations, distinct names, total time,
     example names). Classifications that come from elsewhere (a kernel's "Collective name" arg,
     an NCCL kernel launched inside a host all-to-all) get a row of their own. With
     ``include_unused`` the rows that matched nothing are listed too (with 0)."""
-    cols = ["op_class", "coll_kind", "pattern", "origin", "priority", "ops", "names", "total_ms",
-            "examples"]
+    cols = ["op_class", "coll_kind", "pattern", "origin", "priority", "ops", "names", "total_ms", "examples"]
     rows = con.execute(
         """
         WITH hits AS (
@@ -143,7 +155,9 @@ def usage(con, run: str, include_unused: bool = False) -> tuple[list[str], list[
         FROM hits h FULL JOIN rules r ON h.pattern = r.pattern AND h.op_class = r.op_class
         WHERE h.ops IS NOT NULL OR ?
         ORDER BY 1, coalesce(h.total_ms, 0) DESC, 3
-        """, [run, include_unused]).fetchall()
+        """,
+        [run, include_unused],
+    ).fetchall()
     return cols, rows
 
 
@@ -162,14 +176,17 @@ def unmatched(con, run: str, limit: int = 20) -> tuple[list[str], list[tuple]]:
         GROUP BY ALL
         ORDER BY total_ms DESC, 2
         LIMIT ?
-        """, [run, limit]).fetchall()
+        """,
+        [run, limit],
+    ).fetchall()
     return cols, rows
 
 
 def classify_names(con, names: list[str]) -> tuple[list[str], list[tuple]]:
     """How the taxonomy of ``con`` (built-in plus user rows) classifies each of ``names``."""
     cols = ["name", "op_class", "coll_kind", "pattern", "origin"]
-    rows = con.execute("SELECT name, op_class, coll_kind, pattern, origin FROM _classify_names(?)",
-                       [list(names)]).fetchall()
+    rows = con.execute(
+        "SELECT name, op_class, coll_kind, pattern, origin FROM _classify_names(?)", [list(names)]
+    ).fetchall()
     order = {n: i for i, n in enumerate(names)}
     return cols, sorted(rows, key=lambda r: order.get(r[0], 0))

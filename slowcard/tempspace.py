@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 KINDS = ("part", "template", "worker", "dask", "export")
-_NAME = re.compile(r"^\.?slowcard-(?:%s)-(?P<host>.+)-(?P<pid>\d+)-[A-Za-z0-9_]+$" % "|".join(KINDS))
+_NAME = re.compile(r"^\.?slowcard-(?:{})-(?P<host>.+)-(?P<pid>\d+)-[A-Za-z0-9_]+$".format("|".join(KINDS)))
 
 
 def _host() -> str:
@@ -40,7 +40,7 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True                   # someone else's live process
+        return True  # someone else's live process
     return True
 
 
@@ -55,7 +55,7 @@ def clean_stale(roots: Sequence[str | Path] | None = None) -> list[Path]:
     Never raises: a folder that cannot be listed or removed is left as it is."""
     removed = []
     host = _host()
-    for root in (default_roots() if roots is None else [Path(r) for r in roots]):
+    for root in default_roots() if roots is None else [Path(r) for r in roots]:
         try:
             entries = list(os.scandir(root))
         except OSError:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 if sys.version_info >= (3, 11):
     from enum import StrEnum
 else:  # requires-python is 3.10: the same str()/format() as 3.11's StrEnum
+
     class StrEnum(str, enum.Enum):
         def __str__(self) -> str:
             return str(self.value)
@@ -51,7 +52,7 @@ class Status(StrEnum):
         return self in (Status.FAIL, Status.WARN)
 
     @classmethod
-    def worst(cls, statuses) -> "Status":
+    def worst(cls, statuses) -> Status:
         """The most severe of ``statuses`` (SKIP when there are none)."""
         return min((cls(s) for s in statuses), key=lambda s: s.severity, default=cls.SKIP)
 
@@ -67,6 +68,8 @@ def severity(status) -> int:
         return Status(status).severity
     except ValueError:
         return len(_SEVERITY)
+
+
 _OPS = {">": operator.gt, ">=": operator.ge, "=": operator.eq, "<": operator.lt, "<=": operator.le}
 _CLAUSE = re.compile(
     r"^\s*(?P<level>fail|warn)\s+if\s+rows(?:\s+where\s+(?P<col>[A-Za-z_][A-Za-z0-9_]*))?"
@@ -76,7 +79,7 @@ _CLAUSE = re.compile(
 
 @dataclass(frozen=True)
 class Clause:
-    level: str          # fail | warn
+    level: str  # fail | warn
     column: str | None  # count only rows whose column is true / non-zero
     op: str
     n: int
@@ -99,8 +102,10 @@ def parse_rule(text: str) -> list[Clause] | None:
     for part in text.split(";"):
         m = _CLAUSE.match(part)
         if not m:
-            raise ValueError(f"bad verdict clause {part.strip()!r}; expected e.g. 'fail if rows > 0' "
-                             "or 'warn if rows where impact > 0'")
+            raise ValueError(
+                f"bad verdict clause {part.strip()!r}; expected e.g. 'fail if rows > 0' "
+                "or 'warn if rows where impact > 0'"
+            )
         clauses.append(Clause(m["level"], m["col"], m["op"], int(m["n"])))
     levels = [c.level for c in clauses]
     if len(set(levels)) != len(levels):
@@ -161,8 +166,9 @@ def row_levels(rows: list[dict], rule: list[Clause] | None) -> list[Status | Non
             lv = str(row["level"] or "").upper()
             out.append(Status(lv) if lv in ("FAIL", "WARN") else None)
             continue
-        out.append(next((Status(c.level.upper()) for c in holding
-                         if c.column is None or _truthy(row.get(c.column))), None))
+        out.append(
+            next((Status(c.level.upper()) for c in holding if c.column is None or _truthy(row.get(c.column))), None)
+        )
     return out
     if "level" in row:
         lv = str(row["level"] or "").upper()
@@ -191,8 +197,9 @@ def fill(template: str, values: dict) -> str:
     return _FIELD.sub(lambda m: fmt_value(values[m[1]]) if m[1] in values else m[0], template)
 
 
-def summarise(status: str, rows: list[dict], row_template: str | None, pass_template: str | None,
-              params: dict, limit: int = 3) -> str:
+def summarise(
+    status: str, rows: list[dict], row_template: str | None, pass_template: str | None, params: dict, limit: int = 3
+) -> str:
     """One summary line: the skip reason, the first findings from the row template, or the pass text."""
     reason = skip_reason(rows)
     if reason is not None:

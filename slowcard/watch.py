@@ -31,9 +31,9 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from . import metrics as mx
 from . import queries as queries_mod
@@ -47,14 +47,15 @@ WATCH_RELATIONS = frozenset({"metric_windows", "metric_scrapes", "expert_load"})
 
 def watched_queries(catalog: dict) -> list:
     """The verdict queries judged from collected metrics alone, in diagnosis order."""
-    return sorted((q for q in catalog.values()
-                   if q.rule is not None and q.requires and set(q.requires) <= WATCH_RELATIONS),
-                  key=lambda q: (q.order, q.name))
+    return sorted(
+        (q for q in catalog.values() if q.rule is not None and q.requires and set(q.requires) <= WATCH_RELATIONS),
+        key=lambda q: (q.order, q.name),
+    )
 
 
-MAX_BYTES = 32 << 20           # a /metrics body or an API answer larger than this is refused
-MAX_SERIES = 50_000            # mapped samples kept per endpoint and snapshot
-BACKFILL_CHUNK_STEPS = 120     # range-query steps per request during backfill (bounds memory)
+MAX_BYTES = 32 << 20  # a /metrics body or an API answer larger than this is refused
+MAX_SERIES = 50_000  # mapped samples kept per endpoint and snapshot
+BACKFILL_CHUNK_STEPS = 120  # range-query steps per request during backfill (bounds memory)
 _NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 
 
@@ -84,9 +85,9 @@ def http_get(url: str, timeout_s: float, max_bytes: int = MAX_BYTES) -> Fetch:
         if isinstance(reason, ConnectionRefusedError):
             return Fetch(None, "connection refused")
         return Fetch(None, f"unreachable ({reason})")
-    except (socket.timeout, TimeoutError):
+    except TimeoutError:
         return Fetch(None, "timeout")
-    except (ConnectionError, OSError, ValueError) as exc:   # reset mid-body, bad URL, …
+    except (ConnectionError, OSError, ValueError) as exc:  # reset mid-body, bad URL, …
         return Fetch(None, f"{type(exc).__name__}: {str(exc)[:80]}")
 
 
@@ -108,8 +109,16 @@ def _families(wanted: dict) -> set[str]:
     return out
 
 
-def parse_scrape(text: str, snap: mx.Snapshot, mapping: mx.Mapping, wanted: dict, target: str,
-                 default_dp: int | None, forced_dp: int | None, max_series: int = MAX_SERIES) -> TargetStatus:
+def parse_scrape(
+    text: str,
+    snap: mx.Snapshot,
+    mapping: mx.Mapping,
+    wanted: dict,
+    target: str,
+    default_dp: int | None,
+    forced_dp: int | None,
+    max_series: int = MAX_SERIES,
+) -> TargetStatus:
     """Add one endpoint's /metrics text to a snapshot: only the mapped families are parsed."""
     from .ingest.experts import parse_exposition
 
@@ -139,8 +148,9 @@ def parse_scrape(text: str, snap: mx.Snapshot, mapping: mx.Mapping, wanted: dict
             kept += 1
     dropped += sum(n for _, _, n in drops)
     if kept == 0:
-        why = ("no vLLM metric in the answer" if content else "empty answer") if not drops else \
-              f"garbage: {drops[0][0]}"
+        why = (
+            ("no vLLM metric in the answer" if content else "empty answer") if not drops else f"garbage: {drops[0][0]}"
+        )
         return TargetStatus(target, False, 0, dropped, why)
     return TargetStatus(target, True, kept, dropped, None)
 
@@ -150,8 +160,13 @@ class ScrapeSource:
 
     format = "metrics_scrape"
 
-    def __init__(self, targets: list[tuple[str, int | None]], mapping: mx.Mapping, timeout_s: float = 5.0,
-                 max_series: int = MAX_SERIES):
+    def __init__(
+        self,
+        targets: list[tuple[str, int | None]],
+        mapping: mx.Mapping,
+        timeout_s: float = 5.0,
+        max_series: int = MAX_SERIES,
+    ):
         if not targets:
             raise UsageError("watch needs at least one --scrape URL or a --prometheus URL")
         self.targets = targets
@@ -170,8 +185,7 @@ class ScrapeSource:
             if got.body is None:
                 statuses.append(TargetStatus(url, False, error=got.error))
                 continue
-            statuses.append(parse_scrape(got.body, snap, self.mapping, self.wanted, url, pos, dp,
-                                         self.max_series))
+            statuses.append(parse_scrape(got.body, snap, self.mapping, self.wanted, url, pos, dp, self.max_series))
         return [snap], statuses
 
 
@@ -180,8 +194,16 @@ class PrometheusSource:
 
     format = "prometheus_api"
 
-    def __init__(self, base_url: str, mapping: mx.Mapping, step_s: float, backfill_s: float,
-                 dp_map: dict[str, int] | None = None, timeout_s: float = 10.0, max_series: int = MAX_SERIES):
+    def __init__(
+        self,
+        base_url: str,
+        mapping: mx.Mapping,
+        step_s: float,
+        backfill_s: float,
+        dp_map: dict[str, int] | None = None,
+        timeout_s: float = 10.0,
+        max_series: int = MAX_SERIES,
+    ):
         self.base = base_url.rstrip("/")
         self.mapping = mapping
         self.wanted = mapping.wanted()
@@ -195,8 +217,9 @@ class PrometheusSource:
         self.selector = '{__name__=~"' + "|".join(re.escape(n) for n in sorted(self.wanted)) + '"}'
 
     def _range(self, start_s: float, end_s: float) -> tuple[dict[float, mx.Snapshot], TargetStatus]:
-        q = urllib.parse.urlencode({"query": self.selector, "start": f"{start_s:.3f}", "end": f"{end_s:.3f}",
-                                    "step": f"{self.step_s:g}"})
+        q = urllib.parse.urlencode(
+            {"query": self.selector, "start": f"{start_s:.3f}", "end": f"{end_s:.3f}", "step": f"{self.step_s:g}"}
+        )
         got = http_get(f"{self.base}/api/v1/query_range?{q}", self.timeout_s)
         if got.body is None:
             return {}, TargetStatus(self.base, False, error=got.error)
@@ -233,8 +256,17 @@ class PrometheusSource:
                 if kept >= self.max_series * max(1, len(snaps)):
                     dropped += 1
                     continue
-                if mx.add_sample(snap, self.mapping, self.wanted, target, self._instances[inst], name, labels, v,
-                                 self.dp_map.get(inst)):
+                if mx.add_sample(
+                    snap,
+                    self.mapping,
+                    self.wanted,
+                    target,
+                    self._instances[inst],
+                    name,
+                    labels,
+                    v,
+                    self.dp_map.get(inst),
+                ):
                     kept += 1
         return snaps, TargetStatus(self.base, True, kept, dropped, None)
 
@@ -262,20 +294,28 @@ class Step:
     """What one collection did (handed to the callback as the status line's facts)."""
 
     ts_ns: int
-    windows: list[dict] = field(default_factory=list)      # rows written (last window's rows last)
+    windows: list[dict] = field(default_factory=list)  # rows written (last window's rows last)
     statuses: list[TargetStatus] = field(default_factory=list)
-    results: dict = field(default_factory=dict)             # query -> Result
-    changes: list[tuple[str, str, str]] = field(default_factory=list)   # (query, before, after)
+    results: dict = field(default_factory=dict)  # query -> Result
+    changes: list[tuple[str, str, str]] = field(default_factory=list)  # (query, before, after)
     expert_slots: int = 0
-    actions: list[str] = field(default_factory=list)        # outcome of --exec / webhook
+    actions: list[str] = field(default_factory=list)  # outcome of --exec / webhook
 
 
 class Watcher:
     """Collect into ``db`` under ``run`` and judge the watched queries after each collection."""
 
-    def __init__(self, db: str | Path, run: str, source, retention_s: float = 24 * 3600.0,
-                 exec_cmd: str | None = None, webhook: str | None = None, sql_dirs=None,
-                 exec_timeout_s: float = 30.0):
+    def __init__(
+        self,
+        db: str | Path,
+        run: str,
+        source,
+        retention_s: float = 24 * 3600.0,
+        exec_cmd: str | None = None,
+        webhook: str | None = None,
+        sql_dirs=None,
+        exec_timeout_s: float = 30.0,
+    ):
         self.db = Path(db)
         self.run = run
         self.source = source
@@ -287,52 +327,63 @@ class Watcher:
         self.queries = watched_queries(catalog)
         self.prev: mx.Snapshot | None = None
         self.sid: int | None = None
-        self._stored_ts: int | None = None     # the latest window stored before this process
+        self._stored_ts: int | None = None  # the latest window stored before this process
 
     # --- database ------------------------------------------------------------
     def _source_id(self, con) -> int:
-        row = con.execute("SELECT source_id FROM sources WHERE run = ? AND path = ? AND format = ?",
-                          [self.run, self.source.path, self.source.format]).fetchone()
+        row = con.execute(
+            "SELECT source_id FROM sources WHERE run = ? AND path = ? AND format = ?",
+            [self.run, self.source.path, self.source.format],
+        ).fetchone()
         if row:
             return row[0]
         store.ensure_run(con, self.run, self.source.path)
         sid = con.execute("""SELECT greatest(nextval('source_id_seq'),
                                  (SELECT coalesce(max(source_id), 0) + 1 FROM sources),
                                  (SELECT coalesce(max(source_id), 0) + 1 FROM pending_sources))""").fetchone()[0]
-        con.execute("""INSERT INTO sources (source_id, run, path, size_bytes, fingerprint, format, rows_seen,
+        con.execute(
+            """INSERT INTO sources (source_id, run, path, size_bytes, fingerprint, format, rows_seen,
                            rows_kept, rows_dropped, status, message, metadata, ingested_at)
                        VALUES (?, ?, ?, 0, '', ?, 0, 0, 0, 'ok', '', ?, now())""",
-                    [sid, self.run, self.source.path, self.source.format,
-                     json.dumps({"watch": self.source.path})])
+            [sid, self.run, self.source.path, self.source.format, json.dumps({"watch": self.source.path})],
+        )
         return sid
 
     def _last_ts(self, con, sid: int) -> int | None:
         return con.execute("SELECT max(ts_ns) FROM metric_window_rows WHERE source_id = ?", [sid]).fetchone()[0]
 
-    def _write(self, con, sid: int, now_ns: int, rows: list[dict], experts: list[tuple],
-               statuses: list[TargetStatus]) -> None:
+    def _write(
+        self, con, sid: int, now_ns: int, rows: list[dict], experts: list[tuple], statuses: list[TargetStatus]
+    ) -> None:
         con.execute("BEGIN")
         try:
             if rows:
                 con.executemany(
                     f"INSERT INTO metric_window_rows VALUES ({', '.join('?' * (len(mx.WINDOW_COLUMNS) + 1))})",
-                    [[sid] + [r[c] for c in mx.WINDOW_COLUMNS] for r in rows])
+                    [[sid] + [r[c] for c in mx.WINDOW_COLUMNS] for r in rows],
+                )
             if experts:
-                base = con.execute("SELECT coalesce(max(window_idx), -1) + 1 FROM expert_load_rows "
-                                   "WHERE source_id = ?", [sid]).fetchone()[0]
-                con.executemany("INSERT INTO expert_load_rows (source_id, window_idx, ts_ns, epoch, layer, ep_rank, "
-                                "local_slot, tokens) VALUES (?, ?, ?, NULL, ?, ?, ?, ?)",
-                                [(sid, base + w, ts, layer, rank, slot, tok)
-                                 for w, ts, layer, rank, slot, tok in experts])
-            con.executemany("INSERT INTO metric_scrape_rows VALUES (?, ?, ?, ?, ?, ?, ?)",
-                            [(sid, now_ns, s.target, s.ok, s.samples, s.dropped, s.error) for s in statuses])
+                base = con.execute(
+                    "SELECT coalesce(max(window_idx), -1) + 1 FROM expert_load_rows WHERE source_id = ?", [sid]
+                ).fetchone()[0]
+                con.executemany(
+                    "INSERT INTO expert_load_rows (source_id, window_idx, ts_ns, epoch, layer, ep_rank, "
+                    "local_slot, tokens) VALUES (?, ?, ?, NULL, ?, ?, ?, ?)",
+                    [(sid, base + w, ts, layer, rank, slot, tok) for w, ts, layer, rank, slot, tok in experts],
+                )
+            con.executemany(
+                "INSERT INTO metric_scrape_rows VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(sid, now_ns, s.target, s.ok, s.samples, s.dropped, s.error) for s in statuses],
+            )
             cutoff = now_ns - self.retention_ns
             for table in ("metric_window_rows", "metric_scrape_rows", "metric_verdict_rows", "expert_load_rows"):
                 con.execute(f"DELETE FROM {table} WHERE source_id = ? AND ts_ns < ?", [sid, cutoff])
-            con.execute("""UPDATE sources SET rows_kept = (SELECT count(*) FROM metric_window_rows WHERE source_id = ?),
+            con.execute(
+                """UPDATE sources SET rows_kept = (SELECT count(*) FROM metric_window_rows WHERE source_id = ?),
                                rows_seen = rows_seen + ?, rows_dropped = rows_dropped + ?, ingested_at = now()
                            WHERE source_id = ?""",
-                        [sid, len(rows), sum(s.dropped for s in statuses), sid])
+                [sid, len(rows), sum(s.dropped for s in statuses), sid],
+            )
             con.execute("COMMIT")
         except BaseException:
             con.execute("ROLLBACK")
@@ -373,9 +424,13 @@ class Watcher:
                         self.prev = snap
             self._write(con, sid, now_ns, rows, experts, statuses)
             step = Step(now_ns, rows, statuses, expert_slots=len(experts))
-            before = dict(con.execute(
-                """SELECT query, arg_max(status, ts_ns) FROM metric_verdict_rows WHERE source_id = ?
-                   GROUP BY query""", [sid]).fetchall())
+            before = dict(
+                con.execute(
+                    """SELECT query, arg_max(status, ts_ns) FROM metric_verdict_rows WHERE source_id = ?
+                   GROUP BY query""",
+                    [sid],
+                ).fetchall()
+            )
             for q in self.queries:
                 res = queries_mod.run_query(con, q, self.run)
                 step.results[q.name] = res
@@ -383,8 +438,10 @@ class Watcher:
                 if old is not None and old != res.status and "FAIL" in (old, res.status):
                     step.changes.append((q.name, old, res.status))
             con.execute("BEGIN")
-            con.executemany("INSERT INTO metric_verdict_rows VALUES (?, ?, ?, ?, ?)",
-                            [(sid, now_ns, r.query, r.status, r.summary[:2000]) for r in step.results.values()])
+            con.executemany(
+                "INSERT INTO metric_verdict_rows VALUES (?, ?, ?, ?, ?)",
+                [(sid, now_ns, r.query, r.status, r.summary[:2000]) for r in step.results.values()],
+            )
             con.execute("COMMIT")
         finally:
             con.close()
@@ -395,16 +452,37 @@ class Watcher:
     def _act(self, name: str, old: str, new: str, res) -> list[str]:
         """Run --exec and POST the webhook for one change; their outcome as text."""
         out = []
-        payload = {"run": self.run, "query": name, "before": old, "status": new, "summary": res.summary,
-                   "rows": res.rows[:20]}
+        payload = {
+            "run": self.run,
+            "query": name,
+            "before": old,
+            "status": new,
+            "summary": res.summary,
+            "rows": res.rows[:20],
+        }
         if self.exec_cmd:
-            env = dict(os.environ, SLOWCARD_RUN=self.run, SLOWCARD_QUERY=name, SLOWCARD_BEFORE=old,
-                       SLOWCARD_STATUS=new, SLOWCARD_SUMMARY=res.summary)
+            env = dict(
+                os.environ,
+                SLOWCARD_RUN=self.run,
+                SLOWCARD_QUERY=name,
+                SLOWCARD_BEFORE=old,
+                SLOWCARD_STATUS=new,
+                SLOWCARD_SUMMARY=res.summary,
+            )
             try:
-                cp = subprocess.run(self.exec_cmd, shell=True, env=env, timeout=self.exec_timeout_s,
-                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-                out.append(f"--exec exited {cp.returncode}" + (f": {cp.stderr.decode(errors='replace').strip()[:200]}"
-                                                                if cp.returncode else ""))
+                cp = subprocess.run(
+                    self.exec_cmd,
+                    shell=True,
+                    env=env,
+                    timeout=self.exec_timeout_s,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
+                )
+                out.append(
+                    f"--exec exited {cp.returncode}"
+                    + (f": {cp.stderr.decode(errors='replace').strip()[:200]}" if cp.returncode else "")
+                )
             except subprocess.TimeoutExpired:
                 out.append(f"--exec killed after {self.exec_timeout_s:g} s")
             except OSError as exc:
@@ -419,8 +497,14 @@ class Watcher:
                 out.append(f"webhook failed: {getattr(exc, 'reason', exc)}")
         return out
 
-    def run_loop(self, interval_s: float, duration_s: float | None = None, once: bool = False,
-                 on_step: Callable[[Step], None] | None = None, sleep=time.sleep) -> Step | None:
+    def run_loop(
+        self,
+        interval_s: float,
+        duration_s: float | None = None,
+        once: bool = False,
+        on_step: Callable[[Step], None] | None = None,
+        sleep=time.sleep,
+    ) -> Step | None:
         """Collect every ``interval_s`` until ``duration_s`` has passed (None: until interrupted).
 
         ``once``: one window and exit (for cron): a scrape source scrapes twice ``interval_s``

@@ -68,7 +68,7 @@ def app():
     from slowcard import cli_views
     from slowcard.cli_common import Commands
 
-    a = typer.Typer(cls=Commands)     # the CLI's error boundary: library errors -> exit 2
+    a = typer.Typer(cls=Commands)  # the CLI's error boundary: library errors -> exit 2
 
     @a.callback()
     def _main():
@@ -94,8 +94,9 @@ def tmp_db(tmp_path, _template_db) -> Path:
     return path
 
 
-def trace_text(events, header: dict | None = None, trailer: dict | None = None, *,
-               array: bool = False, indent: int | None = None) -> str:
+def trace_text(
+    events, header: dict | None = None, trailer: dict | None = None, *, array: bool = False, indent: int | None = None
+) -> str:
     """A Chrome trace as text: the Kineto object form with header keys before and trailer keys
     after ``traceEvents`` (or a bare array), one line (indent None) or pretty-printed."""
     if array:
@@ -107,8 +108,17 @@ def trace_text(events, header: dict | None = None, trailer: dict | None = None, 
     return "{" + sep.join(parts) + "}\n"
 
 
-def write_trace(path: Path, events=None, header=None, trailer=None, *, text: str | None = None,
-                array: bool = False, indent: int | None = None, bom: bool = False) -> Path:
+def write_trace(
+    path: Path,
+    events=None,
+    header=None,
+    trailer=None,
+    *,
+    text: str | None = None,
+    array: bool = False,
+    indent: int | None = None,
+    bom: bool = False,
+) -> Path:
     """Write a trace (``.gz`` suffix: gzip, mtime 0) and return its path."""
     if text is None:
         text = trace_text(events, header, trailer, array=array, indent=indent)
@@ -129,6 +139,8 @@ def pytest_terminal_summary(terminalreporter):
     fuzz = sys.modules.get("test_fuzz")
     counts = getattr(fuzz, "FUZZ_COUNTS", None)
     if counts:
-        terminalreporter.write_line("fuzz cases tried per reader: "
-                                    + ", ".join(f"{k}: {v}" for k, v in sorted(counts.items()))
-                                    + f"; seed {fuzz.SEED} (replay: SLOWCARD_FUZZ_SEED={fuzz.SEED})")
+        terminalreporter.write_line(
+            "fuzz cases tried per reader: "
+            + ", ".join(f"{k}: {v}" for k, v in sorted(counts.items()))
+            + f"; seed {fuzz.SEED} (replay: SLOWCARD_FUZZ_SEED={fuzz.SEED})"
+        )

@@ -18,7 +18,7 @@ from pathlib import Path
 
 GATE_US = 300.0
 TRANSFER_US = 100.0
-GMM_US = 1000.0          # GroupedMatmul time of a rank with TOKENS tokens
+GMM_US = 1000.0  # GroupedMatmul time of a rank with TOKENS tokens
 TOKENS = 64
 BASE_NS = 1_790_000_000_000_000_000
 
@@ -29,17 +29,26 @@ class Cell:
 
     tokens: int = TOKENS
     gmm_us: float = GMM_US
-    pre_dispatch_us: float = 0.0     # extra host time before the dispatch (delays its arrival)
-    pre_combine_us: float = 0.0      # extra time after GroupedMatmul, before the combine
+    pre_dispatch_us: float = 0.0  # extra host time before the dispatch (delays its arrival)
+    pre_combine_us: float = 0.0  # extra time after GroupedMatmul, before the combine
 
 
 def _x(name, tid, ts_us, dur_us, cat="user_annotation", args=None):
-    return {"ph": "X", "cat": cat, "name": name, "pid": 100, "tid": tid, "ts": round(ts_us, 3),
-            "dur": round(dur_us, 3), "args": args or {}}
+    return {
+        "ph": "X",
+        "cat": cat,
+        "name": name,
+        "pid": 100,
+        "tid": tid,
+        "ts": round(ts_us, 3),
+        "dur": round(dur_us, 3),
+        "args": args or {},
+    }
 
 
-def write_run(out: Path, cells, ranks: int = 4, steps: int = 4, layers: int = 4,
-              after_layer_collective: bool = False) -> list[Path]:
+def write_run(
+    out: Path, cells, ranks: int = 4, steps: int = 4, layers: int = 4, after_layer_collective: bool = False
+) -> list[Path]:
     """Write one trace per rank into ``out``. ``cells(rank, step, layer) -> Cell``.
 
     ``after_layer_collective``: each rank also runs one ``gloo:all_to_all`` between two layers
@@ -66,8 +75,16 @@ def write_run(out: Path, cells, ranks: int = 4, steps: int = 4, layers: int = 4,
                 ev.append(_x(f"moe_layer_{layer}", 1, start, end - start))
                 ev.append(_x("MoeGatingTopK", 1, start + 5, GATE_US + c[r].pre_dispatch_us - 10))
                 ev.append(_x("MoeDistributeDispatch", 1, arrive_d[r] - 2, leave_d - arrive_d[r] + 4))
-                ev.append(_x("c10d::alltoall_base_", 1, arrive_d[r] - 1, 1.0, cat="cpu_op", args={
-                    "Concrete Inputs": ["", "", "", str(splits), "[]", "False", "-1"]}))
+                ev.append(
+                    _x(
+                        "c10d::alltoall_base_",
+                        1,
+                        arrive_d[r] - 1,
+                        1.0,
+                        cat="cpu_op",
+                        args={"Concrete Inputs": ["", "", "", str(splits), "[]", "False", "-1"]},
+                    )
+                )
                 ev.append(_x("gloo:all_to_all", 2, arrive_d[r], leave_d - arrive_d[r]))
                 ev.append(_x("GroupedMatmul", 1, leave_d + 5, c[r].gmm_us))
                 ev.append(_x("MoeDistributeCombine", 1, arrive_c[r] - 2, leave_c - arrive_c[r] + 4))
@@ -84,10 +101,12 @@ def write_run(out: Path, cells, ranks: int = 4, steps: int = 4, layers: int = 4,
         t += 50
     paths = []
     for r in range(ranks):
-        doc = {"schemaVersion": 1,
-               "distributedInfo": {"backend": "gloo", "rank": r, "world_size": ranks},
-               "baseTimeNanoseconds": BASE_NS,
-               "traceEvents": sorted(events[r], key=lambda e: e["ts"])}
+        doc = {
+            "schemaVersion": 1,
+            "distributedInfo": {"backend": "gloo", "rank": r, "world_size": ranks},
+            "baseTimeNanoseconds": BASE_NS,
+            "traceEvents": sorted(events[r], key=lambda e: e["ts"]),
+        }
         p = out / f"rank{r}.pt.trace.json"
         p.write_text(json.dumps(doc))
         paths.append(p)

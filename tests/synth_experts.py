@@ -42,8 +42,8 @@ BASE = 100
 T0_NS = 1_700_000_000_000_000_000
 WINDOW_NS = 60_000_000_000
 PREFIX = "vllm_profiling_"
-UPDATE_WINDOW = 3                 # EPLB epoch 1 starts with this window
-UPDATE_COST_S = 0.85              # one expert-weight update, seconds (the histogram's _sum)
+UPDATE_WINDOW = 3  # EPLB epoch 1 starts with this window
+UPDATE_COST_S = 0.85  # one expert-weight update, seconds (the histogram's _sum)
 
 SCENARIOS = ("concentrated", "spread", "spike", "eplb_works", "eplb_fails", "slow_device")
 
@@ -51,9 +51,9 @@ SCENARIOS = ("concentrated", "spread", "spike", "eplb_works", "eplb_fails", "slo
 @dataclass
 class Scenario:
     name: str
-    hot: dict[int, float] = field(default_factory=dict)      # logical expert -> factor
+    hot: dict[int, float] = field(default_factory=dict)  # logical expert -> factor
     hot_windows: tuple[int, ...] = tuple(range(WINDOWS))
-    swap_at_update: tuple[int, int] | None = None             # experts swapped by EPLB epoch 1
+    swap_at_update: tuple[int, int] | None = None  # experts swapped by EPLB epoch 1
 
     def epoch_of(self, window: int) -> int:
         return 1 if self.swap_at_update and window >= UPDATE_WINDOW else 0
@@ -101,7 +101,7 @@ def load_tensor(sc: Scenario, window: int) -> list[list[list[int]]]:
 
 
 def window_ts(window: int) -> int:
-    return T0_NS + (window + 1) * WINDOW_NS       # the window's end
+    return T0_NS + (window + 1) * WINDOW_NS  # the window's end
 
 
 def map_time(epoch: int) -> int:
@@ -116,10 +116,17 @@ def par(tensor_layer: list[list[float]]) -> float:
 
 # ------------------------------------------------------------------ writers
 def map_doc(place: list[list[list[int]]], epoch: int | None = None, ts_ns: int | None = None) -> dict:
-    doc: dict = {"moe_layer_count": len(place), "layer_list": [
-        {"layer_id": l, "device_count": len(place[l]),
-         "device_list": [{"device_id": r, "device_expert": list(place[l][r])} for r in range(len(place[l]))]}
-        for l in range(len(place))]}
+    doc: dict = {
+        "moe_layer_count": len(place),
+        "layer_list": [
+            {
+                "layer_id": l,
+                "device_count": len(place[l]),
+                "device_list": [{"device_id": r, "device_expert": list(place[l][r])} for r in range(len(place[l]))],
+            }
+            for l in range(len(place))
+        ],
+    }
     if epoch is not None:
         doc["epoch"] = epoch
     if ts_ns is not None:
@@ -132,8 +139,9 @@ def write_json(path: Path, obj) -> Path:
     return path
 
 
-def write_load_json(path: Path, tensors: list, ts: list[int | None] | None = None,
-                    epochs: list[int | None] | None = None) -> Path:
+def write_load_json(
+    path: Path, tensors: list, ts: list[int | None] | None = None, epochs: list[int | None] | None = None
+) -> Path:
     wins = []
     for w, t in enumerate(tensors):
         item: dict = {"window": w}
@@ -158,8 +166,9 @@ def write_load_csv(path: Path, tensors: list, ts: list[int] | None = None) -> Pa
     return path
 
 
-def npy_bytes(values: list[float], shape: tuple[int, ...], descr: str = "<i8", fortran: bool = False,
-              version: int = 1) -> bytes:
+def npy_bytes(
+    values: list[float], shape: tuple[int, ...], descr: str = "<i8", fortran: bool = False, version: int = 1
+) -> bytes:
     """A .npy file as numpy.save writes it (header padded so the data starts at a multiple of 64)."""
     code = descr[1:]
     typecode = {"i4": "i", "i8": "q", "f4": "f", "f8": "d"}[code]
@@ -199,22 +208,32 @@ def prometheus_text(sc: Scenario, tensors: list) -> str:
     for w, t in enumerate(tensors):
         pars = [par(layer) for layer in t]
         out.append(f"# scrape_ts={(window_ts(w) + 1_000_000_000) / 1e9:.3f}")
-        for g, v in (("current_mean", sum(pars) / len(pars)), ("current_max", max(pars)),
-                     ("update_mean", sum(pars) / len(pars)), ("update_max", max(pars))):
+        for g, v in (
+            ("current_mean", sum(pars) / len(pars)),
+            ("current_max", max(pars)),
+            ("update_mean", sum(pars) / len(pars)),
+            ("update_max", max(pars)),
+        ):
             n = f"{PREFIX}eplb:expert_hotness:{g}"
-            out += [f"# HELP {n} Expert hotness {g}.", f"# TYPE {n} gauge",
-                    f'{n}{{dp="0",phase="all",rank="0"}} {v:.4f}']
+            out += [
+                f"# HELP {n} Expert hotness {g}.",
+                f"# TYPE {n} gauge",
+                f'{n}{{dp="0",phase="all",rank="0"}} {v:.4f}',
+            ]
         n = f"{PREFIX}eplb:expert_hotness:imbalance"
         out += [f"# HELP {n} Per-layer peak-to-average expert load.", f"# TYPE {n} gauge"]
         out += [f'{n}{{dp="0",layer="{l}",phase="current",rank="0"}} {p:.4f}' for l, p in enumerate(pars)]
         if sc.swap_at_update and w >= UPDATE_WINDOW:
             n = f"{PREFIX}eplb:expert_weight_update:duration"
-            out += [f"# HELP {n} Expert weight update duration (s).", f"# TYPE {n} histogram",
-                    f'{n}_bucket{{dp="0",le="0.5",phase="all"}} 0.0',
-                    f'{n}_bucket{{dp="0",le="1.0",phase="all"}} 1.0',
-                    f'{n}_bucket{{dp="0",le="+Inf",phase="all"}} 1.0',
-                    f'{n}_sum{{dp="0",phase="all"}} {UPDATE_COST_S}',
-                    f'{n}_count{{dp="0",phase="all"}} 1.0']
+            out += [
+                f"# HELP {n} Expert weight update duration (s).",
+                f"# TYPE {n} histogram",
+                f'{n}_bucket{{dp="0",le="0.5",phase="all"}} 0.0',
+                f'{n}_bucket{{dp="0",le="1.0",phase="all"}} 1.0',
+                f'{n}_bucket{{dp="0",le="+Inf",phase="all"}} 1.0',
+                f'{n}_sum{{dp="0",phase="all"}} {UPDATE_COST_S}',
+                f'{n}_count{{dp="0",phase="all"}} 1.0',
+            ]
         for gauge, vals in (("waiting_batch_size", (3 + w % 2, 2)), ("free_kvcache_blocks", (900 - w, 950))):
             n = f"{PREFIX}{gauge}"
             out += [f"# HELP {n} {gauge}.", f"# TYPE {n} gauge"]
@@ -222,8 +241,15 @@ def prometheus_text(sc: Scenario, tensors: list) -> str:
     return "\n".join(out) + "\n"
 
 
-def write_scenario(name: str, out_dir: Path, load_format: str = "json", maps: bool = True,
-                   explicit_epoch: bool = False, metrics: bool = True, map_ts: bool = True) -> list[Path]:
+def write_scenario(
+    name: str,
+    out_dir: Path,
+    load_format: str = "json",
+    maps: bool = True,
+    explicit_epoch: bool = False,
+    metrics: bool = True,
+    map_ts: bool = True,
+) -> list[Path]:
     """Write one scenario's files into out_dir; returns the paths.
 
     load_format: ``json`` (windows with ts_ns), ``csv`` (long form with ts_ns), ``npy`` (4-D int64,
@@ -253,7 +279,12 @@ def write_scenario(name: str, out_dir: Path, load_format: str = "json", maps: bo
         raise ValueError(load_format)
     if maps:
         for e in sorted({sc.epoch_of(w) for w in range(WINDOWS)}):
-            paths.append(write_json(out_dir / f"expert_map_epoch{e}.json", map_doc(placement(sc, e), ts_ns=map_time(e) if map_ts else None)))
+            paths.append(
+                write_json(
+                    out_dir / f"expert_map_epoch{e}.json",
+                    map_doc(placement(sc, e), ts_ns=map_time(e) if map_ts else None),
+                )
+            )
     if metrics:
         p = out_dir / "metrics.prom"
         p.write_text(prometheus_text(sc, tensors), encoding="utf-8")

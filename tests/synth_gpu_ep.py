@@ -50,34 +50,61 @@ import math
 import random
 from pathlib import Path
 
-from synth_kineto import (COUNT_XFER_NS, GATE_NS_PER_TOKEN, HIDDEN, MM_NS_PER_ROW, SCENARIOS,
-                          XFER_BASE_NS, XFER_NS_PER_ROW, spike_position)
+from synth_kineto import (
+    COUNT_XFER_NS,
+    GATE_NS_PER_TOKEN,
+    MM_NS_PER_ROW,
+    SCENARIOS,
+    XFER_BASE_NS,
+    XFER_NS_PER_ROW,
+    spike_position,
+)
 
-__all__ = ["write_gpu_ep_run", "write_events", "T0_US", "COMPUTE_STREAM", "NCCL_STREAM", "GEMM_KERNEL",
-           "SENDRECV_KERNEL", "DEEPEP_DISPATCH", "DEEPEP_COMBINE"]
+__all__ = [
+    "write_gpu_ep_run",
+    "write_events",
+    "T0_US",
+    "COMPUTE_STREAM",
+    "NCCL_STREAM",
+    "GEMM_KERNEL",
+    "SENDRECV_KERNEL",
+    "DEEPEP_DISPATCH",
+    "DEEPEP_COMBINE",
+]
 
-T0_US = 1_790_000_000_000_000 // 1000     # absolute epoch µs, like real Kineto traces without base time
+T0_US = 1_790_000_000_000_000 // 1000  # absolute epoch µs, like real Kineto traces without base time
 COMPUTE_STREAM = 7
 NCCL_STREAM = 20
 LAUNCH_NS = 5_000
 LAUNCH_LATENCY_NS = 4_000
-GEMM_KERNEL = ("void deep_gemm::fp8_gemm_kernel<7168u, 2048u, 128u, 128u, 128u, 16u, 6u, 1u, 1u, "
-               "(deep_gemm::GemmType)1>(__nv_bfloat16*, float*, int*, unsigned int, CUtensorMap, "
-               "CUtensorMap, CUtensorMap, CUtensorMap)")
+GEMM_KERNEL = (
+    "void deep_gemm::fp8_gemm_kernel<7168u, 2048u, 128u, 128u, 128u, 16u, 6u, 1u, 1u, "
+    "(deep_gemm::GemmType)1>(__nv_bfloat16*, float*, int*, unsigned int, CUtensorMap, "
+    "CUtensorMap, CUtensorMap, CUtensorMap)"
+)
 ACT_KERNEL = "void vllm::act_and_mul_kernel<c10::BFloat16, &vllm::silu_kernel<c10::BFloat16>, true>(c10::BFloat16*, c10::BFloat16 const*, int)"
-GATE_KERNEL = ("void vllm::moe::topkGatingSoftmax<8, 128, 4, 16, int>(float const*, bool const*, "
-               "float*, int, int*, int*, int, int, int)")
-ALIGN_KERNEL = ("void vllm::moe::moe_align_block_size_kernel<int>(int const*, int*, int*, int*, int, "
-                "int, int, int, unsigned long, int*)")
+GATE_KERNEL = (
+    "void vllm::moe::topkGatingSoftmax<8, 128, 4, 16, int>(float const*, bool const*, "
+    "float*, int, int*, int*, int, int, int)"
+)
+ALIGN_KERNEL = (
+    "void vllm::moe::moe_align_block_size_kernel<int>(int const*, int*, int*, int*, int, "
+    "int, int, int, unsigned long, int*)"
+)
 SENDRECV_KERNEL = "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)"
 DEEPEP_DISPATCH = "void deep_ep::internode_ll::dispatch<false, 3, 7168>(void*, float*, int*, long*, void*, int*, int*)"
 RANGES = {
     "record_function": ("user_annotation", "dispatch(F)", "mlp(F)", "combine(F)"),
-    "megatron": ("python_function", "megatron/core/transformer/moe/token_dispatcher.py(611): token_dispatch",
-                 "megatron/core/transformer/moe/experts.py(240): forward",
-                 "megatron/core/transformer/moe/token_dispatcher.py(650): token_combine"),
+    "megatron": (
+        "python_function",
+        "megatron/core/transformer/moe/token_dispatcher.py(611): token_dispatch",
+        "megatron/core/transformer/moe/experts.py(240): forward",
+        "megatron/core/transformer/moe/token_dispatcher.py(650): token_combine",
+    ),
 }
-DEEPEP_COMBINE = "void deep_ep::internode_ll::combine<3, 7168, 128>(void*, void*, int*, void*, long const*, float const*)"
+DEEPEP_COMBINE = (
+    "void deep_ep::internode_ll::combine<3, 7168, 128>(void*, void*, int*, void*, long const*, float const*)"
+)
 
 
 def _us(ns: int) -> float:
@@ -93,18 +120,26 @@ class _Rank:
         self.rank = rank
         self.pid = 3000 + rank
         self.dev = rank % 8
-        self.t = t0                  # host clock
+        self.t = t0  # host clock
         self.ready = {COMPUTE_STREAM: t0, NCCL_STREAM: t0}
         self.events: list[dict] = []
         self.stack: list[dict] = []
         self.corr = 100_000 + 7 * rank
         self.ext = 1
-        self.open_gpu: list[dict] = []   # gpu_user_annotations being filled
+        self.open_gpu: list[dict] = []  # gpu_user_annotations being filled
 
     # host --------------------------------------------------------------------------------------
     def _x(self, cat, name, ts, dur, args=None, pid=None, tid=None) -> dict:
-        ev = {"ph": "X", "cat": cat, "name": name, "pid": self.pid if pid is None else pid,
-              "tid": self.pid if tid is None else tid, "ts": ts, "dur": dur, "args": args or {}}
+        ev = {
+            "ph": "X",
+            "cat": cat,
+            "name": name,
+            "pid": self.pid if pid is None else pid,
+            "tid": self.pid if tid is None else tid,
+            "ts": ts,
+            "dur": dur,
+            "args": args or {},
+        }
         self.events.append(ev)
         return ev
 
@@ -124,11 +159,18 @@ class _Rank:
         if ev["cat"] == "user_annotation":
             g = self.open_gpu.pop()
             ks = g["kernels"]
-            if ks:   # Kineto's device-side copy of the range: the span of its kernels
+            if ks:  # Kineto's device-side copy of the range: the span of its kernels
                 s = min(k["ts"] for k in ks)
                 e = max(k["ts"] + k["dur"] for k in ks)
-                self._x("gpu_user_annotation", g["name"], s, e - s, {"External id": ev["args"]["External id"]},
-                        pid=self.dev, tid=ks[0]["tid"])
+                self._x(
+                    "gpu_user_annotation",
+                    g["name"],
+                    s,
+                    e - s,
+                    {"External id": ev["args"]["External id"]},
+                    pid=self.dev,
+                    tid=ks[0]["tid"],
+                )
             if self.open_gpu:
                 self.open_gpu[-1]["kernels"].extend(ks)
 
@@ -138,8 +180,9 @@ class _Rank:
         self.corr += 1
         self._x("cuda_runtime", name, self.t, dur, {"correlation": corr, "cbid": 211})
         if "Launch" in name:
-            self.events.append({"ph": "s", "id": corr, "pid": self.pid, "tid": self.pid, "ts": self.t,
-                                "cat": "ac2g", "name": "ac2g"})
+            self.events.append(
+                {"ph": "s", "id": corr, "pid": self.pid, "tid": self.pid, "ts": self.t, "cat": "ac2g", "name": "ac2g"}
+            )
         start = self.t
         self.t += dur
         return start, corr
@@ -147,11 +190,18 @@ class _Rank:
     # device ------------------------------------------------------------------------------------
     def kernel(self, name, stream, ready_ns, dur, corr, args=None) -> dict:
         ts = max(ready_ns, self.ready[stream])
-        ev = self._x("kernel", name, ts, dur, dict({"device": self.dev, "stream": stream,
-                                                    "correlation": corr}, **(args or {})),
-                     pid=self.dev, tid=stream)
-        self.events.append({"ph": "f", "id": corr, "pid": self.dev, "tid": stream, "ts": ts,
-                            "cat": "ac2g", "name": "ac2g", "bp": "e"})
+        ev = self._x(
+            "kernel",
+            name,
+            ts,
+            dur,
+            dict({"device": self.dev, "stream": stream, "correlation": corr}, **(args or {})),
+            pid=self.dev,
+            tid=stream,
+        )
+        self.events.append(
+            {"ph": "f", "id": corr, "pid": self.dev, "tid": stream, "ts": ts, "cat": "ac2g", "name": "ac2g", "bp": "e"}
+        )
         self.ready[stream] = ts + dur
         if self.open_gpu:
             self.open_gpu[-1]["kernels"].append(ev)
@@ -159,8 +209,23 @@ class _Rank:
 
 
 class _GpuSim:
-    def __init__(self, *, ranks, steps, layers, experts_per_rank, tokens_per_rank, scenario,
-                 slow_rank, comm, graph, layer_marks, kernel_coll_args, ranges, seed) -> None:
+    def __init__(
+        self,
+        *,
+        ranks,
+        steps,
+        layers,
+        experts_per_rank,
+        tokens_per_rank,
+        scenario,
+        slow_rank,
+        comm,
+        graph,
+        layer_marks,
+        kernel_coll_args,
+        ranges,
+        seed,
+    ) -> None:
         self.R, self.S, self.L = ranks, steps, layers
         self.epr, self.T, self.E = experts_per_rank, tokens_per_rank, ranks * experts_per_rank
         self.scenario, self.slow = scenario, slow_rank
@@ -195,7 +260,7 @@ class _GpuSim:
             tot = sum(w)
             q = [self.T * x / tot for x in w]
             c = [int(math.floor(x)) for x in q]
-            for e in sorted(range(self.E), key=lambda e: (-(q[e] - c[e]), e))[:self.T - sum(c)]:
+            for e in sorted(range(self.E), key=lambda e: (-(q[e] - c[e]), e))[: self.T - sum(c)]:
                 c[e] += 1
             out.append(c)
         return out
@@ -225,8 +290,12 @@ class _GpuSim:
             leave = last + self.xdur(ns) + self.rng.randrange(0, 2000)
             args = {}
             if self.comm == "nccl" and self.kargs:
-                args = {"Collective name": "all_to_allv" if splits else "all_to_all", "Seq": self.seq,
-                        "Process Group Name": "0", "Group size": self.R}
+                args = {
+                    "Collective name": "all_to_allv" if splits else "all_to_all",
+                    "Seq": self.seq,
+                    "Process Group Name": "0",
+                    "Group size": self.R,
+                }
                 if splits:
                     args["Out split size"] = str(splits[r][0]).replace(" ", "")
             out[r] = rk.kernel(name, stream, starts[r], leave - starts[r], launches[r][1], args)
@@ -239,8 +308,12 @@ class _GpuSim:
             lt = rk.runtime("cudaLaunchKernel", LAUNCH_NS)
             rk.close(1_000)
             return lt
-        args = {"Collective name": "all_to_all" if splits_r is None else "all_to_allv",
-                "Process Group Name": "0", "Group size": self.R, "Rank": rk.rank}
+        args = {
+            "Collective name": "all_to_all" if splits_r is None else "all_to_allv",
+            "Process Group Name": "0",
+            "Group size": self.R,
+            "Rank": rk.rank,
+        }
         if splits_r is not None:
             args["In split size"] = str(splits_r[1]).replace(" ", "")
             args["Out split size"] = str(splits_r[0]).replace(" ", "")
@@ -262,13 +335,13 @@ class _GpuSim:
                     graph_corr[rk.rank] = rk.runtime("cudaGraphLaunch", 12_000)
             for l in range(self.L):
                 cnt = self.route()
-                in_sp = [[sum(cnt[r][d * epr:(d + 1) * epr]) for d in range(R)] for r in range(R)]
+                in_sp = [[sum(cnt[r][d * epr : (d + 1) * epr]) for d in range(R)] for r in range(R)]
                 out_sp = [[in_sp[src][r] for src in range(R)] for r in range(R)]
                 recv = [sum(out_sp[r]) for r in range(R)]
 
                 def launch(rk, name_k=None):
                     if self.graph:
-                        return (rk.t, graph_corr[rk.rank][1])
+                        return (rk.t, graph_corr[rk.rank][1])  # noqa: B023 (called in this iteration)
                     return rk.runtime("cudaLaunchKernel", LAUNCH_NS)
 
                 gate_end = {}
@@ -278,22 +351,32 @@ class _GpuSim:
                     lt, corr = launch(rk)
                     # the layer's input is the previous layer's combine output: the compute stream
                     # waits for it (a stream wait on the NCCL stream's event)
-                    g = rk.kernel(GATE_KERNEL, COMPUTE_STREAM,
-                                  max(lt + LAUNCH_NS + LAUNCH_LATENCY_NS, rk.ready[NCCL_STREAM]),
-                                  self.cdur(0.6 * GATE_NS_PER_TOKEN * T), corr)
+                    rk.kernel(
+                        GATE_KERNEL,
+                        COMPUTE_STREAM,
+                        max(lt + LAUNCH_NS + LAUNCH_LATENCY_NS, rk.ready[NCCL_STREAM]),
+                        self.cdur(0.6 * GATE_NS_PER_TOKEN * T),
+                        corr,
+                    )
                     lt, corr = launch(rk)
-                    a = rk.kernel(ALIGN_KERNEL, COMPUTE_STREAM, lt + LAUNCH_NS + LAUNCH_LATENCY_NS,
-                                  self.cdur(0.2 * GATE_NS_PER_TOKEN * T), corr)
+                    a = rk.kernel(
+                        ALIGN_KERNEL,
+                        COMPUTE_STREAM,
+                        lt + LAUNCH_NS + LAUNCH_LATENCY_NS,
+                        self.cdur(0.2 * GATE_NS_PER_TOKEN * T),
+                        corr,
+                    )
                     gate_end[rk.rank] = a["ts"] + a["dur"]
                     if not self.graph:
                         rk.open(self.region[0], self.region[1], gap=3_000)
                 # dispatch: count exchange (NCCL only), then the token exchange
                 if self.comm == "nccl":
-                    launches = {rk.rank: (launch(rk) if self.graph else self.host_collective(rk, None))
-                                for rk in self.ranks}
+                    launches = {
+                        rk.rank: (launch(rk) if self.graph else self.host_collective(rk, None)) for rk in self.ranks
+                    }
                     ks = self.exchange("count", None, launches, gate_end)
                     for rk in self.ranks:
-                        if not self.graph:   # the host needs the counts: it waits for the kernel
+                        if not self.graph:  # the host needs the counts: it waits for the kernel
                             rk.runtime("cudaMemcpyAsync", 3_000)
                             k = ks[rk.rank]
                             end = max(k["ts"] + k["dur"] + 4_000, rk.t + 1_000)
@@ -301,46 +384,60 @@ class _GpuSim:
                     deps = {r: ks[r]["ts"] + ks[r]["dur"] for r in ks}
                 else:
                     deps = gate_end
-                launches = {rk.rank: (launch(rk) if self.graph else
-                                      self.host_collective(rk, (out_sp[rk.rank], in_sp[rk.rank])))
-                            for rk in self.ranks}
+                launches = {
+                    rk.rank: (launch(rk) if self.graph else self.host_collective(rk, (out_sp[rk.rank], in_sp[rk.rank])))
+                    for rk in self.ranks
+                }
                 ks = self.exchange("dispatch", [(out_sp[r], in_sp[r]) for r in range(R)], launches, deps)
                 gemm_end = {}
                 for rk in self.ranks:
                     r = rk.rank
                     if not self.graph:
-                        rk.close(2_000)                                  # dispatch(F)
+                        rk.close(2_000)  # dispatch(F)
                         rk.open(self.region[0], self.region[2], gap=3_000)
                     factor = 1.0
                     if r == self.slow and self.scenario == "slow_compute":
                         factor = 3.0
                     if r == self.slow and self.scenario == "spike" and (s, l) == self.spike:
                         factor = 5.0
-                    ready = ks[r]["ts"] + ks[r]["dur"]       # the experts wait for the tokens
-                    for name, ns in ((GEMM_KERNEL, MM_NS_PER_ROW * recv[r]), (ACT_KERNEL, 3_000 + 20 * recv[r]),
-                                     (GEMM_KERNEL, MM_NS_PER_ROW * recv[r])):
+                    ready = ks[r]["ts"] + ks[r]["dur"]  # the experts wait for the tokens
+                    for name, ns in (
+                        (GEMM_KERNEL, MM_NS_PER_ROW * recv[r]),
+                        (ACT_KERNEL, 3_000 + 20 * recv[r]),
+                        (GEMM_KERNEL, MM_NS_PER_ROW * recv[r]),
+                    ):
                         lt, corr = launch(rk)
-                        k = rk.kernel(name, COMPUTE_STREAM, max(ready, lt + LAUNCH_NS + LAUNCH_LATENCY_NS),
-                                      self.cdur(max(ns, 1_000), factor), corr)
+                        k = rk.kernel(
+                            name,
+                            COMPUTE_STREAM,
+                            max(ready, lt + LAUNCH_NS + LAUNCH_LATENCY_NS),
+                            self.cdur(max(ns, 1_000), factor),
+                            corr,
+                        )
                         ready = k["ts"] + k["dur"]
                     gemm_end[r] = ready
                     if not self.graph:
-                        rk.close(2_000)                                  # mlp(F)
+                        rk.close(2_000)  # mlp(F)
                         rk.open(self.region[0], self.region[3], gap=3_000)
-                launches = {rk.rank: (launch(rk) if self.graph else
-                                      self.host_collective(rk, (in_sp[rk.rank], out_sp[rk.rank]), "combine"))
-                            for rk in self.ranks}
+                launches = {
+                    rk.rank: (
+                        launch(rk)
+                        if self.graph
+                        else self.host_collective(rk, (in_sp[rk.rank], out_sp[rk.rank]), "combine")
+                    )
+                    for rk in self.ranks
+                }
                 self.exchange("combine", [(in_sp[r], out_sp[r]) for r in range(R)], launches, gemm_end)
                 for rk in self.ranks:
                     if not self.graph:
-                        rk.close(2_000)                                  # combine(F)
+                        rk.close(2_000)  # combine(F)
                         if self.marks == "module":
-                            rk.close(2_000)                              # nn.Module: MoELayer_l
+                            rk.close(2_000)  # nn.Module: MoELayer_l
             for rk in self.ranks:
-                if self.graph:   # the host waits for the replay before the next step
+                if self.graph:  # the host waits for the replay before the next step
                     end = max(rk.ready.values())
                     rk.runtime("cudaStreamSynchronize", max(end - rk.t, 1_000))
-                rk.close(10_000)                                         # ProfilerStep#s
+                rk.close(10_000)  # ProfilerStep#s
 
 
 def write_events(path: Path, events: list[dict], *, rank: int, world: int, host: str = "node0") -> Path:
@@ -353,12 +450,25 @@ def write_events(path: Path, events: list[dict], *, rank: int, world: int, host:
             e2["dur"] = _dur(e["dur"])
         out.append(e2)
     pids = sorted({e["pid"] for e in events})
-    meta = [{"ph": "M", "name": "process_name", "pid": p, "tid": 0, "ts": _us(0),
-             "args": {"name": "python" if p >= 1000 else f"GPU {p}"}} for p in pids]
-    doc = {"schemaVersion": 1,
-           "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3", "numSms": 132}],
-           "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": world},
-           "host_name": host, "displayTimeUnit": "ms", "traceEvents": meta + out}
+    meta = [
+        {
+            "ph": "M",
+            "name": "process_name",
+            "pid": p,
+            "tid": 0,
+            "ts": _us(0),
+            "args": {"name": "python" if p >= 1000 else f"GPU {p}"},
+        }
+        for p in pids
+    ]
+    doc = {
+        "schemaVersion": 1,
+        "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3", "numSms": 132}],
+        "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": world},
+        "host_name": host,
+        "displayTimeUnit": "ms",
+        "traceEvents": meta + out,
+    }
     path.parent.mkdir(parents=True, exist_ok=True)
     data = json.dumps(doc).encode()
     if path.suffix == ".gz":
@@ -369,12 +479,24 @@ def write_events(path: Path, events: list[dict], *, rank: int, world: int, host:
     return path
 
 
-def write_gpu_ep_run(out_dir, *, ranks: int = 4, steps: int = 3, layers: int = 3, experts_per_rank: int = 4,
-                     tokens_per_rank: int = 256, scenario: str = "balanced", slow_rank: int = 1,
-                     comm: str = "nccl", graph: bool = False, layer_marks: str = "none",
-                     kernel_coll_args: bool = False, ranges: str = "record_function",
-                     clock_offsets_us: dict | None = None,
-                     seed: int = 0) -> list[Path]:
+def write_gpu_ep_run(
+    out_dir,
+    *,
+    ranks: int = 4,
+    steps: int = 3,
+    layers: int = 3,
+    experts_per_rank: int = 4,
+    tokens_per_rank: int = 256,
+    scenario: str = "balanced",
+    slow_rank: int = 1,
+    comm: str = "nccl",
+    graph: bool = False,
+    layer_marks: str = "none",
+    kernel_coll_args: bool = False,
+    ranges: str = "record_function",
+    clock_offsets_us: dict | None = None,
+    seed: int = 0,
+) -> list[Path]:
     """Write ``rank{r}.pt.trace.json.gz`` for r in range(ranks); return the paths.
 
     comm: "nccl" (torch all_to_all_single on NCCL: SendRecv kernels) or "deepep" (DeepEP
@@ -397,10 +519,21 @@ def write_gpu_ep_run(out_dir, *, ranks: int = 4, steps: int = 3, layers: int = 3
         raise ValueError(f"layer_marks must be 'none' or 'module', not {layer_marks!r}")
     if not 0 <= slow_rank < ranks:
         raise ValueError(f"slow_rank {slow_rank} is not in range(0, {ranks})")
-    sim = _GpuSim(ranks=ranks, steps=steps, layers=layers, experts_per_rank=experts_per_rank,
-                  tokens_per_rank=tokens_per_rank, scenario=scenario, slow_rank=slow_rank, comm=comm,
-                  graph=graph, layer_marks=layer_marks, kernel_coll_args=kernel_coll_args, ranges=ranges,
-                  seed=seed)
+    sim = _GpuSim(
+        ranks=ranks,
+        steps=steps,
+        layers=layers,
+        experts_per_rank=experts_per_rank,
+        tokens_per_rank=tokens_per_rank,
+        scenario=scenario,
+        slow_rank=slow_rank,
+        comm=comm,
+        graph=graph,
+        layer_marks=layer_marks,
+        kernel_coll_args=kernel_coll_args,
+        ranges=ranges,
+        seed=seed,
+    )
     sim.run()
     offsets = {int(k): int(round(float(v) * 1000)) for k, v in (clock_offsets_us or {}).items()}
     hosts: dict[int, int] = {}
@@ -409,6 +542,9 @@ def write_gpu_ep_run(out_dir, *, ranks: int = 4, steps: int = 3, layers: int = 3
         off = offsets.get(rk.rank, 0)
         h = hosts.setdefault(off, len(hosts))
         evs = [dict(e, ts=e["ts"] + off) for e in rk.events]
-        paths.append(write_events(Path(out_dir) / f"rank{rk.rank}.pt.trace.json.gz", evs, rank=rk.rank,
-                                  world=ranks, host=f"node{h}"))
+        paths.append(
+            write_events(
+                Path(out_dir) / f"rank{rk.rank}.pt.trace.json.gz", evs, rank=rk.rank, world=ranks, host=f"node{h}"
+            )
+        )
     return paths

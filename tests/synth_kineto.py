@@ -120,18 +120,18 @@ SCENARIOS: dict[str, str] = {
     ),
 }
 
-HIDDEN = 256                              # hidden size in every Input Dims
-BASE_TIME_NS = 1790857026000000000        # baseTimeNanoseconds of the real run (shared by all ranks)
-T0_NS = 5367150393171791                  # relative ns of the profiler start, as in the real run
-PID0 = 15068                              # rank r runs in OS pid PID0 + r
-MM_NS_PER_ROW = 2000                      # 2 µs per token-row per aten::mm
+HIDDEN = 256  # hidden size in every Input Dims
+BASE_TIME_NS = 1790857026000000000  # baseTimeNanoseconds of the real run (shared by all ranks)
+T0_NS = 5367150393171791  # relative ns of the profiler start, as in the real run
+PID0 = 15068  # rank r runs in OS pid PID0 + r
+MM_NS_PER_ROW = 2000  # 2 µs per token-row per aten::mm
 GATE_NS_PER_TOKEN = 1200
 XFER_BASE_NS = 40_000
 XFER_NS_PER_ROW = 250
 COUNT_XFER_NS = 25_000
 FILLER_DUR_NS = 800
 FILLER_GAP_NS = 400
-EXT_BLOCK = 512                           # External ids are handed out per thread in blocks of 512
+EXT_BLOCK = 512  # External ids are handed out per thread in blocks of 512
 GPUS_PER_HOST = 8
 NCCL_STREAM = 20
 COMPUTE_STREAM = 7
@@ -188,16 +188,19 @@ def _strides(dims: list) -> list:
     return out
 
 
-def _op_args(types: list, dims: list, concrete: list | None = None, seq: bool = True,
-             strides: list | None = None) -> str:
+def _op_args(
+    types: list, dims: list, concrete: list | None = None, seq: bool = True, strides: list | None = None
+) -> str:
     """The args text between "External id" and "Ev Idx" of a cpu_op, in torch's key order."""
     if concrete is None:
         concrete = [""] * len(types)
     if strides is None:
         strides = _strides(dims)
     head = _SEQ if seq else _RFID
-    return (f'{head}, "Concrete Inputs": {_jl(concrete)}, "Input type": {_jl(types)}, '
-            f'"Input Strides": {_jl(strides)}, "Input Dims": {_jl(dims)}')
+    return (
+        f'{head}, "Concrete Inputs": {_jl(concrete)}, "Input type": {_jl(types)}, '
+        f'"Input Strides": {_jl(strides)}, "Input Dims": {_jl(dims)}'
+    )
 
 
 def _split_str(xs: list[int]) -> str:
@@ -263,7 +266,7 @@ class _Rank:
         self.gpu: list[list] = []
         self.stack: list[list] = []
         self.n_coll = 0
-        self.corr = 1_000_000 + 3 * rank   # CUPTI correlation ids (process-local counter)
+        self.corr = 1_000_000 + 3 * rank  # CUPTI correlation ids (process-local counter)
         self.pending: dict | None = None
 
     # main-thread primitives -----------------------------------------------------------------
@@ -293,23 +296,48 @@ class _Rank:
         ts = self.t
         corr = self.corr
         self.corr += 1
-        self.main.append(["R", "cuda_runtime", name, self.tid, ts, dur, linked_ext,
-                          f'"cbid": {cbid}, "correlation": {corr}', None])
+        self.main.append(
+            ["R", "cuda_runtime", name, self.tid, ts, dur, linked_ext, f'"cbid": {cbid}, "correlation": {corr}', None]
+        )
         if name.startswith("cudaLaunch"):
             self.main.append(["s", "ac2g", "ac2g", self.tid, ts, 0, 0, corr, None])
         self.t += dur
         return ts, dur, corr
 
     def kernel(self, name: str, stream: int, ts: int, dur: int, linked_ext: int, corr: int, args: str) -> None:
-        self.gpu.append(["K", "kernel", name, stream, ts, dur, linked_ext,
-                         f'"queued": 0, "device": {self.device}, "context": 1, "stream": {stream}, '
-                         f'"correlation": {corr}, {args}', None])
+        self.gpu.append(
+            [
+                "K",
+                "kernel",
+                name,
+                stream,
+                ts,
+                dur,
+                linked_ext,
+                f'"queued": 0, "device": {self.device}, "context": 1, "stream": {stream}, '
+                f'"correlation": {corr}, {args}',
+                None,
+            ]
+        )
         self.gpu.append(["f", "ac2g", "ac2g", stream, ts, 0, 0, corr, None])
 
 
 class _Sim:
-    def __init__(self, *, ranks, steps, layers, experts_per_rank, tokens_per_rank, scenario,
-                 slow_rank, style, noise, seed, n_fill) -> None:
+    def __init__(
+        self,
+        *,
+        ranks,
+        steps,
+        layers,
+        experts_per_rank,
+        tokens_per_rank,
+        scenario,
+        slow_rank,
+        style,
+        noise,
+        seed,
+        n_fill,
+    ) -> None:
         self.R, self.S, self.L = ranks, steps, layers
         self.epr, self.T = experts_per_rank, tokens_per_rank
         self.E = ranks * experts_per_rank
@@ -317,14 +345,15 @@ class _Sim:
         self.noise, self.n_fill = noise, n_fill
         self.rng = random.Random(seed)
         rng = self.rng
-        self.trace_ids = ["%032X" % rng.getrandbits(128) for _ in range(ranks)]
+        self.trace_ids = [f"{rng.getrandbits(128):032X}" for _ in range(ranks)]
         self.cjit = 0.10 if scenario == "noisy" else 0.02
         self.xjit = 0.40 if scenario == "noisy" else 0.03
         # per-rank profiler start and first-step start differ (processes start at different times)
         self.span_start = [T0_NS + rng.randrange(0, 400_000) for _ in range(ranks)]
         self.meta_ts = [s + rng.randrange(50_000, 100_000) for s in self.span_start]
-        self.ranks = [_Rank(r, ranks, style, self.span_start[r] + rng.randrange(150_000, 350_000))
-                      for r in range(ranks)]
+        self.ranks = [
+            _Rank(r, ranks, style, self.span_start[r] + rng.randrange(150_000, 350_000)) for r in range(ranks)
+        ]
         # routing weights over the global experts
         w = [1.0] * self.E
         if scenario == "token_skew" and ranks > 1:
@@ -373,7 +402,7 @@ class _Sim:
     def launch(self, rk: _Rank, kind: str, out_splits: list[int] | None, in_splits: list[int] | None) -> int:
         """CPU side of a collective; returns the arrival time (collective event start)."""
         R, H = self.R, HIDDEN
-        if out_splits is None:      # count exchange: int64[R] -> int64[R], no split lists
+        if out_splits is None:  # count exchange: int64[R] -> int64[R], no split lists
             dims = [[R], [R], [], [], [], [], []]
             strides = [[1], [1], [], [], [], [], []]
             types = ["long int", "long int", "", "ScalarList", "ScalarList", "Scalar", "Scalar"]
@@ -391,23 +420,36 @@ class _Sim:
             in_s, out_s = _split_str(in_splits), _split_str(out_splits)
         k = rk.n_coll
         rk.n_coll += 1
-        rk.pending = {"k": k, "kind": kind, "in_rows": in_rows, "out_rows": out_rows,
-                      "coll": coll, "dtype": dtype, "in_n": in_n, "out_n": out_n,
-                      "in_s": in_s, "out_s": out_s}
+        rk.pending = {
+            "k": k,
+            "kind": kind,
+            "in_rows": in_rows,
+            "out_rows": out_rows,
+            "coll": coll,
+            "dtype": dtype,
+            "in_n": in_n,
+            "out_n": out_n,
+            "in_s": in_s,
+            "out_s": out_s,
+        }
         base_args = _op_args(types, dims, concrete, strides=strides)
         if self.style == "gloo":
             rk.leaf("c10d::alltoall_base_", self.cdur(55_000), base_args, gap=self.gap(20_000, 60_000))
-            return rk.t + self.gap(10_000, 25_000)      # the gloo runloop thread picks the work up
+            return rk.t + self.gap(10_000, 25_000)  # the gloo runloop thread picks the work up
         # nccl: alltoall_base_ > record_param_comms > nccl:all_to_all > cudaLaunchKernel
         rk.open("cpu_op", "c10d::alltoall_base_", base_args, gap=self.gap(20_000, 60_000))
         pg_ranks = _split_str(list(range(R)))
-        rpc = rk.open("cpu_op", "record_param_comms",
-                      f'{_RFID}, "Collective name": "{coll}", "dtype": "{dtype}", '
-                      f'"In msg nelems": {in_n}, "Out msg nelems": {out_n}, "Group size": {R}, '
-                      f'"In split size": "{in_s}", "Out split size": "{out_s}", '
-                      f'"Global rank start": 0, "Global rank stride": 1, "Process Group Name": "0", '
-                      f'"Process Group Description": "default_pg", "Process Group Ranks": "{pg_ranks}", '
-                      f'"Rank": {rk.rank}, "Seq": {k + 1}', gap=self.gap(3000, 6000))
+        rpc = rk.open(
+            "cpu_op",
+            "record_param_comms",
+            f'{_RFID}, "Collective name": "{coll}", "dtype": "{dtype}", '
+            f'"In msg nelems": {in_n}, "Out msg nelems": {out_n}, "Group size": {R}, '
+            f'"In split size": "{in_s}", "Out split size": "{out_s}", '
+            f'"Global rank start": 0, "Global rank stride": 1, "Process Group Name": "0", '
+            f'"Process Group Description": "default_pg", "Process Group Ranks": "{pg_ranks}", '
+            f'"Rank": {rk.rank}, "Seq": {k + 1}',
+            gap=self.gap(3000, 6000),
+        )
         rk.open("user_annotation", "nccl:all_to_all", _RFID, gap=self.gap(1000, 3000))
         ts, dur, corr = rk.runtime("cudaLaunchKernel", self.cdur(6_000), 211, rpc[6], gap=self.gap(2000, 4000))
         rk.pending.update(corr=corr, ext=rpc[6])
@@ -432,24 +474,48 @@ class _Sim:
         if self.style == "gloo":
             th = "A" if p["k"] % 2 == 0 else "B"
             if p["kind"] == "count":
-                a = '"Concrete Inputs": [""], "Input type": ["long int"], "Input Strides": [[1]], ' \
+                a = (
+                    '"Concrete Inputs": [""], "Input type": ["long int"], "Input Strides": [[1]], '
                     f'"Input Dims": [[{self.R}]]'
+                )
             else:
-                a = '"Concrete Inputs": [""], "Input type": ["float"], ' \
+                a = (
+                    '"Concrete Inputs": [""], "Input type": ["float"], '
                     f'"Input Strides": [[{HIDDEN}, 1]], "Input Dims": [[{p["in_rows"]}, {HIDDEN}]]'
-            rk.gloo[th].append(["X", "user_annotation", "gloo:all_to_all", rk.gloo_tid[th], arrival,
-                                leave - arrival, rk.ids.take(th), f"{_RFID}, {a}", None])
+                )
+            rk.gloo[th].append(
+                [
+                    "X",
+                    "user_annotation",
+                    "gloo:all_to_all",
+                    rk.gloo_tid[th],
+                    arrival,
+                    leave - arrival,
+                    rk.ids.take(th),
+                    f"{_RFID}, {a}",
+                    None,
+                ]
+            )
             rk.t = leave + self.gap(5000, 12_000)
             return
-        kargs = (f'"registers per thread": 96, "shared memory": 0, "blocks per SM": 0.121212, '
-                 f'"warps per SM": 1.939394, "grid": [16, 1, 1], "block": [512, 1, 1], '
-                 f'"est. achieved occupancy %": 0, "Collective name": "{p["coll"]}", '
-                 f'"In msg nelems": {p["in_n"]}, "Out msg nelems": {p["out_n"]}, "Group size": {self.R}, '
-                 f'"dtype": "{p["dtype"]}", "In split size": "{p["in_s"]}", "Out split size": "{p["out_s"]}", '
-                 f'"Process Group Name": "0", "Process Group Description": "default_pg", '
-                 f'"Process Group Ranks": "{_split_str(list(range(self.R)))}", "Seq": {p["k"] + 1}')
-        rk.kernel("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", NCCL_STREAM, arrival,
-                  leave - arrival, p["ext"], p["corr"], kargs)
+        kargs = (
+            f'"registers per thread": 96, "shared memory": 0, "blocks per SM": 0.121212, '
+            f'"warps per SM": 1.939394, "grid": [16, 1, 1], "block": [512, 1, 1], '
+            f'"est. achieved occupancy %": 0, "Collective name": "{p["coll"]}", '
+            f'"In msg nelems": {p["in_n"]}, "Out msg nelems": {p["out_n"]}, "Group size": {self.R}, '
+            f'"dtype": "{p["dtype"]}", "In split size": "{p["in_s"]}", "Out split size": "{p["out_s"]}", '
+            f'"Process Group Name": "0", "Process Group Description": "default_pg", '
+            f'"Process Group Ranks": "{_split_str(list(range(self.R)))}", "Seq": {p["k"] + 1}'
+        )
+        rk.kernel(
+            "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)",
+            NCCL_STREAM,
+            arrival,
+            leave - arrival,
+            p["ext"],
+            p["corr"],
+            kargs,
+        )
         # the CPU blocks until the kernel is done (counts are needed on the host; data before reuse)
         start = rk.t + self.gap(1000, 3000)
         end = max(leave, start) + self.gap(3000, 6000)
@@ -476,10 +542,17 @@ class _Sim:
             ts, ldur, corr = rk.runtime("cudaLaunchKernel", self.cdur(5_000), 211, mm[6], gap=1000)
             kts = ts + ldur + 2000
             kdur = max(dur - 9000, 1000)
-            rk.kernel("ampere_sgemm_128x64_tn", COMPUTE_STREAM, kts, kdur, mm[6], corr,
-                      '"registers per thread": 122, "shared memory": 32768, "blocks per SM": 0.5, '
-                      '"warps per SM": 4.0, "grid": [2, 4, 1], "block": [128, 1, 1], '
-                      '"est. achieved occupancy %": 6')
+            rk.kernel(
+                "ampere_sgemm_128x64_tn",
+                COMPUTE_STREAM,
+                kts,
+                kdur,
+                mm[6],
+                corr,
+                '"registers per thread": 122, "shared memory": 32768, "blocks per SM": 0.5, '
+                '"warps per SM": 4.0, "grid": [2, 4, 1], "block": [128, 1, 1], '
+                '"est. achieved occupancy %": 6',
+            )
             rk.t = max(mm[4] + dur, kts + kdur)
         else:
             rk.t += dur
@@ -491,49 +564,87 @@ class _Sim:
         g = GATE_NS_PER_TOKEN * T
         rk.open("user_annotation", "MoeGatingTopK", _RFID, gap=self.gap(3000, 8000))
         self.mm(rk, [[T, HIDDEN], [HIDDEN, E]], self.cdur(0.40 * g))
-        rk.leaf("aten::add", self.cdur(0.08 * g), _op_args(["float", "float", "Scalar"],
-                [[T, E], [E], []], ["", "", "1"]), gap=self.gap())
-        rk.leaf("aten::argmax", self.cdur(0.12 * g), _op_args(["float", "Scalar", "Scalar"],
-                [[T, E], [], []], ["", "-1", "False"]), gap=self.gap())
-        rk.leaf("aten::floor_divide", self.cdur(0.08 * g), _op_args(["long int", "long int"],
-                [[T], []]), gap=self.gap())
-        rk.open("cpu_op", "aten::argsort", _op_args(["long int", "Scalar", "Scalar"], [[T], [], []],
-                ["", "-1", "False"]), gap=self.gap())
-        rk.leaf("aten::sort", self.cdur(0.18 * g), _op_args(["long int", "Scalar", "Scalar"],
-                [[T], [], []], ["", "-1", "False"]), gap=self.gap(500, 1500))
+        rk.leaf(
+            "aten::add",
+            self.cdur(0.08 * g),
+            _op_args(["float", "float", "Scalar"], [[T, E], [E], []], ["", "", "1"]),
+            gap=self.gap(),
+        )
+        rk.leaf(
+            "aten::argmax",
+            self.cdur(0.12 * g),
+            _op_args(["float", "Scalar", "Scalar"], [[T, E], [], []], ["", "-1", "False"]),
+            gap=self.gap(),
+        )
+        rk.leaf(
+            "aten::floor_divide", self.cdur(0.08 * g), _op_args(["long int", "long int"], [[T], []]), gap=self.gap()
+        )
+        rk.open(
+            "cpu_op",
+            "aten::argsort",
+            _op_args(["long int", "Scalar", "Scalar"], [[T], [], []], ["", "-1", "False"]),
+            gap=self.gap(),
+        )
+        rk.leaf(
+            "aten::sort",
+            self.cdur(0.18 * g),
+            _op_args(["long int", "Scalar", "Scalar"], [[T], [], []], ["", "-1", "False"]),
+            gap=self.gap(500, 1500),
+        )
         rk.close(self.gap(300, 900))
-        rk.leaf("aten::bincount", self.cdur(0.12 * g), _op_args(["long int", "", "Scalar"],
-                [[T], [], []], ["", "", str(self.R)]), gap=self.gap())
+        rk.leaf(
+            "aten::bincount",
+            self.cdur(0.12 * g),
+            _op_args(["long int", "", "Scalar"], [[T], [], []], ["", "", str(self.R)]),
+            gap=self.gap(),
+        )
         rk.close(self.gap(3000, 8000))
 
     def grouped_matmul(self, rk: _Rank, rows: list[int], factor: float) -> None:
         H, recv = HIDDEN, sum(rows)
         rk.open("user_annotation", "GroupedMatmul", _RFID, gap=self.gap(10_000, 20_000))
-        rk.leaf("aten::empty_like", self.cdur(20_000, factor), _op_args(
-            ["float", "", "", "", "Scalar", ""], [[recv, H], [], [], [], [], []],
-            ["", "", "", "", "False", ""], seq=False), gap=self.gap(10_000, 30_000))
+        rk.leaf(
+            "aten::empty_like",
+            self.cdur(20_000, factor),
+            _op_args(
+                ["float", "", "", "", "Scalar", ""],
+                [[recv, H], [], [], [], [], []],
+                ["", "", "", "", "False", ""],
+                seq=False,
+            ),
+            gap=self.gap(10_000, 30_000),
+        )
         for e, n in enumerate(rows):
             if n <= 0:
                 continue
-            rk.leaf("aten::index", self.cdur(8_000 + 200 * n, factor),
-                    _op_args(["float", ""], [[recv, H], []]), gap=self.gap())
-            rk.leaf("aten::select", self.cdur(4_000, factor), _op_args(
-                ["float", "Scalar", "Scalar"], [[self.epr, H, H], [], []], ["", "0", str(e)]), gap=self.gap())
+            rk.leaf(
+                "aten::index",
+                self.cdur(8_000 + 200 * n, factor),
+                _op_args(["float", ""], [[recv, H], []]),
+                gap=self.gap(),
+            )
+            rk.leaf(
+                "aten::select",
+                self.cdur(4_000, factor),
+                _op_args(["float", "Scalar", "Scalar"], [[self.epr, H, H], [], []], ["", "0", str(e)]),
+                gap=self.gap(),
+            )
             self.mm(rk, [[n, H], [H, H]], self.cdur(MM_NS_PER_ROW * n, factor))
-            rk.leaf("aten::relu", self.cdur(5_000 + 50 * n, factor),
-                    _op_args(["float"], [[n, H]]), gap=self.gap())
+            rk.leaf("aten::relu", self.cdur(5_000 + 50 * n, factor), _op_args(["float"], [[n, H]]), gap=self.gap())
             self.mm(rk, [[n, H], [H, H]], self.cdur(MM_NS_PER_ROW * n, factor))
-            rk.leaf("aten::index_put_", self.cdur(8_000 + 150 * n, factor), _op_args(
-                ["float", "", "float", "Scalar"], [[recv, H], [], [n, H], []], ["", "", "", "False"]),
-                gap=self.gap())
+            rk.leaf(
+                "aten::index_put_",
+                self.cdur(8_000 + 150 * n, factor),
+                _op_args(["float", "", "float", "Scalar"], [[recv, H], [], [n, H], []], ["", "", "", "False"]),
+                gap=self.gap(),
+            )
         rk.close(self.gap(5000, 12_000))
 
     def fillers(self, rk: _Rank) -> None:
         if not self.n_fill:
             return
         rk.t += 2000
-        rk.main.append(["F", "cpu_op", self.n_fill, rk.tid, rk.t, 0, 0,
-                        rk.ids.take_many("main", self.n_fill), None])
+        rk.main.append(["F", "cpu_op", self.n_fill, rk.tid, rk.t, 0, 0, rk.ids.take_many("main", self.n_fill), None])
         rk.t += self.n_fill * (FILLER_DUR_NS + FILLER_GAP_NS)
 
     # the run ------------------------------------------------------------------------------------------
@@ -544,35 +655,57 @@ class _Sim:
                 rk.open("user_annotation", f"decode_step_{s}", _RFID, gap=self.gap(20_000, 40_000))
             for l in range(self.L):
                 cnt = self.route()
-                in_sp = [[sum(cnt[r][d * epr:(d + 1) * epr]) for d in range(R)] for r in range(R)]
+                in_sp = [[sum(cnt[r][d * epr : (d + 1) * epr]) for d in range(R)] for r in range(R)]
                 out_sp = [[in_sp[src][r] for src in range(R)] for r in range(R)]
-                rows = [[sum(cnt[src][r * epr + e] for src in range(R)) for e in range(epr)]
-                        for r in range(R)]
+                rows = [[sum(cnt[src][r * epr + e] for src in range(R)) for e in range(epr)] for r in range(R)]
                 for rk in self.ranks:
                     rk.open("user_annotation", f"moe_layer_{l}", _RFID, gap=self.gap(5000, 12_000))
                     self.fillers(rk)
                     self.gating(rk)
-                    rk.leaf("aten::empty_like", self.cdur(12_000), _op_args(
-                        ["long int", "", "", "", "Scalar", ""], [[R], [], [], [], [], []],
-                        ["", "", "", "", "False", ""], seq=False), gap=self.gap(20_000, 40_000))
+                    rk.leaf(
+                        "aten::empty_like",
+                        self.cdur(12_000),
+                        _op_args(
+                            ["long int", "", "", "", "Scalar", ""],
+                            [[R], [], [], [], [], []],
+                            ["", "", "", "", "False", ""],
+                            seq=False,
+                        ),
+                        gap=self.gap(20_000, 40_000),
+                    )
                     rk.open("user_annotation", "MoeDistributeDispatch", _RFID, gap=self.gap(5000, 12_000))
                 self.collective("count", None)
                 for rk in self.ranks:
                     recv = sum(out_sp[rk.rank])
-                    rk.leaf("aten::sum", self.cdur(35_000), _op_args(["long int", ""], [[R], []]),
-                            gap=self.gap(5000, 12_000))
+                    rk.leaf(
+                        "aten::sum",
+                        self.cdur(35_000),
+                        _op_args(["long int", ""], [[R], []]),
+                        gap=self.gap(5000, 12_000),
+                    )
                     rk.open("cpu_op", "aten::item", _op_args(["long int"], [[]]), gap=self.gap())
-                    rk.leaf("aten::_local_scalar_dense", self.cdur(2_000), _op_args(["long int"], [[]]),
-                            gap=self.gap(500, 1500))
+                    rk.leaf(
+                        "aten::_local_scalar_dense",
+                        self.cdur(2_000),
+                        _op_args(["long int"], [[]]),
+                        gap=self.gap(500, 1500),
+                    )
                     rk.close(self.gap(300, 900))
-                    rk.leaf("aten::empty", self.cdur(12_000), _op_args(
-                        ["ScalarList", "", "", "", "Scalar", ""], [[], [], [], [], [], []],
-                        [f"[{recv}, {H}]", "", "", "", "False", ""], seq=False), gap=self.gap())
-                    rk.leaf("aten::index", self.cdur(1_000 * T), _op_args(["float", ""], [[T, H], []]),
-                            gap=self.gap())
+                    rk.leaf(
+                        "aten::empty",
+                        self.cdur(12_000),
+                        _op_args(
+                            ["ScalarList", "", "", "", "Scalar", ""],
+                            [[], [], [], [], [], []],
+                            [f"[{recv}, {H}]", "", "", "", "False", ""],
+                            seq=False,
+                        ),
+                        gap=self.gap(),
+                    )
+                    rk.leaf("aten::index", self.cdur(1_000 * T), _op_args(["float", ""], [[T, H], []]), gap=self.gap())
                 self.collective("dispatch", [(out_sp[r], in_sp[r]) for r in range(R)])
                 for rk in self.ranks:
-                    rk.close(self.gap(5000, 15_000))                    # MoeDistributeDispatch
+                    rk.close(self.gap(5000, 15_000))  # MoeDistributeDispatch
                     r = rk.rank
                     factor = 1.0
                     if r == self.slow and self.scenario == "slow_compute":
@@ -581,19 +714,30 @@ class _Sim:
                         factor = 5.0
                     self.grouped_matmul(rk, rows[r], factor)
                     rk.open("user_annotation", "MoeDistributeCombine", _RFID, gap=self.gap(10_000, 30_000))
-                    rk.leaf("aten::empty", self.cdur(8_000), _op_args(
-                        ["ScalarList", "", "", "", "Scalar", ""], [[], [], [], [], [], []],
-                        [f"[{T}, {H}]", "", "", "", "False", ""], seq=False), gap=self.gap(10_000, 30_000))
+                    rk.leaf(
+                        "aten::empty",
+                        self.cdur(8_000),
+                        _op_args(
+                            ["ScalarList", "", "", "", "Scalar", ""],
+                            [[], [], [], [], [], []],
+                            [f"[{T}, {H}]", "", "", "", "False", ""],
+                            seq=False,
+                        ),
+                        gap=self.gap(10_000, 30_000),
+                    )
                 # combine: send back what was received, receive what was sent
                 self.collective("combine", [(in_sp[r], out_sp[r]) for r in range(R)])
                 for rk in self.ranks:
-                    rk.close(self.gap(5000, 15_000))                    # MoeDistributeCombine
-                    rk.leaf("aten::index_put_", self.cdur(250 * T), _op_args(
-                        ["float", "", "float", "Scalar"], [[T, H], [], [T, H], []], ["", "", "", "False"]),
-                        gap=self.gap(10_000, 30_000))
-                    rk.close(self.gap(5000, 12_000))                    # moe_layer
+                    rk.close(self.gap(5000, 15_000))  # MoeDistributeCombine
+                    rk.leaf(
+                        "aten::index_put_",
+                        self.cdur(250 * T),
+                        _op_args(["float", "", "float", "Scalar"], [[T, H], [], [T, H], []], ["", "", "", "False"]),
+                        gap=self.gap(10_000, 30_000),
+                    )
+                    rk.close(self.gap(5000, 12_000))  # moe_layer
             for rk in self.ranks:
-                rk.close(self.gap(10_000, 20_000))                      # decode_step
+                rk.close(self.gap(10_000, 20_000))  # decode_step
         self.span_end = [rk.t + self.rng.randrange(20_000, 60_000) for rk in self.ranks]
         self.window_end = [e + self.rng.randrange(1_000_000, 1_600_000) for e in self.span_end]
 
@@ -608,31 +752,39 @@ class _Sim:
 
 
 def _x_event(cat: str, name: str, pid, tid, ts: int, dur: int, args: str) -> str:
-    return (f'  {{\n    "ph": "X",\n    "cat": "{cat}",\n    "name": "{name}",\n    "pid": {pid},\n'
-            f'    "tid": {tid},\n    "ts": {_t(ts)},\n    "dur": {_t(dur)}\n    ,\n    "args": {{\n'
-            f'      {args}\n    }}\n  }}')
+    return (
+        f'  {{\n    "ph": "X",\n    "cat": "{cat}",\n    "name": "{name}",\n    "pid": {pid},\n'
+        f'    "tid": {tid},\n    "ts": {_t(ts)},\n    "dur": {_t(dur)}\n    ,\n    "args": {{\n'
+        f"      {args}\n    }}\n  }}"
+    )
 
 
 def _m_event(name: str, ts: int, pid, tid, key: str, val) -> str:
     v = f'"{val}"' if isinstance(val, str) else str(val)
     pid_s = f'"{pid}"' if isinstance(pid, str) else str(pid)
-    return (f'  {{\n    "ph": "M",\n    "name": "{name}",\n    "ts": {_t(ts)},\n    "pid": {pid_s},\n'
-            f'    "tid": {tid},\n    "args": {{\n      "{key}": {v}\n    }}\n  }}')
+    return (
+        f'  {{\n    "ph": "M",\n    "name": "{name}",\n    "ts": {_t(ts)},\n    "pid": {pid_s},\n'
+        f'    "tid": {tid},\n    "args": {{\n      "{key}": {v}\n    }}\n  }}'
+    )
 
 
 def _flow(ph: str, fid: int, pid, tid, ts: int) -> str:
     bp = ',\n    "bp": "e"' if ph == "f" else ""
-    return (f'  {{\n    "ph": "{ph}",\n    "id": {fid},\n    "pid": {pid},\n    "tid": {tid},\n'
-            f'    "ts": {_t(ts)},\n    "cat": "ac2g",\n    "name": "ac2g"{bp}\n  }}')
+    return (
+        f'  {{\n    "ph": "{ph}",\n    "id": {fid},\n    "pid": {pid},\n    "tid": {tid},\n'
+        f'    "ts": {_t(ts)},\n    "cat": "ac2g",\n    "name": "ac2g"{bp}\n  }}'
+    )
 
 
-_DEVPROPS = ('{{\n      "id": {d}, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 85029158912,\n'
-             '      "computeMajor": 9, "computeMinor": 0,\n'
-             '      "maxThreadsPerBlock": 1024, "maxThreadsPerMultiprocessor": 2048,\n'
-             '      "regsPerBlock": 65536, "warpSize": 32,\n'
-             '      "sharedMemPerBlock": 49152, "numSms": 132\n'
-             '    , "regsPerMultiprocessor": 65536, "sharedMemPerBlockOptin": 232448, '
-             '"sharedMemPerMultiprocessor": 233472\n    }}')
+_DEVPROPS = (
+    '{{\n      "id": {d}, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 85029158912,\n'
+    '      "computeMajor": 9, "computeMinor": 0,\n'
+    '      "maxThreadsPerBlock": 1024, "maxThreadsPerMultiprocessor": 2048,\n'
+    '      "regsPerBlock": 65536, "warpSize": 32,\n'
+    '      "sharedMemPerBlock": 49152, "numSms": 132\n'
+    '    , "regsPerMultiprocessor": 65536, "sharedMemPerBlockOptin": 232448, '
+    '"sharedMemPerMultiprocessor": 233472\n    }}'
+)
 
 
 def _header(sim: _Sim, r: int, host: str) -> str:
@@ -640,20 +792,26 @@ def _header(sim: _Sim, r: int, host: str) -> str:
     ranks = _split_str(list(range(R)))
     if sim.style == "gloo":
         dev = "[]"
-        dist = (f'{{"backend": "gloo", "rank": {r}, "world_size": {R}, "pg_count": 1, "pg_config": '
-                f'[{{"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cpu:gloo,cuda:gloo", '
-                f'"pg_size": {R}, "ranks": {ranks}}}]}}')
+        dist = (
+            f'{{"backend": "gloo", "rank": {r}, "world_size": {R}, "pg_count": 1, "pg_config": '
+            f'[{{"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cpu:gloo,cuda:gloo", '
+            f'"pg_size": {R}, "ranks": {ranks}}}]}}'
+        )
     else:
         devs = ",\n    ".join(_DEVPROPS.format(d=d) for d in range(min(R, GPUS_PER_HOST)))
         dev = f"[\n    {devs}\n    ]"
-        dist = (f'{{"backend": "nccl", "rank": {r}, "world_size": {R}, "pg_count": 1, "pg_config": '
-                f'[{{"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl", '
-                f'"pg_size": {R}, "ranks": {ranks}}}], "nccl_version": "2.21.5"}}')
-    return (f' {{\n    "schemaVersion": 1,\n    "deviceProperties": {dev},\n    \n'
-            f'      "trace_id": "{sim.trace_ids[r]}",\n      "record_shapes": 1,\n'
-            f'      "distributedInfo": {dist},\n      "host_name": "{host}",\n'
-            f'    "displayTimeUnit": "ms",\n    "baseTimeNanoseconds": {BASE_TIME_NS},\n'
-            f'    "traceEvents": [\n    \n')
+        dist = (
+            f'{{"backend": "nccl", "rank": {r}, "world_size": {R}, "pg_count": 1, "pg_config": '
+            f'[{{"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl", '
+            f'"pg_size": {R}, "ranks": {ranks}}}], "nccl_version": "2.21.5"}}'
+        )
+    return (
+        f' {{\n    "schemaVersion": 1,\n    "deviceProperties": {dev},\n    \n'
+        f'      "trace_id": "{sim.trace_ids[r]}",\n      "record_shapes": 1,\n'
+        f'      "distributedInfo": {dist},\n      "host_name": "{host}",\n'
+        f'    "displayTimeUnit": "ms",\n    "baseTimeNanoseconds": {BASE_TIME_NS},\n'
+        f'    "traceEvents": [\n    \n'
+    )
 
 
 def _filler_texts(ev: list, off: int, counter: list[int]) -> list[str]:
@@ -665,8 +823,17 @@ def _filler_texts(ev: list, off: int, counter: list[int]) -> list[str]:
     for first, n in ev[7]:
         for eid in range(first, first + n):
             name = FILLER_NAMES[k % len(FILLER_NAMES)]
-            out.append(_x_event("cpu_op", name, pid, tid, ts, FILLER_DUR_NS,
-                                f'"External id": {eid},{args_mid}, "Ev Idx": {counter[0]}'))
+            out.append(
+                _x_event(
+                    "cpu_op",
+                    name,
+                    pid,
+                    tid,
+                    ts,
+                    FILLER_DUR_NS,
+                    f'"External id": {eid},{args_mid}, "Ev Idx": {counter[0]}',
+                )
+            )
             counter[0] += 1
             ts += FILLER_DUR_NS + FILLER_GAP_NS
             k += 1
@@ -698,13 +865,14 @@ def _write_rank(sim: _Sim, r: int, path: Path, off: int, host: str, gz: bool) ->
             parts.append(_m_event("thread_name", mts, d, st, "name", f"stream {st} "))
             parts.append(_m_event("thread_sort_index", mts, d, st, "sort_index", st))
 
-    counter = [0]   # Ev Idx, in file order over cpu_op / user_annotation events
+    counter = [0]  # Ev Idx, in file order over cpu_op / user_annotation events
 
     def emit(ev: list, pid_) -> str | list[str]:
         kind = ev[0]
         if kind == "X":
-            s = _x_event(ev[1], ev[2], pid_, ev[3], ev[4] + off, ev[5],
-                         f'"External id": {ev[6]},{ev[7]}, "Ev Idx": {counter[0]}')
+            s = _x_event(
+                ev[1], ev[2], pid_, ev[3], ev[4] + off, ev[5], f'"External id": {ev[6]},{ev[7]}, "Ev Idx": {counter[0]}'
+            )
             counter[0] += 1
             return s
         if kind in ("R", "K"):
@@ -757,13 +925,16 @@ def _write_rank(sim: _Sim, r: int, path: Path, off: int, host: str, gz: bool) ->
         for ev in rk.gpu:
             push(emit(ev, rk.device))
         ss, se, we = sim.span_start[r] + off, sim.span_end[r] + off, sim.window_end[r] + off
-        push(_x_event("Trace", "PyTorch Profiler (0)", '"Spans"', '"PyTorch Profiler"', ss, se - ss,
-                      '"Op count": 0'))
+        push(_x_event("Trace", "PyTorch Profiler (0)", '"Spans"', '"PyTorch Profiler"', ss, se - ss, '"Op count": 0'))
         push(_m_event("process_sort_index", ss, "Spans", 0, "sort_index", 536870912))
-        push(f'  {{\n    "ph": "i",\n    \n    "s": "g",\n    "name": "Iteration Start: PyTorch Profiler",\n'
-             f'    "pid": "Traces",\n    "tid": "Trace PyTorch Profiler",\n    "ts": {_t(ss)}\n    \n  }}')
-        push(f'  {{\n    "ph": "i",\n    \n    "s": "g",\n    "name": "Record Window End",\n'
-             f'    "pid": "",\n    "tid": "",\n    "ts": {_t(we)}\n    \n  }}')
+        push(
+            f'  {{\n    "ph": "i",\n    \n    "s": "g",\n    "name": "Iteration Start: PyTorch Profiler",\n'
+            f'    "pid": "Traces",\n    "tid": "Trace PyTorch Profiler",\n    "ts": {_t(ss)}\n    \n  }}'
+        )
+        push(
+            f'  {{\n    "ph": "i",\n    \n    "s": "g",\n    "name": "Record Window End",\n'
+            f'    "pid": "",\n    "tid": "",\n    "ts": {_t(we)}\n    \n  }}'
+        )
         flush(True)
         fh.write(f'\n  ],"traceName": "{path.name.removesuffix(".gz")}" }}'.encode())
     finally:
@@ -772,10 +943,23 @@ def _write_rank(sim: _Sim, r: int, path: Path, off: int, host: str, gz: bool) ->
             raw.close()
 
 
-def write_ep_run(out_dir, *, ranks: int = 4, steps: int = 4, layers: int = 4, experts_per_rank: int = 4,
-                 tokens_per_rank: int = 256, scenario: str = "balanced", slow_rank: int = 1,
-                 style: str = "gloo", clock_offsets_us: dict | None = None, noise: float = 0.0,
-                 gz: bool = True, seed: int = 0, events_per_rank: int | None = None) -> list[Path]:
+def write_ep_run(
+    out_dir,
+    *,
+    ranks: int = 4,
+    steps: int = 4,
+    layers: int = 4,
+    experts_per_rank: int = 4,
+    tokens_per_rank: int = 256,
+    scenario: str = "balanced",
+    slow_rank: int = 1,
+    style: str = "gloo",
+    clock_offsets_us: dict | None = None,
+    noise: float = 0.0,
+    gz: bool = True,
+    seed: int = 0,
+    events_per_rank: int | None = None,
+) -> list[Path]:
     """Write ``rank{r}.pt.trace.json[.gz]`` for r in range(ranks) into out_dir; return the paths.
 
     scenario: one of SCENARIOS. slow_rank: the anomalous rank (ignored by "balanced"/"noisy").
@@ -808,16 +992,25 @@ def write_ep_run(out_dir, *, ranks: int = 4, steps: int = 4, layers: int = 4, ex
     for k in offsets:
         if not 0 <= k < ranks:
             raise ValueError(f"clock_offsets_us names rank {k}, not in range(0, {ranks})")
-    kw = dict(ranks=ranks, steps=steps, layers=layers, experts_per_rank=experts_per_rank,
-              tokens_per_rank=tokens_per_rank, scenario=scenario, slow_rank=slow_rank, style=style,
-              noise=noise, seed=seed)
+    kw = dict(
+        ranks=ranks,
+        steps=steps,
+        layers=layers,
+        experts_per_rank=experts_per_rank,
+        tokens_per_rank=tokens_per_rank,
+        scenario=scenario,
+        slow_rank=slow_rank,
+        style=style,
+        noise=noise,
+        seed=seed,
+    )
     sim = _Sim(n_fill=0, **kw)
     sim.run()
     if events_per_rank:
         base = sum(sim.n_events(r) for r in range(ranks)) / ranks
         n_fill = max(0, math.ceil((events_per_rank - base) / (steps * layers)))
         if n_fill:
-            sim = _Sim(n_fill=n_fill, **kw)     # same seed: the same routing and jitter, shifted
+            sim = _Sim(n_fill=n_fill, **kw)  # same seed: the same routing and jitter, shifted
             sim.run()
     hosts: dict[int, int] = {}
     out_dir = Path(out_dir)
@@ -856,7 +1049,7 @@ def cut_trace(path, keep: int) -> int:
     if not 0 < len(kept) < len(text):
         raise ValueError(f"cut at {keep} keeps {len(kept)} of {len(text)} bytes: nothing would be cut")
     if str(path).endswith(".gz"):
-        z = zlib.compressobj(6, zlib.DEFLATED, 31)        # wbits 31: gzip wrapper, mtime 0
+        z = zlib.compressobj(6, zlib.DEFLATED, 31)  # wbits 31: gzip wrapper, mtime 0
         path.write_bytes(z.compress(kept) + z.flush(zlib.Z_SYNC_FLUSH))
     else:
         path.write_bytes(kept)
@@ -869,25 +1062,55 @@ def cut_trace(path, keep: int) -> int:
 HEADER_VARIANTS: dict[str, dict] = {
     "kineto_standard.json": {
         "desc": "torch 2.x libkineto layout: distributedInfo before traceEvents, baseTimeNanoseconds, "
-                "ts relative (3 decimals), traceName last",
-        "dist_position": "before", "base_time": True, "gz": False, "bom": False, "layout": "kineto"},
+        "ts relative (3 decimals), traceName last",
+        "dist_position": "before",
+        "base_time": True,
+        "gz": False,
+        "bom": False,
+        "layout": "kineto",
+    },
     "ondemand_distinfo_after.json.gz": {
         "desc": "on-demand style: distributedInfo (pg_config ranks as a STRING, nccl_version) written "
-                "AFTER traceEvents, then traceName",
-        "dist_position": "after", "base_time": True, "gz": True, "bom": False, "layout": "kineto"},
+        "AFTER traceEvents, then traceName",
+        "dist_position": "after",
+        "base_time": True,
+        "gz": True,
+        "bom": False,
+        "layout": "kineto",
+    },
     "legacy_abs_epoch.json": {
         "desc": "older Kineto: no baseTimeNanoseconds / displayTimeUnit, ts and dur are integer absolute "
-                "epoch µs (ns fractions truncated)",
-        "dist_position": "before", "base_time": False, "gz": False, "bom": False, "layout": "kineto"},
+        "epoch µs (ns fractions truncated)",
+        "dist_position": "before",
+        "base_time": False,
+        "gz": False,
+        "bom": False,
+        "layout": "kineto",
+    },
     "indented.json.gz": {
         "desc": "json.dumps(indent=4) of the standard document (pretty, one value per line)",
-        "dist_position": "before", "base_time": True, "gz": True, "bom": False, "layout": "indent"},
+        "dist_position": "before",
+        "base_time": True,
+        "gz": True,
+        "bom": False,
+        "layout": "indent",
+    },
     "compact.json": {
         "desc": "json.dumps(separators=(',', ':')): the whole document on one line",
-        "dist_position": "before", "base_time": True, "gz": False, "bom": False, "layout": "compact"},
+        "dist_position": "before",
+        "base_time": True,
+        "gz": False,
+        "bom": False,
+        "layout": "compact",
+    },
     "bom.json": {
         "desc": "the standard document preceded by a UTF-8 BOM (EF BB BF)",
-        "dist_position": "before", "base_time": True, "gz": False, "bom": True, "layout": "kineto"},
+        "dist_position": "before",
+        "base_time": True,
+        "gz": False,
+        "bom": True,
+        "layout": "kineto",
+    },
 }
 """Files written by write_kineto_header_variants, all of rank 1 of world 2 (nccl, pg "0",
 ranks [0, 1]) and all holding the SAME 25 events (VARIANT_PH_COUNTS: X 12, B 1, E 1, i 3, C 1,
@@ -904,11 +1127,21 @@ s 1, f 1, M 5), including:
 
 VARIANT_PH_COUNTS = {"X": 12, "B": 1, "E": 1, "i": 3, "C": 1, "s": 1, "f": 1, "M": 5}
 VARIANT_RANK, VARIANT_WORLD = 1, 2
-VARIANT_FIRST_X_NS = BASE_TIME_NS + T0_NS + 250_123      # abs ns of the first X (decode_step_0)
-VARIANT_NAMES = ("decode_step_0", "moe_layer_0", "MoeGatingTopK", "MoeDistributeDispatch",
-                 "c10d::alltoall_base_", "record_param_comms", "cudaLaunchKernel",
-                 "GroupedMatmul", "aten::mm", "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)",
-                 "Memcpy DtoD (Device -> Device)", "PyTorch Profiler (0)")
+VARIANT_FIRST_X_NS = BASE_TIME_NS + T0_NS + 250_123  # abs ns of the first X (decode_step_0)
+VARIANT_NAMES = (
+    "decode_step_0",
+    "moe_layer_0",
+    "MoeGatingTopK",
+    "MoeDistributeDispatch",
+    "c10d::alltoall_base_",
+    "record_param_comms",
+    "cudaLaunchKernel",
+    "GroupedMatmul",
+    "aten::mm",
+    "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)",
+    "Memcpy DtoD (Device -> Device)",
+    "PyTorch Profiler (0)",
+)
 
 
 def _variant_events(abs_us: bool) -> list[dict]:
@@ -925,72 +1158,229 @@ def _variant_events(abs_us: bool) -> list[dict]:
         return ns // 1000 if abs_us else _Raw(_t(ns))
 
     def X(cat, name, p, t, start, dur, args):
-        return {"ph": "X", "cat": cat, "name": name, "pid": p, "tid": t, "ts": ts(start), "dur": du(dur),
-                "args": args}
+        return {"ph": "X", "cat": cat, "name": name, "pid": p, "tid": t, "ts": ts(start), "dur": du(dur), "args": args}
 
-    coll = {"Collective name": "all_to_allv", "dtype": "Float", "In msg nelems": 65536,
-            "Out msg nelems": 131072, "Group size": 2, "In split size": "[128, 128]",
-            "Out split size": "[256, 256]", "Process Group Name": "0",
-            "Process Group Description": "default_pg", "Process Group Ranks": "[0, 1]", "Seq": 1}
+    coll = {
+        "Collective name": "all_to_allv",
+        "dtype": "Float",
+        "In msg nelems": 65536,
+        "Out msg nelems": 131072,
+        "Group size": 2,
+        "In split size": "[128, 128]",
+        "Out split size": "[256, 256]",
+        "Process Group Name": "0",
+        "Process Group Description": "default_pg",
+        "Process Group Ranks": "[0, 1]",
+        "Seq": 1,
+    }
     ev = [
-        {"ph": "M", "name": "process_name", "ts": ts(T0_NS + 60_000), "pid": pid, "tid": 0,
-         "args": {"name": "python"}},
-        {"ph": "M", "name": "thread_name", "ts": ts(T0_NS + 60_000), "pid": pid, "tid": tid,
-         "args": {"name": "thread 2001 (python)"}},
-        {"ph": "M", "name": "process_name", "ts": ts(T0_NS + 60_000), "pid": dev, "tid": 0,
-         "args": {"name": "python"}},
-        {"ph": "M", "name": "process_labels", "ts": ts(T0_NS + 60_000), "pid": dev, "tid": 0,
-         "args": {"labels": "GPU 1"}},
-        X("user_annotation", "decode_step_0", pid, tid, t0, 900_000,
-          {"External id": 1, "Record function id": 0, "Ev Idx": 0}),
-        X("user_annotation", "moe_layer_0", pid, tid, t0 + 10_000, 880_000,
-          {"External id": 2, "Record function id": 0, "Ev Idx": 1}),
-        X("user_annotation", "MoeGatingTopK", pid, tid, t0 + 20_000, 100_000,
-          {"External id": 3, "Record function id": 0, "Ev Idx": 2}),
-        X("user_annotation", "MoeDistributeDispatch", pid, tid, t0 + 130_000, 300_000,
-          {"External id": 4, "Record function id": 0, "Ev Idx": 3}),
-        X("cpu_op", "c10d::alltoall_base_", pid, tid, t0 + 140_000, 60_000,
-          {"External id": 5, "Sequence number": 0, "Fwd thread id": 0, "Record function id": 0,
-           "Concrete Inputs": ["", "", "", "[256, 256]", "[128, 128]", "False", "-1"],
-           "Input type": ["float", "float", "", "ScalarList", "ScalarList", "Scalar", "Scalar"],
-           "Input Strides": [[256, 1], [256, 1], [], [], [], [], []],
-           "Input Dims": [[512, 256], [256, 256], [], [], [], [], []], "Ev Idx": 4}),
-        X("cpu_op", "record_param_comms", pid, tid, t0 + 145_000, 40_000,
-          {"External id": 6, "Record function id": 0, **coll, "Comms Id": 2 ** 70 + 1, "Ev Idx": 5}),
-        X("cuda_runtime", "cudaLaunchKernel", pid, tid, t0 + 150_000, 8_000,
-          {"External id": 6, "cbid": 211, "correlation": 77}),
+        {"ph": "M", "name": "process_name", "ts": ts(T0_NS + 60_000), "pid": pid, "tid": 0, "args": {"name": "python"}},
+        {
+            "ph": "M",
+            "name": "thread_name",
+            "ts": ts(T0_NS + 60_000),
+            "pid": pid,
+            "tid": tid,
+            "args": {"name": "thread 2001 (python)"},
+        },
+        {"ph": "M", "name": "process_name", "ts": ts(T0_NS + 60_000), "pid": dev, "tid": 0, "args": {"name": "python"}},
+        {
+            "ph": "M",
+            "name": "process_labels",
+            "ts": ts(T0_NS + 60_000),
+            "pid": dev,
+            "tid": 0,
+            "args": {"labels": "GPU 1"},
+        },
+        X(
+            "user_annotation",
+            "decode_step_0",
+            pid,
+            tid,
+            t0,
+            900_000,
+            {"External id": 1, "Record function id": 0, "Ev Idx": 0},
+        ),
+        X(
+            "user_annotation",
+            "moe_layer_0",
+            pid,
+            tid,
+            t0 + 10_000,
+            880_000,
+            {"External id": 2, "Record function id": 0, "Ev Idx": 1},
+        ),
+        X(
+            "user_annotation",
+            "MoeGatingTopK",
+            pid,
+            tid,
+            t0 + 20_000,
+            100_000,
+            {"External id": 3, "Record function id": 0, "Ev Idx": 2},
+        ),
+        X(
+            "user_annotation",
+            "MoeDistributeDispatch",
+            pid,
+            tid,
+            t0 + 130_000,
+            300_000,
+            {"External id": 4, "Record function id": 0, "Ev Idx": 3},
+        ),
+        X(
+            "cpu_op",
+            "c10d::alltoall_base_",
+            pid,
+            tid,
+            t0 + 140_000,
+            60_000,
+            {
+                "External id": 5,
+                "Sequence number": 0,
+                "Fwd thread id": 0,
+                "Record function id": 0,
+                "Concrete Inputs": ["", "", "", "[256, 256]", "[128, 128]", "False", "-1"],
+                "Input type": ["float", "float", "", "ScalarList", "ScalarList", "Scalar", "Scalar"],
+                "Input Strides": [[256, 1], [256, 1], [], [], [], [], []],
+                "Input Dims": [[512, 256], [256, 256], [], [], [], [], []],
+                "Ev Idx": 4,
+            },
+        ),
+        X(
+            "cpu_op",
+            "record_param_comms",
+            pid,
+            tid,
+            t0 + 145_000,
+            40_000,
+            {"External id": 6, "Record function id": 0, **coll, "Comms Id": 2**70 + 1, "Ev Idx": 5},
+        ),
+        X(
+            "cuda_runtime",
+            "cudaLaunchKernel",
+            pid,
+            tid,
+            t0 + 150_000,
+            8_000,
+            {"External id": 6, "cbid": 211, "correlation": 77},
+        ),
         {"ph": "s", "id": 77, "pid": pid, "tid": tid, "ts": ts(t0 + 150_000), "cat": "ac2g", "name": "ac2g"},
-        X("kernel", "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", dev, 20, t0 + 162_000, 250_000,
-          {"External id": 6, "queued": 0, "device": dev, "context": 1, "stream": 20, "correlation": 77,
-           "registers per thread": 96, "shared memory": 0, "blocks per SM": 0.121212,
-           "warps per SM": 1.939394, "grid": [16, 1, 1], "block": [512, 1, 1],
-           "est. achieved occupancy %": 0, **coll}),
-        {"ph": "f", "id": 77, "pid": dev, "tid": 20, "ts": ts(t0 + 162_000), "cat": "ac2g", "name": "ac2g",
-         "bp": "e"},
-        X("user_annotation", "GroupedMatmul", pid, tid, t0 + 450_000, 300_000,
-          {"External id": 7, "Record function id": 0, "Ev Idx": 6}),
-        X("cpu_op", "aten::mm", pid, tid, t0 + 460_000, 256_000,
-          {"External id": 8, "Sequence number": 0, "Fwd thread id": 0, "Record function id": 0,
-           "Concrete Inputs": ["", ""], "Input type": ["float", "float"],
-           "Input Strides": [[256, 1], [256, 1]], "Input Dims": [[128, 256], [256, 256]], "Ev Idx": 7}),
-        X("gpu_memcpy", "Memcpy DtoD (Device -> Device)", dev, 7, t0 + 760_000, 5_000,
-          {"device": dev, "context": 1, "stream": 7, "correlation": 78, "bytes": 1048576,
-           "memory bandwidth (GB/s)": 209.7152}),
-        {"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": pid, "tid": tid,
-         "ts": ts(t0 + 770_000),
-         "args": {"Device Type": 1, "Device Id": 1, "Addr": 2 ** 64 + 12345, "Bytes": 4096,
-                  "Total Allocated": 8192, "Total Reserved": 2097152, "Ev Idx": 8}},
-        {"ph": "B", "cat": "user_annotation", "name": "custom_region", "pid": pid, "tid": tid,
-         "ts": ts(t0 + 800_000), "args": {"note": "B/E pair"}},
-        {"ph": "E", "cat": "user_annotation", "name": "custom_region", "pid": pid, "tid": tid,
-         "ts": ts(t0 + 850_000)},
-        {"ph": "C", "name": "GPU Memory", "pid": dev, "tid": 0, "ts": ts(t0 + 860_000),
-         "args": {"allocated": 8192}},
+        X(
+            "kernel",
+            "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)",
+            dev,
+            20,
+            t0 + 162_000,
+            250_000,
+            {
+                "External id": 6,
+                "queued": 0,
+                "device": dev,
+                "context": 1,
+                "stream": 20,
+                "correlation": 77,
+                "registers per thread": 96,
+                "shared memory": 0,
+                "blocks per SM": 0.121212,
+                "warps per SM": 1.939394,
+                "grid": [16, 1, 1],
+                "block": [512, 1, 1],
+                "est. achieved occupancy %": 0,
+                **coll,
+            },
+        ),
+        {"ph": "f", "id": 77, "pid": dev, "tid": 20, "ts": ts(t0 + 162_000), "cat": "ac2g", "name": "ac2g", "bp": "e"},
+        X(
+            "user_annotation",
+            "GroupedMatmul",
+            pid,
+            tid,
+            t0 + 450_000,
+            300_000,
+            {"External id": 7, "Record function id": 0, "Ev Idx": 6},
+        ),
+        X(
+            "cpu_op",
+            "aten::mm",
+            pid,
+            tid,
+            t0 + 460_000,
+            256_000,
+            {
+                "External id": 8,
+                "Sequence number": 0,
+                "Fwd thread id": 0,
+                "Record function id": 0,
+                "Concrete Inputs": ["", ""],
+                "Input type": ["float", "float"],
+                "Input Strides": [[256, 1], [256, 1]],
+                "Input Dims": [[128, 256], [256, 256]],
+                "Ev Idx": 7,
+            },
+        ),
+        X(
+            "gpu_memcpy",
+            "Memcpy DtoD (Device -> Device)",
+            dev,
+            7,
+            t0 + 760_000,
+            5_000,
+            {
+                "device": dev,
+                "context": 1,
+                "stream": 7,
+                "correlation": 78,
+                "bytes": 1048576,
+                "memory bandwidth (GB/s)": 209.7152,
+            },
+        ),
+        {
+            "ph": "i",
+            "cat": "cpu_instant_event",
+            "s": "t",
+            "name": "[memory]",
+            "pid": pid,
+            "tid": tid,
+            "ts": ts(t0 + 770_000),
+            "args": {
+                "Device Type": 1,
+                "Device Id": 1,
+                "Addr": 2**64 + 12345,
+                "Bytes": 4096,
+                "Total Allocated": 8192,
+                "Total Reserved": 2097152,
+                "Ev Idx": 8,
+            },
+        },
+        {
+            "ph": "B",
+            "cat": "user_annotation",
+            "name": "custom_region",
+            "pid": pid,
+            "tid": tid,
+            "ts": ts(t0 + 800_000),
+            "args": {"note": "B/E pair"},
+        },
+        {"ph": "E", "cat": "user_annotation", "name": "custom_region", "pid": pid, "tid": tid, "ts": ts(t0 + 850_000)},
+        {"ph": "C", "name": "GPU Memory", "pid": dev, "tid": 0, "ts": ts(t0 + 860_000), "args": {"allocated": 8192}},
         X("Trace", "PyTorch Profiler (0)", "Spans", "PyTorch Profiler", T0_NS, 1_200_000, {"Op count": 0}),
-        {"ph": "M", "name": "process_sort_index", "ts": ts(T0_NS), "pid": "Spans", "tid": 0,
-         "args": {"sort_index": 536870912}},
-        {"ph": "i", "s": "g", "name": "Iteration Start: PyTorch Profiler", "pid": "Traces",
-         "tid": "Trace PyTorch Profiler", "ts": ts(T0_NS)},
+        {
+            "ph": "M",
+            "name": "process_sort_index",
+            "ts": ts(T0_NS),
+            "pid": "Spans",
+            "tid": 0,
+            "args": {"sort_index": 536870912},
+        },
+        {
+            "ph": "i",
+            "s": "g",
+            "name": "Iteration Start: PyTorch Profiler",
+            "pid": "Traces",
+            "tid": "Trace PyTorch Profiler",
+            "ts": ts(T0_NS),
+        },
         {"ph": "i", "s": "g", "name": "Record Window End", "pid": "", "tid": "", "ts": ts(T0_NS + 1_300_000)},
     ]
     return ev
@@ -1047,11 +1437,27 @@ def write_kineto_header_variants(out_dir) -> dict[str, Path]:
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    dist = {"backend": "nccl", "rank": VARIANT_RANK, "world_size": VARIANT_WORLD, "pg_count": 1,
-            "pg_config": [{"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl",
-                           "pg_size": 2, "ranks": [0, 1]}]}
-    dev = [{"id": 1, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 85029158912, "computeMajor": 9,
-            "computeMinor": 0, "maxThreadsPerBlock": 1024, "warpSize": 32, "numSms": 132}]
+    dist = {
+        "backend": "nccl",
+        "rank": VARIANT_RANK,
+        "world_size": VARIANT_WORLD,
+        "pg_count": 1,
+        "pg_config": [
+            {"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl", "pg_size": 2, "ranks": [0, 1]}
+        ],
+    }
+    dev = [
+        {
+            "id": 1,
+            "name": "NVIDIA H100 80GB HBM3",
+            "totalGlobalMem": 85029158912,
+            "computeMajor": 9,
+            "computeMinor": 0,
+            "maxThreadsPerBlock": 1024,
+            "warpSize": 32,
+            "numSms": 132,
+        }
+    ]
     out: dict[str, Path] = {}
     for fname, spec in HEADER_VARIANTS.items():
         events = _variant_events(abs_us=not spec["base_time"])
@@ -1075,9 +1481,16 @@ def write_kineto_header_variants(out_dir) -> dict[str, Path]:
             tail.append(f'\n  "traceName": "{trace_name}"\n}}')
             text = "\n".join(head) + "\n" + body + "".join(tail)
         else:
-            doc = {"schemaVersion": 1, "deviceProperties": dev, "distributedInfo": dist,
-                   "record_shapes": 1, "displayTimeUnit": "ms", "baseTimeNanoseconds": BASE_TIME_NS,
-                   "traceEvents": events, "traceName": trace_name}
+            doc = {
+                "schemaVersion": 1,
+                "deviceProperties": dev,
+                "distributedInfo": dist,
+                "record_shapes": 1,
+                "displayTimeUnit": "ms",
+                "baseTimeNanoseconds": BASE_TIME_NS,
+                "traceEvents": events,
+                "traceName": trace_name,
+            }
             if spec["layout"] == "indent":
                 text = _dumps(doc, indent=4)
             else:

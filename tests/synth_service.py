@@ -52,10 +52,18 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-SCENARIOS = ("balanced", "request_skew", "token_skew", "slow_execution", "burst",
-             "hot_no_impact", "kv_pressure", "no_dp_rank")
+SCENARIOS = (
+    "balanced",
+    "request_skew",
+    "token_skew",
+    "slow_execution",
+    "burst",
+    "hot_no_impact",
+    "kv_pressure",
+    "no_dp_rank",
+)
 
-SHANGHAI = timezone(timedelta(hours=8))   # msServiceProfiler renders datetimes in Asia/Shanghai
+SHANGHAI = timezone(timedelta(hours=8))  # msServiceProfiler renders datetimes in Asia/Shanghai
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
@@ -66,39 +74,39 @@ class ServiceConfig:
     scenario: str = "balanced"
     n_dp: int = 4
     hot_dp: int = 1
-    duration_s: float = 20.0            # arrivals stop here; queued work then drains
-    rate_rps: float = 8.0               # arrivals per second, all domains together
+    duration_s: float = 20.0  # arrivals stop here; queued work then drains
+    rate_rps: float = 8.0  # arrivals per second, all domains together
     prompt_tokens: tuple[int, int] = (400, 800)
     output_tokens: tuple[int, int] = (48, 80)
     # iteration time = (base + prefill_ms_per_token * prefill tokens + decode_ms_per_seq * decodes) * slow
     base_ms: float = 60.0
     prefill_ms_per_token: float = 0.1
     decode_ms_per_seq: float = 1.0
-    sched_ms: float = 1.5               # batching (scheduling) time per iteration
+    sched_ms: float = 1.5  # batching (scheduling) time per iteration
     gap_ms: float = 0.5
     max_running: int = 32
-    total_blocks: int = 96              # KV blocks per domain
+    total_blocks: int = 96  # KV blocks per domain
     block_tokens: int = 128
-    skew_weight: float = 2.0            # request_skew / hot_no_impact / burst: hot share vs one other
-    token_factor: float = 2.0           # token_skew
-    slow_factor: float = 2.0            # slow_execution
-    kv_factor: float = 0.25             # kv_pressure: the hot domain's KV blocks vs the others'
-    arrivals: str = "steady"            # "steady" | "poisson"
-    assign: str = "round_robin"         # "round_robin" | "random"
-    prompt_dist: str = "uniform"        # "uniform" (prompt_tokens range) | "lognormal"
+    skew_weight: float = 2.0  # request_skew / hot_no_impact / burst: hot share vs one other
+    token_factor: float = 2.0  # token_skew
+    slow_factor: float = 2.0  # slow_execution
+    kv_factor: float = 0.25  # kv_pressure: the hot domain's KV blocks vs the others'
+    arrivals: str = "steady"  # "steady" | "poisson"
+    assign: str = "round_robin"  # "round_robin" | "random"
+    prompt_dist: str = "uniform"  # "uniform" (prompt_tokens range) | "lognormal"
     prompt_median: float = 2400.0
     prompt_sigma: float = 0.8
     prompt_max: int = 32000
     burst_start_s: float = 8.0
     burst_len_s: float = 4.0
-    start_epoch_us: int = 1773992798_000000   # 2026-03-20 15:46:38 Asia/Shanghai
-    time_unit: str = "us"               # what batch.csv `start_time(ms)` holds: "us" (the exporter) or "ms"
+    start_epoch_us: int = 1773992798_000000  # 2026-03-20 15:46:38 Asia/Shanghai
+    time_unit: str = "us"  # what batch.csv `start_time(ms)` holds: "us" (the exporter) or "ms"
     kv_columns: bool = True
     spec_columns: bool = False
-    na_dp: str = "<NA>"                 # how an unknown dp_rank is written ("" is the other form)
-    batch_dp: bool = True               # False: batch.csv has no dp_rank even though the trace labels have one
-    kvcache_shape: str = "blocks"       # "blocks" (vLLM KVCacheStatus) or "device" (MindIE)
-    trace_batches: bool = False         # an X event per batching / execution row in chrome_tracing.json
+    na_dp: str = "<NA>"  # how an unknown dp_rank is written ("" is the other form)
+    batch_dp: bool = True  # False: batch.csv has no dp_rank even though the trace labels have one
+    kvcache_shape: str = "blocks"  # "blocks" (vLLM KVCacheStatus) or "device" (MindIE)
+    trace_batches: bool = False  # an X event per batching / execution row in chrome_tracing.json
     host: str = "node0"
     first_pid: int = 201330
     seed: int = 7
@@ -130,11 +138,27 @@ def config_for(scenario: str, **overrides) -> ServiceConfig:
 def realistic_config(scenario: str = "balanced", **overrides) -> ServiceConfig:
     """Calibration traffic: Poisson arrivals at 0.8 requests/s per domain, lognormal prompts with a
     median of 2,400 tokens, 120 s, 4 domains, a KV pool of 640 blocks of 128 tokens."""
-    base = dict(duration_s=120.0, rate_rps=3.2, arrivals="poisson", prompt_dist="lognormal",
-                prompt_median=2400.0, prompt_sigma=0.8, output_tokens=(16, 64), base_ms=60.0,
-                prefill_ms_per_token=0.1, decode_ms_per_seq=1.0, max_running=32, total_blocks=640,
-                block_tokens=128, burst_len_s=3.0, burst_start_s=50.0, skew_weight=1.5,
-                token_factor=2.0, slow_factor=1.5, kv_factor=0.175)
+    base = dict(
+        duration_s=120.0,
+        rate_rps=3.2,
+        arrivals="poisson",
+        prompt_dist="lognormal",
+        prompt_median=2400.0,
+        prompt_sigma=0.8,
+        output_tokens=(16, 64),
+        base_ms=60.0,
+        prefill_ms_per_token=0.1,
+        decode_ms_per_seq=1.0,
+        max_running=32,
+        total_blocks=640,
+        block_tokens=128,
+        burst_len_s=3.0,
+        burst_start_s=50.0,
+        skew_weight=1.5,
+        token_factor=2.0,
+        slow_factor=1.5,
+        kv_factor=0.175,
+    )
     base.update(overrides)
     return config_for(scenario, **base)
 
@@ -142,14 +166,26 @@ def realistic_config(scenario: str = "balanced", **overrides) -> ServiceConfig:
 def small_config(scenario: str = "request_skew", **overrides) -> ServiceConfig:
     """The committed example's size: 4 domains, ~20 s, slow heavy iterations, short outputs."""
     # skew 3x: 48 requests are too few to tell a 2x skew from chance (binomial z 2.4, dp-imbalance v2)
-    base = dict(duration_s=20.0, rate_rps=2.4, skew_weight=3.0, prompt_tokens=(1500, 2500), output_tokens=(2, 4),
-                base_ms=350.0, prefill_ms_per_token=0.02, decode_ms_per_seq=10.0, sched_ms=3.0,
-                max_running=4, total_blocks=96, trace_batches=False)
+    base = dict(
+        duration_s=20.0,
+        rate_rps=2.4,
+        skew_weight=3.0,
+        prompt_tokens=(1500, 2500),
+        output_tokens=(2, 4),
+        base_ms=350.0,
+        prefill_ms_per_token=0.02,
+        decode_ms_per_seq=10.0,
+        sched_ms=3.0,
+        max_running=4,
+        total_blocks=96,
+        trace_batches=False,
+    )
     base.update(overrides)
     return config_for(scenario, **base)
 
 
 # ----------------------------------------------------------------------------- simulation
+
 
 @dataclass
 class Req:
@@ -175,8 +211,8 @@ class Iteration:
     sched_dur_us: int
     exec_start_us: int
     exec_dur_us: int
-    prefill: list            # [Req]
-    decode: list             # [(Req, iter)]
+    prefill: list  # [Req]
+    decode: list  # [(Req, iter)]
     used_blocks: int
     allocated: int
     freed: int
@@ -198,7 +234,7 @@ def make_requests(cfg: ServiceConfig) -> list[Req]:
     rng = random.Random(cfg.seed)
     n = int(cfg.duration_s * cfg.rate_rps)
     if cfg.arrivals == "poisson":
-        n = 3 * n + 100       # a bound only: Poisson arrivals stop at duration_s
+        n = 3 * n + 100  # a bound only: Poisson arrivals stop at duration_s
     gap_us = 1e6 / cfg.rate_rps
     current = [0.0] * cfg.n_dp
     reqs = []
@@ -251,7 +287,7 @@ def simulate_dp(cfg: ServiceConfig, dp: int, reqs: list[Req], rng: random.Random
         new = []
         while queue and len(running) + len(new) < cfg.max_running:
             r = queue[0]
-            need = math.ceil((r.prompt + r.output) / cfg.block_tokens)   # reserved for the whole sequence
+            need = math.ceil((r.prompt + r.output) / cfg.block_tokens)  # reserved for the whole sequence
             if used + need > total_blocks and (running or new):
                 break
             queue.popleft()
@@ -261,14 +297,29 @@ def simulate_dp(cfg: ServiceConfig, dp: int, reqs: list[Req], rng: random.Random
         decode = [(r, r.generated) for r in running]
         prefill_tokens = sum(r.prompt for r in new)
         jitter = 1.0 + rng.uniform(-0.04, 0.04)
-        exec_ms = (cfg.base_ms + cfg.prefill_ms_per_token * prefill_tokens
-                   + cfg.decode_ms_per_seq * len(decode)) * slow * jitter
+        exec_ms = (
+            (cfg.base_ms + cfg.prefill_ms_per_token * prefill_tokens + cfg.decode_ms_per_seq * len(decode))
+            * slow
+            * jitter
+        )
         sched_us = int(cfg.sched_ms * 1000 * (1.0 + rng.uniform(-0.2, 0.2)))
         exec_start = t + sched_us + int(cfg.gap_ms * 1000)
         exec_us = int(exec_ms * 1000)
         exec_end = exec_start + exec_us
-        it = Iteration(dp, t, sched_us, exec_start, exec_us, new, decode, used,
-                       sum(r.blocks for r in new), freed_last, len(queue), len(running) + len(new))
+        it = Iteration(
+            dp,
+            t,
+            sched_us,
+            exec_start,
+            exec_us,
+            new,
+            decode,
+            used,
+            sum(r.blocks for r in new),
+            freed_last,
+            len(queue),
+            len(running) + len(new),
+        )
         freed_last = 0
         for r in new:
             r.first_sched_us = t
@@ -297,6 +348,7 @@ def iterations(cfg: ServiceConfig, reqs: list[Req]):
 
 
 # ----------------------------------------------------------------------------- formatting
+
 
 class _Clock:
     """µs since epoch -> 'YYYY-MM-DD HH:MM:SS:ffffff' in Asia/Shanghai, cached per second."""
@@ -330,11 +382,16 @@ def _batch_type(it: Iteration) -> str:
 
 
 def _res_list_batching(it: Iteration) -> str:
-    items = [f"{{'rid': '{r.rid}', 'iter': 0, 'type': 0, 'num_scheduled_tokens': {r.prompt}, "
-             f"'num_prompt_tokens': {r.prompt}, 'num_computed_tokens': 0}}" for r in it.prefill]
-    items += [f"{{'rid': '{r.rid}', 'iter': {k}, 'type': 1, 'num_scheduled_tokens': 1, "
-              f"'num_prompt_tokens': {r.prompt}, 'num_computed_tokens': {r.prompt + k - 1}}}"
-              for r, k in it.decode]
+    items = [
+        f"{{'rid': '{r.rid}', 'iter': 0, 'type': 0, 'num_scheduled_tokens': {r.prompt}, "
+        f"'num_prompt_tokens': {r.prompt}, 'num_computed_tokens': 0}}"
+        for r in it.prefill
+    ]
+    items += [
+        f"{{'rid': '{r.rid}', 'iter': {k}, 'type': 1, 'num_scheduled_tokens': 1, "
+        f"'num_prompt_tokens': {r.prompt}, 'num_computed_tokens': {r.prompt + k - 1}}}"
+        for r, k in it.decode
+    ]
     return "[" + ", ".join(items) + "]"
 
 
@@ -344,13 +401,26 @@ def _res_list_exec(it: Iteration) -> str:
 
 
 def batch_header(cfg: ServiceConfig) -> list[str]:
-    cols = ["name", "res_list", "start_datetime", "end_datetime", "during_time(ms)", "batch_type",
-            "prof_id", "batch_size"]
+    cols = [
+        "name",
+        "res_list",
+        "start_datetime",
+        "end_datetime",
+        "during_time(ms)",
+        "batch_type",
+        "prof_id",
+        "batch_size",
+    ]
     if cfg.kv_columns:
-        cols += ["total_blocks", "used_blocks", "free_blocks", "blocks_allocated", "blocks_freed",
-                 "kvcache_usage_rate"]
-    cols += ["prefill_batch_size", "decode_batch_size", "prefill_scheduled_tokens",
-             "decode_scheduled_tokens", "total_scheduled_tokens", "dp_rank"]
+        cols += ["total_blocks", "used_blocks", "free_blocks", "blocks_allocated", "blocks_freed", "kvcache_usage_rate"]
+    cols += [
+        "prefill_batch_size",
+        "decode_batch_size",
+        "prefill_scheduled_tokens",
+        "decode_scheduled_tokens",
+        "total_scheduled_tokens",
+        "dp_rank",
+    ]
     if cfg.spec_columns:
         cols += ["accepted_ratio", "accepted_ratio_per_pos"]
     return cols + ["start_time(ms)", "end_time(ms)"]
@@ -392,13 +462,27 @@ class Writer:
         pf_tok = sum(r.prompt for r in it.prefill)
         rows = []
         # batching row: what the scheduler put into this iteration
-        f = ["batchFrameworkProcessing", _q(_res_list_batching(it)), c(it.sched_start_us), c(s_end),
-             _ms(it.sched_dur_us), btype, prof, f"{float(n_pf + n_dec)}"]
+        f = [
+            "batchFrameworkProcessing",
+            _q(_res_list_batching(it)),
+            c(it.sched_start_us),
+            c(s_end),
+            _ms(it.sched_dur_us),
+            btype,
+            prof,
+            f"{float(n_pf + n_dec)}",
+        ]
         if cfg.kv_columns:
             total = cfg.blocks(it.dp)
             free = total - it.used_blocks
-            f += [str(total), str(it.used_blocks), str(free), str(it.allocated),
-                  str(it.freed), repr(round(it.used_blocks / total, 4))]
+            f += [
+                str(total),
+                str(it.used_blocks),
+                str(free),
+                str(it.allocated),
+                str(it.freed),
+                repr(round(it.used_blocks / total, 4)),
+            ]
         f += [str(n_pf), str(n_dec), str(pf_tok), str(n_dec), str(pf_tok + n_dec), self.dp_text(it.dp)]
         if cfg.spec_columns:
             f += ["", ""]
@@ -406,8 +490,16 @@ class Writer:
         rows.append(",".join(f))
         # execution row: vLLM's modelExec (batch_size = scheduled tokens; items without type count
         # as decode, the exporter's quirk, see formats.md 1.3)
-        f = ["modelExec", _q(_res_list_exec(it)), c(it.exec_start_us), c(e_end), _ms(it.exec_dur_us),
-             btype, prof, f"{float(pf_tok + n_dec)}"]
+        f = [
+            "modelExec",
+            _q(_res_list_exec(it)),
+            c(it.exec_start_us),
+            c(e_end),
+            _ms(it.exec_dur_us),
+            btype,
+            prof,
+            f"{float(pf_tok + n_dec)}",
+        ]
         if cfg.kv_columns:
             f += ["0", "0", "0", "0", "0", "0"]
         f += ["0", str(n_pf + n_dec), "0", "0", "0", self.dp_text(it.dp)]
@@ -417,12 +509,19 @@ class Writer:
         rows.append(",".join(f))
         if cfg.spec_columns and it.decode:
             sp_end = e_end + 200
-            f = ["specDecoding", _q(_res_list_exec(it)), c(e_end), c(sp_end), _ms(200), btype, prof,
-                 f"{float(n_dec)}"]
+            f = ["specDecoding", _q(_res_list_exec(it)), c(e_end), c(sp_end), _ms(200), btype, prof, f"{float(n_dec)}"]
             if cfg.kv_columns:
                 f += ["0", "0", "0", "0", "0", "0"]
-            f += ["0", str(n_pf + n_dec), "0", "0", "0", self.dp_text(it.dp),
-                  "0.8125", _q(json.dumps({"0": 0.9, "1": 0.725}))]
+            f += [
+                "0",
+                str(n_pf + n_dec),
+                "0",
+                "0",
+                "0",
+                self.dp_text(it.dp),
+                "0.8125",
+                _q(json.dumps({"0": 0.9, "1": 0.725})),
+            ]
             f += [self.t_text(e_end), self.t_text(sp_end)]
             rows.append(",".join(f))
         return rows
@@ -438,10 +537,23 @@ class Writer:
             fw.write(",".join(prev[:-1]) + "\n")
         self.forward_iter[d] += 1
         end = it.exec_start_us + it.exec_dur_us
-        row = ["forward", _ms(it.exec_start_us - self.first_forward_us), self.clock(it.exec_start_us),
-               self.clock(end), _ms(it.exec_dur_us), "", str(len(it.prefill) + len(it.decode)),
-               _q(_batch_type(it)), str(self.forward_iter[d]), str(d) if self.cfg.has_dp else "0",
-               self.prof_id(d), self.cfg.host, _ms(it.exec_start_us), _ms(end), end]
+        row = [
+            "forward",
+            _ms(it.exec_start_us - self.first_forward_us),
+            self.clock(it.exec_start_us),
+            self.clock(end),
+            _ms(it.exec_dur_us),
+            "",
+            str(len(it.prefill) + len(it.decode)),
+            _q(_batch_type(it)),
+            str(self.forward_iter[d]),
+            str(d) if self.cfg.has_dp else "0",
+            self.prof_id(d),
+            self.cfg.host,
+            _ms(it.exec_start_us),
+            _ms(end),
+            end,
+        ]
         self.last_forward[d] = row
 
     def flush_forward(self, fw) -> None:
@@ -454,8 +566,10 @@ class Writer:
         total = cfg.blocks(it.dp)
         if cfg.kvcache_shape == "blocks":
             free = total - it.used_blocks
-            kv.write(f"KVCacheStatus,{self.clock(it.sched_start_us)},{total},{it.used_blocks},"
-                     f"{free},{it.allocated},{it.freed},{round(it.used_blocks / total, 4)!r}\n")
+            kv.write(
+                f"KVCacheStatus,{self.clock(it.sched_start_us)},{total},{it.used_blocks},"
+                f"{free},{it.allocated},{it.freed},{round(it.used_blocks / total, 4)!r}\n"
+            )
         else:
             free = total - it.used_blocks
             rate = round(it.used_blocks / total, 4)
@@ -469,22 +583,43 @@ class Writer:
         suffix = f"-dp{it.dp}" if cfg.has_dp else ""
         free = cfg.blocks(it.dp) - it.used_blocks
         ts = f"{it.sched_start_us}.0"
-        tf.write(f',\n{{"name":"Schedule.KVCache{suffix}","ph":"C","ts":{ts},"pid":{pid},'
-                 f'"tid":"Schedule.KVCache","args":{{"Device Block":{free}}}}}'
-                 f',\n{{"name":"WaitingQueue","ph":"C","ts":{ts},"pid":{pid},"tid":"Queue",'
-                 f'"args":{{"Queue Size":{it.waiting}}}}}')
+        tf.write(
+            f',\n{{"name":"Schedule.KVCache{suffix}","ph":"C","ts":{ts},"pid":{pid},'
+            f'"tid":"Schedule.KVCache","args":{{"Device Block":{free}}}}}'
+            f',\n{{"name":"WaitingQueue","ph":"C","ts":{ts},"pid":{pid},"tid":"Queue",'
+            f'"args":{{"Queue Size":{it.waiting}}}}}'
+        )
         self.n_trace += 2
         if not cfg.trace_batches:
             return
-        sched_items = ([{"rid": r.rid, "iter": 0, "type": 0, "num_scheduled_tokens": r.prompt} for r in it.prefill]
-                       + [{"rid": r.rid, "iter": k, "type": 1, "num_scheduled_tokens": 1} for r, k in it.decode])
-        for e in ({"name": "batchFrameworkProcessing", "ph": "X", "ts": float(it.sched_start_us),
-                   "dur": float(it.sched_dur_us), "pid": pid, "tid": f"Schedule({pid})",
-                   "args": {"batch_type": _batch_type(it), "batch_size": str(len(sched_items)),
-                            "res_list": sched_items, "tid": pid}},
-                  {"name": "modelExec", "ph": "X", "ts": float(it.exec_start_us),
-                   "dur": float(it.exec_dur_us), "pid": pid, "tid": f"Execute({pid})",
-                   "args": {"batch_type": _batch_type(it), "tid": pid}}):
+        sched_items = [{"rid": r.rid, "iter": 0, "type": 0, "num_scheduled_tokens": r.prompt} for r in it.prefill] + [
+            {"rid": r.rid, "iter": k, "type": 1, "num_scheduled_tokens": 1} for r, k in it.decode
+        ]
+        for e in (
+            {
+                "name": "batchFrameworkProcessing",
+                "ph": "X",
+                "ts": float(it.sched_start_us),
+                "dur": float(it.sched_dur_us),
+                "pid": pid,
+                "tid": f"Schedule({pid})",
+                "args": {
+                    "batch_type": _batch_type(it),
+                    "batch_size": str(len(sched_items)),
+                    "res_list": sched_items,
+                    "tid": pid,
+                },
+            },
+            {
+                "name": "modelExec",
+                "ph": "X",
+                "ts": float(it.exec_start_us),
+                "dur": float(it.exec_dur_us),
+                "pid": pid,
+                "tid": f"Execute({pid})",
+                "args": {"batch_type": _batch_type(it), "tid": pid},
+            },
+        ):
             tf.write(",\n" + json.dumps(e, separators=(",", ":")))
             self.n_trace += 1
 
@@ -521,15 +656,23 @@ def write_run(out: str | Path, cfg: ServiceConfig, only: tuple[str, ...] | None 
     reqs = make_requests(cfg)
     w = Writer(cfg, out)
     n_batch = 0
-    with _open(out, "batch.csv", only) as bf, _open(out, "forward.csv", only) as fw, \
-            _open(out, "kvcache.csv", only) as kv, _open(out, "chrome_tracing.json", only) as tf:
+    with (
+        _open(out, "batch.csv", only) as bf,
+        _open(out, "forward.csv", only) as fw,
+        _open(out, "kvcache.csv", only) as kv,
+        _open(out, "chrome_tracing.json", only) as tf,
+    ):
         w.trace_head(tf)
         bf.write(",".join(batch_header(cfg)) + "\n")
-        fw.write("name,relative_start_time(ms),start_datetime,end_datetime,during_time(ms),bubble_time(ms),"
-                 "batch_size,batch_type,forward_iter,dp_rank,prof_id,hostname,start_time(ms),end_time(ms)\n")
+        fw.write(
+            "name,relative_start_time(ms),start_datetime,end_datetime,during_time(ms),bubble_time(ms),"
+            "batch_size,batch_type,forward_iter,dp_rank,prof_id,hostname,start_time(ms),end_time(ms)\n"
+        )
         if cfg.kvcache_shape == "blocks":
-            kv.write("name,start_time,total_blocks,used_blocks,free_blocks,blocks_allocated,blocks_freed,"
-                     "kvcache_usage_rate\n")
+            kv.write(
+                "name,start_time,total_blocks,used_blocks,free_blocks,blocks_allocated,blocks_freed,"
+                "kvcache_usage_rate\n"
+            )
         else:
             kv.write("rid,name,start_time,device_kvcache_left,kvcache_usage_rate\n")
         for it in iterations(cfg, reqs):
@@ -542,12 +685,16 @@ def write_run(out: str | Path, cfg: ServiceConfig, only: tuple[str, ...] | None 
         w.flush_forward(fw)
         tf.write("\n]\n")
     with _open(out, "request.csv", only) as rf:
-        rf.write("http_rid,start_datetime,recv_token_size,reply_token_size,execution_time(ms),"
-                 "queue_wait_time(ms),first_token_latency(ms),cache_hit_rate,start_time(ms)\n")
+        rf.write(
+            "http_rid,start_datetime,recv_token_size,reply_token_size,execution_time(ms),"
+            "queue_wait_time(ms),first_token_latency(ms),cache_hit_rate,start_time(ms)\n"
+        )
         for r in reqs:
-            rf.write(f"{r.rid},{w.clock(r.arrival_us)},{r.prompt},{r.output},"
-                     f"{_ms(r.finish_us - r.arrival_us)},{_ms(r.first_sched_us - r.arrival_us)},"
-                     f"{_ms(r.first_token_us - r.arrival_us)},N/A,{r.arrival_us // 1000}\n")
+            rf.write(
+                f"{r.rid},{w.clock(r.arrival_us)},{r.prompt},{r.output},"
+                f"{_ms(r.finish_us - r.arrival_us)},{_ms(r.first_sched_us - r.arrival_us)},"
+                f"{_ms(r.first_token_us - r.arrival_us)},N/A,{r.arrival_us // 1000}\n"
+            )
     return {"batch_rows": n_batch, "requests": len(reqs), "trace_events": w.n_trace}
 
 
@@ -555,8 +702,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--write", metavar="DIR", required=True, help="folder to write the run into")
     ap.add_argument("--scenario", default="request_skew", choices=SCENARIOS)
-    ap.add_argument("--size", default="small", choices=("small", "test"),
-                    help="small: the committed example (< 200 KB); test: the size the tests use")
+    ap.add_argument(
+        "--size",
+        default="small",
+        choices=("small", "test"),
+        help="small: the committed example (< 200 KB); test: the size the tests use",
+    )
     args = ap.parse_args(argv)
     cfg = small_config(args.scenario) if args.size == "small" else config_for(args.scenario)
     counts = write_run(args.write, cfg)

@@ -17,10 +17,12 @@ from typer.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).parent))
 import synth_kineto  # noqa: E402
-from conftest import REAL_EP_RUN as REAL_RUN, ingest_ok  # noqa: E402
+from conftest import REAL_EP_RUN as REAL_RUN  # noqa: E402
+from conftest import ingest_ok
 
 from slowcard import annotate, queries  # noqa: E402
 from slowcard.errors import UsageError  # noqa: E402
+
 CATALOG = queries.load_catalog()
 
 
@@ -65,9 +67,12 @@ def real(tmp_path_factory, real_ep_db):
     try:
         stats = annotate.write_annotated(con, REAL_RUN, d / "merged.json", _results(con, REAL_RUN))
         # what the database says, to compare with: every kept event with its corrected time
-        db_events = con.execute("""
+        db_events = con.execute(
+            """
             SELECT rank, name, ts_ns, dur_ns FROM events
-            WHERE run = ? AND ph = 'X' AND ts_ns IS NOT NULL""", [REAL_RUN]).fetchall()
+            WHERE run = ? AND ph = 'X' AND ts_ns IS NOT NULL""",
+            [REAL_RUN],
+        ).fetchall()
     finally:
         con.close()
     return {"db": db, "stats": stats, "doc": _load(d / "merged.json"), "db_events": db_events}
@@ -85,7 +90,9 @@ def test_real_merge_has_one_process_per_rank_and_the_verdicts(real):
     slow = next(e for e in doc["traceEvents"] if e.get("name") == "ep-slow-rank@v4 FAIL")
     assert "rank 1 token-skew" in slow["args"]["summary"] and slow["args"]["rows"][0]["rank"] == 1
     # threads keep their original names, inside their rank's process
-    tnames = {(e["pid"], e["args"]["name"]) for e in doc["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"}
+    tnames = {
+        (e["pid"], e["args"]["name"]) for e in doc["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"
+    }
     rank1 = next(pid for pid, n in ranks.items() if n == "rank 1")
     assert (rank1, "python / thread 15077 (pt_gloo_runloop)") in tnames
 
@@ -97,9 +104,10 @@ def test_real_merge_marks_rank1(real):
     evs = doc["traceEvents"]
     instants = [e for e in evs if e["ph"] == "i" and e.get("cat") == "slowcard"]
     assert stats.slow_ranks == [1]
-    assert len(instants) == stats.markers >= 30        # rank 1 arrives last at ~79% of 48 collectives
-    assert all(rank_of[e["pid"]] == 1 and e["s"] == "p" and e["name"].startswith("rank 1 arrives last")
-               for e in instants)
+    assert len(instants) == stats.markers >= 30  # rank 1 arrives last at ~79% of 48 collectives
+    assert all(
+        rank_of[e["pid"]] == 1 and e["s"] == "p" and e["name"].startswith("rank 1 arrives last") for e in instants
+    )
     starts = {e["id"]: e for e in evs if e["ph"] == "s" and e.get("cat") == "slowcard"}
     ends = {e["id"]: e for e in evs if e["ph"] == "f" and e.get("cat") == "slowcard"}
     assert set(starts) == set(ends) and len(ends) == stats.flows >= len(instants)
@@ -121,21 +129,25 @@ def test_real_merge_keeps_every_event_to_the_nanosecond(real):
     procs = _processes(doc)
     t0 = min(ts for _r, _n, ts, _d in real["db_events"])
     want = sorted((r, n, ts - t0, d) for r, n, ts, d in real["db_events"])
-    got = sorted((int(procs[e["pid"]].split()[1]), e["name"], int(e["ts"] * 1000), int(e["dur"] * 1000))
-                 for e in doc["traceEvents"] if e["ph"] == "X" and procs[e["pid"]].startswith("rank "))
+    got = sorted(
+        (int(procs[e["pid"]].split()[1]), e["name"], int(e["ts"] * 1000), int(e["dur"] * 1000))
+        for e in doc["traceEvents"]
+        if e["ph"] == "X" and procs[e["pid"]].startswith("rank ")
+    )
     assert got == want
-    assert all(isinstance(e["ts"], Decimal) and -e["ts"].as_tuple().exponent <= 3
-               for e in doc["traceEvents"] if "ts" in e)
-    assert real["stats"].events == sum(1 for e in doc["traceEvents"]
-                                       if e.get("cat") != "slowcard" and e["ph"] != "M")
+    assert all(
+        isinstance(e["ts"], Decimal) and -e["ts"].as_tuple().exponent <= 3 for e in doc["traceEvents"] if "ts" in e
+    )
+    assert real["stats"].events == sum(1 for e in doc["traceEvents"] if e.get("cat") != "slowcard" and e["ph"] != "M")
 
 
 @pytest.fixture(scope="module")
 def two_hosts(tmp_path_factory):
     """Ranks 2 and 3 on a second host whose clock is 40 ms ahead."""
     d = tmp_path_factory.mktemp("hosts")
-    synth_kineto.write_ep_run(d / "trace", scenario="token_skew", steps=2, layers=2,
-                              clock_offsets_us={2: 40_000, 3: 40_000})
+    synth_kineto.write_ep_run(
+        d / "trace", scenario="token_skew", steps=2, layers=2, clock_offsets_us={2: 40_000, 3: 40_000}
+    )
     db = d / "run.duckdb"
     ingest_ok(db, [d / "trace"], "hosts")
     con = queries.open_readonly(db)
@@ -151,7 +163,7 @@ def test_clock_offsets_line_up_the_hosts(two_hosts):
     assert stats.clock_offsets_ns["node0"] == 0
     assert abs(stats.clock_offsets_ns["node1"] - 40_000_000) < 1_000_000
     procs = _processes(doc)
-    ends = defaultdict(list)          # rank -> end of its k-th collective
+    ends = defaultdict(list)  # rank -> end of its k-th collective
     for e in doc["traceEvents"]:
         if e["ph"] == "X" and e["name"] == "gloo:all_to_all":
             ends[int(procs[e["pid"]].split()[1])].append(e["ts"] + e["dur"])
@@ -160,7 +172,7 @@ def test_clock_offsets_line_up_the_hosts(two_hosts):
     assert len({len(v) for v in lists}) == 1 and len(lists[0]) == 3 * 2 * 2
     for k in range(len(lists[0])):
         matched = [v[k] for v in lists]
-        assert max(matched) - min(matched) < 1000, (k, matched)          # within 1 ms (µs units)
+        assert max(matched) - min(matched) < 1000, (k, matched)  # within 1 ms (µs units)
         # without the correction the second host would be 40 ms off
         raw = [v[k] + (40_000 if r >= 2 else 0) for r, v in enumerate(lists)]
         assert max(raw) - min(raw) > 30_000
@@ -175,13 +187,24 @@ def _hand_trace(dirpath: Path) -> Path:
         {"ph": "X", "cat": "cpu_op", "name": "A", "pid": 7, "tid": 7, "ts": 100.0, "dur": 10.0},
         {"ph": "X", "cat": "cpu_op", "name": 'B "q" \\ \n é </script>', "pid": 7, "tid": 7, "ts": 105.0, "dur": 10.0},
         {"ph": "X", "cat": "cpu_op", "name": "C", "pid": 7, "tid": 7, "ts": 106.0, "dur": 2.0},
-        {"ph": "X", "cat": "cpu_op", "name": "D", "pid": 7, "tid": 7, "ts": 112.001, "dur": 8.0,
-         "args": {"Input Dims": [[1, 2]], "note": "<b>"}},
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "D",
+            "pid": 7,
+            "tid": 7,
+            "ts": 112.001,
+            "dur": 8.0,
+            "args": {"Input Dims": [[1, 2]], "note": "<b>"},
+        },
         {"ph": "i", "s": "t", "name": "mark", "pid": 7, "tid": 7, "ts": 113.0},
     ]
     dirpath.mkdir(parents=True, exist_ok=True)
-    (dirpath / "rank0.pt.trace.json").write_text(json.dumps(
-        {"schemaVersion": 1, "distributedInfo": {"backend": "gloo", "rank": 0, "world_size": 1}, "traceEvents": evs}))
+    (dirpath / "rank0.pt.trace.json").write_text(
+        json.dumps(
+            {"schemaVersion": 1, "distributedInfo": {"backend": "gloo", "rank": 0, "world_size": 1}, "traceEvents": evs}
+        )
+    )
     return dirpath
 
 
@@ -202,7 +225,7 @@ def test_partial_overlaps_move_to_an_extra_thread(hand_db, tmp_path):
     doc = _load(tmp_path / "m.json")
     _check_viewer_rules(doc)
     xs = {e["name"]: e for e in doc["traceEvents"] if e["ph"] == "X"}
-    assert set(xs) == {"A", 'B "q" \\ \n é </script>', "C", "D"}      # names round-trip exactly
+    assert set(xs) == {"A", 'B "q" \\ \n é </script>', "C", "D"}  # names round-trip exactly
     b = xs['B "q" \\ \n é </script>']
     assert xs["A"]["tid"] == xs["C"]["tid"] == xs["D"]["tid"] != b["tid"] and xs["A"]["pid"] == b["pid"]
     assert stats.moved_events == 1 and stats.overlap_threads == 1

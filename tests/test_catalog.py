@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-if __name__ == "__main__":     # run as a script: this checkout's slowcard, not an installed one
+if __name__ == "__main__":  # run as a script: this checkout's slowcard, not an installed one
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from slowcard import queries, store  # noqa: E402
@@ -54,8 +54,10 @@ def test_versions_change_with_fingerprints():
             continue
         old_version, old_fp = recorded[name]
         if fp != old_fp and version == old_version:
-            problems.append(f"sql/{name}.sql changed but its version is still {version}; bump it and run "
-                            "`python tests/test_catalog.py --update`")
+            problems.append(
+                f"sql/{name}.sql changed but its version is still {version}; bump it and run "
+                "`python tests/test_catalog.py --update`"
+            )
         elif fp != old_fp or version != old_version:
             problems.append(f"{name}: fingerprint file is stale; run `python tests/test_catalog.py --update`")
     assert not problems, "\n".join(problems)
@@ -88,18 +90,21 @@ def test_fingerprint_ignores_comments_but_not_body(tmp_path):
     assert a.fingerprint() != d.fingerprint()
 
 
-@pytest.mark.parametrize("mutation, words", [
-    (("-- name: my-check", "-- name: other"), "must equal the file stem"),
-    (("-- version: 2", "-- version: two"), "version must be an integer"),
-    (("-- verdict: warn if rows > 0", "-- verdict: warn when bad"), "bad verdict clause"),
-    (("-- param: min_events INTEGER = 10  -- threshold\n", ""), "used but not declared"),
-    (("HAVING count(*) >= $min_events", ""), "declared but not used"),
-    (("WHERE run = $run ", ""), "must filter on the run"),
-    (("-- requires: events", "-- requires: events\n-- colour: red"), "unknown header key"),
-    (("-- version: 2", "-- version: 2\n-- version: 3"), "duplicate header key"),
-    (("INTEGER = 10", "NUMBER = 10"), "bad param"),
-    (("INTEGER = 10", "INTEGER = ten"), "not a valid INTEGER"),
-])
+@pytest.mark.parametrize(
+    "mutation, words",
+    [
+        (("-- name: my-check", "-- name: other"), "must equal the file stem"),
+        (("-- version: 2", "-- version: two"), "version must be an integer"),
+        (("-- verdict: warn if rows > 0", "-- verdict: warn when bad"), "bad verdict clause"),
+        (("-- param: min_events INTEGER = 10  -- threshold\n", ""), "used but not declared"),
+        (("HAVING count(*) >= $min_events", ""), "declared but not used"),
+        (("WHERE run = $run ", ""), "must filter on the run"),
+        (("-- requires: events", "-- requires: events\n-- colour: red"), "unknown header key"),
+        (("-- version: 2", "-- version: 2\n-- version: 3"), "duplicate header key"),
+        (("INTEGER = 10", "NUMBER = 10"), "bad param"),
+        (("INTEGER = 10", "INTEGER = ten"), "not a valid INTEGER"),
+    ],
+)
 def test_header_rule_breaks_are_named(tmp_path, mutation, words):
     text = GOOD.replace(*mutation)
     with pytest.raises((QueryDefinitionError, UsageError)) as exc:
@@ -118,10 +123,12 @@ def small_db(tmp_path):
     d = tmp_path / "traces"
     d.mkdir()
     for rank, n in ((0, 3), (1, 12)):
-        events = [{"ph": "X", "name": "op", "cat": "cpu_op", "pid": 1, "tid": 1, "ts": i * 10.0, "dur": 5.0}
-                  for i in range(n)]
-        (d / f"rank{rank}.json").write_text(json.dumps(
-            {"distributedInfo": {"rank": rank, "world_size": 2}, "traceEvents": events}))
+        events = [
+            {"ph": "X", "name": "op", "cat": "cpu_op", "pid": 1, "tid": 1, "ts": i * 10.0, "dur": 5.0} for i in range(n)
+        ]
+        (d / f"rank{rank}.json").write_text(
+            json.dumps({"distributedInfo": {"rank": rank, "world_size": 2}, "traceEvents": events})
+        )
     db = tmp_path / "t.duckdb"
     ingest_paths(db, [d], run="r")
     return db
@@ -165,15 +172,18 @@ def test_unknown_query_suggests_close_names():
         queries.find(queries.load_catalog(), "ep-slow-rnak")
 
 
-@pytest.mark.parametrize("sql, words", [
-    ("DROP TABLE sources", "read-only"),
-    ("INSERT INTO runs VALUES ('x', NULL, NULL, NULL)", "read-only"),
-    ("DELETE FROM event_rows", "read-only"),
-    ("COPY (SELECT 1) TO '/tmp/slowcard_leak.csv'", "disabled"),
-    ("SELECT * FROM read_csv('/etc/passwd')", "disabled"),
-    ("ATTACH '/tmp/other.duckdb' AS other", "disabled"),
-    ("SET enable_external_access = true", "locked"),
-])
+@pytest.mark.parametrize(
+    "sql, words",
+    [
+        ("DROP TABLE sources", "read-only"),
+        ("INSERT INTO runs VALUES ('x', NULL, NULL, NULL)", "read-only"),
+        ("DELETE FROM event_rows", "read-only"),
+        ("COPY (SELECT 1) TO '/tmp/slowcard_leak.csv'", "disabled"),
+        ("SELECT * FROM read_csv('/etc/passwd')", "disabled"),
+        ("ATTACH '/tmp/other.duckdb' AS other", "disabled"),
+        ("SET enable_external_access = true", "locked"),
+    ],
+)
 def test_queries_run_read_only_without_file_access(tmp_path, small_db, sql, words):
     """A query from --sql-dir can neither change the database nor read or write other files."""
     import dataclasses

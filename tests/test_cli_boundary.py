@@ -22,13 +22,16 @@ runner = CliRunner()
 PACKAGE = Path(slowcard.__file__).resolve().parent
 
 
-@pytest.mark.parametrize("args, words", [
-    (["query", "ep-slow-rnak"], ["unknown query 'ep-slow-rnak'", "did you mean ep-slow-rank"]),
-    (["list", "--sql-dir", "/no/such/folder"], ["/no/such/folder: --sql-dir is not a folder"]),
-    (["diagnose", "--db", "/no/such.duckdb"], ["/no/such.duckdb: no such database"]),
-    (["compare", "a", "b", "--db", "/no/such.duckdb"], ["/no/such.duckdb: no such database"]),
-    (["ingest", "x", "--executor", "ray"], ["--executor 'ray': expected one of local, dask"]),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["query", "ep-slow-rnak"], ["unknown query 'ep-slow-rnak'", "did you mean ep-slow-rank"]),
+        (["list", "--sql-dir", "/no/such/folder"], ["/no/such/folder: --sql-dir is not a folder"]),
+        (["diagnose", "--db", "/no/such.duckdb"], ["/no/such.duckdb: no such database"]),
+        (["compare", "a", "b", "--db", "/no/such.duckdb"], ["/no/such.duckdb: no such database"]),
+        (["ingest", "x", "--executor", "ray"], ["--executor 'ray': expected one of local, dask"]),
+    ],
+)
 def test_library_errors_exit_2_with_the_message(args, words):
     res = runner.invoke(app, args)
     assert res.exit_code == 2, (res.output, res.exception)
@@ -47,7 +50,7 @@ def test_debug_reraises_the_library_error():
 def test_debug_anywhere_through_the_console_entry_point(monkeypatch):
     from slowcard import cli
 
-    monkeypatch.setenv("SLOWCARD_DEBUG", "0")      # main() sets it to 1; undone after the test
+    monkeypatch.setenv("SLOWCARD_DEBUG", "0")  # main() sets it to 1; undone after the test
     monkeypatch.setattr(sys, "argv", ["slowcard", "query", "ep-slow-rnak", "--debug"])
     with pytest.raises(UsageError):
         cli.main()
@@ -88,7 +91,9 @@ def test_the_python_api_ingests_like_the_cli(tmp_path):
         slowcard.ingest_files(db, root / "a", run="a", executor="threads")
     # the same as the CLI gives
     cli_db = tmp_path / "cli.duckdb"
-    res = runner.invoke(app, ["ingest", str(root), "--run-per-folder", "--taxonomy", str(tax), "--db", str(cli_db), "-q"])
+    res = runner.invoke(
+        app, ["ingest", str(root), "--run-per-folder", "--taxonomy", str(tax), "--db", str(cli_db), "-q"]
+    )
     assert res.exit_code == 0, res.output
     assert slowcard.diagnose(cli_db, run="a").conclusion == slowcard.diagnose(db, run="a").conclusion
 
@@ -100,7 +105,7 @@ def _imports(path: Path, module: str, is_pkg: bool, modules: set[str]) -> set[st
         if isinstance(node, ast.ImportFrom):
             if node.level:
                 base = module.split(".") if is_pkg else module.split(".")[:-1]
-                base = base[:len(base) - (node.level - 1)]
+                base = base[: len(base) - (node.level - 1)]
             elif (node.module or "").startswith("slowcard"):
                 base = []
             else:
@@ -123,7 +128,7 @@ def test_imports_flow_downward():
             parts = parts[:-1]
         files[".".join(parts)] = p
     graph = {m: _imports(p, m, p.name == "__init__.py", set(files)) for m, p in files.items()}
-    assert "slowcard.taxonomy" in graph["slowcard.store"]          # the graph sees real edges
+    assert "slowcard.taxonomy" in graph["slowcard.store"]  # the graph sees real edges
     cycles = []
     state: dict[str, int] = {}
 
@@ -131,7 +136,7 @@ def test_imports_flow_downward():
         state[m] = 1
         for n in sorted(graph[m]):
             if state.get(n) == 1:
-                cycles.append(" -> ".join(stack[stack.index(n):] + [n]))
+                cycles.append(" -> ".join(stack[stack.index(n) :] + [n]))
             elif n not in state:
                 visit(n, stack + [n])
         state[m] = 2

@@ -82,14 +82,17 @@ def test_skip_when_required_table_is_empty(dbs):
     assert json.loads(res.stdout)[0]["status"] == "SKIP"
 
 
-@pytest.mark.parametrize("args, words", [
-    (["query", "no-such-query"], "unknown query"),
-    (["query", "ep-slow-rank", "-p", "nonsense=1"], "no parameter 'nonsense'"),
-    (["query", "ep-slow-rank", "-p", "min_token_ratio=abc"], "not a valid DOUBLE"),
-    (["query", "ep-slow-rank", "-p", "novalue"], "expected key=value"),
-    (["query", "ep-slow-rank", "--run", "nope"], "no run named 'nope'"),
-    (["query", "ep-slow-rank", "--format", "xml"], "--format"),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["query", "no-such-query"], "unknown query"),
+        (["query", "ep-slow-rank", "-p", "nonsense=1"], "no parameter 'nonsense'"),
+        (["query", "ep-slow-rank", "-p", "min_token_ratio=abc"], "not a valid DOUBLE"),
+        (["query", "ep-slow-rank", "-p", "novalue"], "expected key=value"),
+        (["query", "ep-slow-rank", "--run", "nope"], "no run named 'nope'"),
+        (["query", "ep-slow-rank", "--format", "xml"], "--format"),
+    ],
+)
 def test_usage_errors_exit_2_with_message_on_stderr(dbs, args, words):
     res = invoke(*args, "--db", dbs)
     assert res.exit_code == 2
@@ -143,9 +146,9 @@ def test_show_prints_a_script_the_duckdb_shell_runs_as_printed(dbs):
         assert shown.exit_code == 0, shown.output
         assert "$" not in "\n".join(line for line in shown.stdout.splitlines() if not line.startswith("--"))
         with duckdb.connect(str(dbs), read_only=True) as con:
-            rows = con.execute(shown.stdout).fetchall()      # the script's last statement: the query
+            rows = con.execute(shown.stdout).fetchall()  # the script's last statement: the query
         want = _query_rows(dbs, name, "token_skew")
-        if want["status"] != "SKIP":         # (a SKIP never ran the body: its tables are empty)
+        if want["status"] != "SKIP":  # (a SKIP never ran the body: its tables are empty)
             assert len(rows) == len(want["rows"]), name
     bound = invoke("show", "ep-slow-rank", "--run", "balanced", "-p", "min_token_ratio=2.5")
     assert "SET VARIABLE run = 'balanced';" in bound.stdout
@@ -163,8 +166,9 @@ def test_show_piped_into_the_duckdb_cli_prints_the_rows(dbs):
     if exe is None:
         pytest.skip("the duckdb CLI (PyPI duckdb-cli, in the dev extra) is not installed")
     script = invoke("show", "ep-slow-rank").stdout
-    out = subprocess.run([exe, "-readonly", "-csv", str(dbs)], input=script, capture_output=True,
-                         text=True, timeout=120)
+    out = subprocess.run(
+        [exe, "-readonly", "-csv", str(dbs)], input=script, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0 and not out.stderr, out.stderr
     got = list(csv.DictReader(io.StringIO(out.stdout)))
     want = _query_rows(dbs, "ep-slow-rank", "token_skew")["rows"]

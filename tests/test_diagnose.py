@@ -16,8 +16,10 @@ runner = CliRunner()
 
 
 def test_readme_main_job_on_shipped_testdata(tmp_path):
-    res = runner.invoke(app, ["diagnose", str(ROOT / "testdata" / "ep4_token_skew"), "--db", str(tmp_path / "d.duckdb")])
-    assert res.exit_code == 1                     # it found a slow card
+    res = runner.invoke(
+        app, ["diagnose", str(ROOT / "testdata" / "ep4_token_skew"), "--db", str(tmp_path / "d.duckdb")]
+    )
+    assert res.exit_code == 1  # it found a slow card
     lines = res.stdout.splitlines()
     assert lines[0] == "== slowcard diagnosis of run 'ep4_token_skew': FAIL =="
     assert lines[1] == "Slow card: rank 1 — token-skew"
@@ -37,8 +39,17 @@ def test_real_ep_run_names_rank_1(tmp_path):
 
 
 def test_dp_scenario_names_the_hot_domain(tmp_path):
-    res = runner.invoke(app, ["diagnose", str(ROOT / "testdata" / "service_dp4_request_skew"),
-                              "--db", str(tmp_path / "s.duckdb"), "--format", "json"])
+    res = runner.invoke(
+        app,
+        [
+            "diagnose",
+            str(ROOT / "testdata" / "service_dp4_request_skew"),
+            "--db",
+            str(tmp_path / "s.duckdb"),
+            "--format",
+            "json",
+        ],
+    )
     doc = json.loads(res.stdout)
     assert doc["conclusion"]["query"].startswith("dp-imbalance@v")
     assert doc["conclusion"]["slow_cards"] == ["DP domain 1"]

@@ -31,11 +31,24 @@ def inputs(tmp_path_factory):
     """A 4-rank EP run (rank 1 token-skewed), a truncated host-side Chrome trace and a README in
     the same folder, and an explicitly named non-trace file (failed, not skipped)."""
     d = tmp_path_factory.mktemp("dask_in")
-    synth_kineto.write_ep_run(d / "trace", scenario="token_skew", slow_rank=1, ranks=4, steps=3, layers=4)   # 12 instances: enough to judge
-    events = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 2, "ts": 1000 + 10 * i,
-               "dur": 5, "args": {"i": i}} for i in range(50)]
+    synth_kineto.write_ep_run(
+        d / "trace", scenario="token_skew", slow_rank=1, ranks=4, steps=3, layers=4
+    )  # 12 instances: enough to judge
+    events = [
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": f"op{i}",
+            "pid": 1,
+            "tid": 2,
+            "ts": 1000 + 10 * i,
+            "dur": 5,
+            "args": {"i": i},
+        }
+        for i in range(50)
+    ]
     text = json.dumps(events)
-    (d / "trace" / "host_side.json").write_text(text[: len(text) * 3 // 4])   # cut inside an event
+    (d / "trace" / "host_side.json").write_text(text[: len(text) * 3 // 4])  # cut inside an event
     (d / "trace" / "README.txt").write_text("notes about this run\n")
     (d / "garbage.json").write_text("this is not a trace\n")
     # The host-side trace names no rank: a rank map gives it one (resolved on the worker).
@@ -52,8 +65,14 @@ def cluster():
     """An external two-worker LocalCluster on loopback, closed even when a test fails."""
     from dask.distributed import LocalCluster
 
-    c = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                     dashboard_address=None, silence_logs=logging.ERROR)
+    c = LocalCluster(
+        n_workers=2,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address=None,
+        silence_logs=logging.ERROR,
+    )
     try:
         yield c
     finally:
@@ -72,10 +91,22 @@ def dbs(inputs, tmp_path_factory):
     before = _temp_leftovers()
     shared = d / "shared"
     seen = []
-    dask = ingest_paths_dask(d / "dask.duckdb", inputs, run=RUN, n_workers=2, shared_dir=shared,
-                             rank_map=_rank_map(inputs), progress=seen.append)
-    return {"local": (d / "local.duckdb", local), "dask": (d / "dask.duckdb", dask), "shared": shared,
-            "progress": seen, "leftovers": _temp_leftovers() - before}
+    dask = ingest_paths_dask(
+        d / "dask.duckdb",
+        inputs,
+        run=RUN,
+        n_workers=2,
+        shared_dir=shared,
+        rank_map=_rank_map(inputs),
+        progress=seen.append,
+    )
+    return {
+        "local": (d / "local.duckdb", local),
+        "dask": (d / "dask.duckdb", dask),
+        "shared": shared,
+        "progress": seen,
+        "leftovers": _temp_leftovers() - before,
+    }
 
 
 def _rows(db, sql):
@@ -87,8 +118,20 @@ def _rows(db, sql):
 
 
 def _summary(report):
-    return sorted((Path(f.path).name, f.format, f.status, f.rank, f.rank_source, f.rows_kept,
-                   f.rows_dropped, f.size_bytes, f.message) for f in report.files)
+    return sorted(
+        (
+            Path(f.path).name,
+            f.format,
+            f.status,
+            f.rank,
+            f.rank_source,
+            f.rows_kept,
+            f.rows_dropped,
+            f.size_bytes,
+            f.message,
+        )
+        for f in report.files
+    )
 
 
 def test_report_matches_local(dbs):
@@ -107,23 +150,26 @@ def test_report_matches_local(dbs):
     assert dask.run == RUN
 
 
-@pytest.mark.parametrize("sql", [
-    # sources minus ids and timestamps (paths are the same files in both databases)
-    "SELECT * EXCLUDE (source_id, ingested_at) FROM sources",
-    "SELECT s.path, d.* EXCLUDE (source_id) FROM source_drops d JOIN sources s USING (source_id)",
-    "SELECT * EXCLUDE (source_id) FROM events",
-    "SELECT * EXCLUDE (source_id) FROM op_classes",
-    "SELECT * EXCLUDE (source_id) FROM moe_layer_facts",
-    "SELECT run, world_size FROM runs",
-    "SELECT count(*) FROM pending_sources",
-])
+@pytest.mark.parametrize(
+    "sql",
+    [
+        # sources minus ids and timestamps (paths are the same files in both databases)
+        "SELECT * EXCLUDE (source_id, ingested_at) FROM sources",
+        "SELECT s.path, d.* EXCLUDE (source_id) FROM source_drops d JOIN sources s USING (source_id)",
+        "SELECT * EXCLUDE (source_id) FROM events",
+        "SELECT * EXCLUDE (source_id) FROM op_classes",
+        "SELECT * EXCLUDE (source_id) FROM moe_layer_facts",
+        "SELECT run, world_size FROM runs",
+        "SELECT count(*) FROM pending_sources",
+    ],
+)
 def test_tables_equal_row_for_row(dbs, sql):
     local = _rows(dbs["local"][0], sql)
     dask = _rows(dbs["dask"][0], sql)
     assert len(dask) == len(local)
     assert dask == local
     if "events" in sql:
-        assert len(local) > 1000          # the EP run and the salvaged events are really there
+        assert len(local) > 1000  # the EP run and the salvaged events are really there
 
 
 def test_same_verdict(dbs):
@@ -135,8 +181,11 @@ def test_same_verdict(dbs):
         finally:
             con.close()
     assert out["local"].status == "FAIL" and out["local"].rows[0]["rank"] == 1
-    assert (out["dask"].status, out["dask"].summary, out["dask"].rows) == \
-        (out["local"].status, out["local"].summary, out["local"].rows)
+    assert (out["dask"].status, out["dask"].summary, out["dask"].rows) == (
+        out["local"].status,
+        out["local"].summary,
+        out["local"].rows,
+    )
 
 
 def test_staging_and_worker_temp_removed(dbs):
@@ -157,17 +206,18 @@ def test_reingest_through_scheduler_replaces(dbs, inputs, cluster):
     """Ingesting the same files again into the same run, via tcp://127.0.0.1:PORT, replaces
     every file's rows: no duplicate sources, events or derived rows."""
     db = dbs["dask"][0]
-    count_sql = ("SELECT (SELECT count(*) FROM sources), (SELECT count(*) FROM event_rows), "
-                 "(SELECT count(*) FROM op_class_rows), (SELECT count(*) FROM source_drops), "
-                 "(SELECT list(source_id ORDER BY source_id) FROM sources)")
+    count_sql = (
+        "SELECT (SELECT count(*) FROM sources), (SELECT count(*) FROM event_rows), "
+        "(SELECT count(*) FROM op_class_rows), (SELECT count(*) FROM source_drops), "
+        "(SELECT list(source_id ORDER BY source_id) FROM sources)"
+    )
     before = _rows(db, count_sql)[0]
     assert cluster.scheduler_address.startswith("tcp://127.0.0.1:")
-    report = ingest_paths_dask(db, inputs, run=RUN, scheduler=cluster.scheduler_address,
-                               rank_map=_rank_map(inputs))
+    report = ingest_paths_dask(db, inputs, run=RUN, scheduler=cluster.scheduler_address, rank_map=_rank_map(inputs))
     assert _summary(report) == _summary(dbs["dask"][1])
     after = _rows(db, count_sql)[0]
     assert after[:4] == before[:4]
-    assert not set(after[4]) & set(before[4])      # every file was published under a new id
+    assert not set(after[4]) & set(before[4])  # every file was published under a new id
     sql = "SELECT * EXCLUDE (source_id) FROM events"
     assert _rows(db, sql) == _rows(dbs["local"][0], sql)
 
@@ -180,6 +230,6 @@ def test_bad_scheduler_is_a_usage_error(inputs, tmp_path, monkeypatch):
 
 
 def test_missing_dask_names_the_install_command(inputs, tmp_path, monkeypatch):
-    monkeypatch.setitem(sys.modules, "dask.distributed", None)    # import -> ImportError
+    monkeypatch.setitem(sys.modules, "dask.distributed", None)  # import -> ImportError
     with pytest.raises(UsageError, match=r"pip install -e \.\[dask\]"):
         ingest_paths_dask(tmp_path / "x.duckdb", inputs, run=RUN)

@@ -18,8 +18,9 @@ from slowcard.ingest import ingest_paths  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "testdata" / "service_dp4_request_skew"
 # only the DP queries: a broken file elsewhere in sql/ must not hide what these tests say
-CATALOG = {n: queries.parse_query(queries.builtin_sql_dir() / f"{n}.sql")
-           for n in ("dp-imbalance", "dp-batch", "dp-report")}
+CATALOG = {
+    n: queries.parse_query(queries.builtin_sql_dir() / f"{n}.sql") for n in ("dp-imbalance", "dp-batch", "dp-report")
+}
 
 # scenario -> the only (dp_rank, cause, impact) rows dp-imbalance may return, and its status
 EXPECTED = {
@@ -37,20 +38,25 @@ EXPECTED = {
 DURATION_S = 40.0
 SEEDS = (11, 12, 13)
 # variants: (scenario, config overrides, files to leave out)
-VARIANTS = {
-    # batch.csv without dp_rank and without KV columns: domains from process_labels, KV from counters
-    "labels_only": ("slow_execution", {"batch_dp": False, "hot_dp": 2, "kv_columns": False}, ()),
-    "no_request_csv": ("request_skew", {}, ("request.csv",)),
-    "empty_dp": ("no_dp_rank", {"na_dp": "", "duration_s": 6.0}, ()),
-    # request.csv names requests without vLLM's "-<n>" sample suffix (http id vs engine id)
-    "http_rid": ("request_skew", {"duration_s": 6.0}, ()),
-    # not enough to compare: one domain, or a handful of requests
-    "single_domain": ("request_skew", {"n_dp": 1, "hot_dp": 0, "duration_s": 10.0}, ()),
-    "few_requests": ("request_skew", {"duration_s": 3.0}, ()),
-} | {
-    # equal pools and a smaller pool, over more seeds
-    f"balanced_{s}": ("balanced", {"seed": s}, ()) for s in SEEDS
-} | {f"kv_pressure_{s}": ("kv_pressure", {"seed": s}, ()) for s in SEEDS}
+VARIANTS = (
+    {
+        # batch.csv without dp_rank and without KV columns: domains from process_labels, KV from counters
+        "labels_only": ("slow_execution", {"batch_dp": False, "hot_dp": 2, "kv_columns": False}, ()),
+        "no_request_csv": ("request_skew", {}, ("request.csv",)),
+        "empty_dp": ("no_dp_rank", {"na_dp": "", "duration_s": 6.0}, ()),
+        # request.csv names requests without vLLM's "-<n>" sample suffix (http id vs engine id)
+        "http_rid": ("request_skew", {"duration_s": 6.0}, ()),
+        # not enough to compare: one domain, or a handful of requests
+        "single_domain": ("request_skew", {"n_dp": 1, "hot_dp": 0, "duration_s": 10.0}, ()),
+        "few_requests": ("request_skew", {"duration_s": 3.0}, ()),
+    }
+    | {
+        # equal pools and a smaller pool, over more seeds
+        f"balanced_{s}": ("balanced", {"seed": s}, ())
+        for s in SEEDS
+    }
+    | {f"kv_pressure_{s}": ("kv_pressure", {"seed": s}, ()) for s in SEEDS}
+)
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +111,9 @@ def test_kv_pressure_on_the_small_pool_names_the_configuration(con, seed):
     res = run(con, "dp-imbalance", f"kv_pressure_{seed}")
     assert res.status == "FAIL", res.summary
     assert [(r["dp_rank"], r["cause"], r["level"]) for r in res.rows] == [
-        (1, "kv-pressure", "FAIL"), (1, "config-mismatch", "WARN")]
+        (1, "kv-pressure", "FAIL"),
+        (1, "config-mismatch", "WARN"),
+    ]
     kv, cfg = res.rows
     # the same load, a fuller KV cache, and the pool difference named as the likely root cause
     assert kv["requests_ratio"] < 1.2 and kv["tokens_ratio"] < 1.5
@@ -130,13 +138,17 @@ def test_too_little_to_compare_skips_with_the_reason(con):
     few = run(con, "dp-imbalance", "few_requests")
     n = con.execute("SELECT count(*) FROM requests WHERE run = 'few_requests'").fetchone()[0]
     assert few.status == "SKIP" and n < 40
-    assert few.summary == (f"only {n} requests over 4 DP domains; at least 40 (min_requests) are needed "
-                           "to tell a hot domain from chance")
+    assert few.summary == (
+        f"only {n} requests over 4 DP domains; at least 40 (min_requests) are needed to tell a hot domain from chance"
+    )
     assert run(con, "dp-imbalance", "few_requests", min_requests=n).status != "SKIP"
 
 
 def test_hot_domain_evidence_numbers(con):
-    rows = {r: run(con, "dp-imbalance", r).rows[0] for r in ("request_skew", "token_skew", "slow_execution", "hot_no_impact")}
+    rows = {
+        r: run(con, "dp-imbalance", r).rows[0]
+        for r in ("request_skew", "token_skew", "slow_execution", "hot_no_impact")
+    }
     rq, tk, sl, ok = rows["request_skew"], rows["token_skew"], rows["slow_execution"], rows["hot_no_impact"]
     assert rq["requests_ratio"] >= 1.8 and rq["tokens_ratio"] >= 1.8 and rq["requests_z"] >= rq["requests_crit"]
     assert tk["requests_ratio"] < 1.3 <= tk["tokens_ratio"] and tk["tokens_z"] >= tk["z_crit"]
@@ -209,7 +221,7 @@ def test_without_request_csv_the_cause_still_comes_from_the_batches(con):
     # the waiting-queue counters of the trace still show the damage
     assert row["impact"] and "more waiting requests" in row["impact_signals"]
     assert row["waiting_mean"] >= 1 > row["others_waiting_mean"]
-    assert row["requests_ratio"] >= 1.3   # first scheduling, not arrival: capped once the domain saturates
+    assert row["requests_ratio"] >= 1.3  # first scheduling, not arrival: capped once the domain saturates
 
 
 def test_request_csv_joins_on_the_rid_without_its_sample_suffix(con):
@@ -254,12 +266,16 @@ def test_dp_batch_windows_add_up_to_the_run(con):
     assert whole[1]["exec_p50_ms"] > 1.8 * whole[0]["exec_p50_ms"]
     assert whole[1]["queue_wait_p99_ms"] > whole[0]["queue_wait_p99_ms"]
     # the instance's tail (all domains' requests), the same on every domain's row of a window
-    p99 = con.execute("SELECT quantile_cont(first_token_latency_ms, 0.99) FROM requests "
-                      "WHERE run = 'slow_execution'").fetchone()[0]
+    p99 = con.execute(
+        "SELECT quantile_cont(first_token_latency_ms, 0.99) FROM requests WHERE run = 'slow_execution'"
+    ).fetchone()[0]
     assert all(w["instance_ttft_p99_ms"] == pytest.approx(p99, abs=0.01) for w in whole.values())
     for win in {r["window_no"] for r in windows}:
-        same = {(r["instance_ttft_p95_ms"], r["instance_ttft_p99_ms"], r["instance_e2e_p99_ms"])
-                for r in windows if r["window_no"] == win}
+        same = {
+            (r["instance_ttft_p95_ms"], r["instance_ttft_p99_ms"], r["instance_e2e_p99_ms"])
+            for r in windows
+            if r["window_no"] == win
+        }
         assert len(same) == 1
         p95, p99, e2e = same.pop()
         assert p99 is None or (p99 >= p95 and e2e >= p99)
@@ -271,7 +287,9 @@ def test_committed_example_matches_the_generator_and_fails_on_dp1(tmp_path):
     names = sorted(p.name for p in EXAMPLE.iterdir())
     assert names == sorted(p.name for p in fresh.iterdir())
     match, mismatch, errors = filecmp.cmpfiles(EXAMPLE, fresh, names, shallow=False)
-    assert not mismatch and not errors, f"regenerate with: python -m tests.synth_service --write {EXAMPLE.relative_to(REPO)}"
+    assert not mismatch and not errors, (
+        f"regenerate with: python -m tests.synth_service --write {EXAMPLE.relative_to(REPO)}"
+    )
     assert sum(p.stat().st_size for p in EXAMPLE.iterdir()) < 200_000
     assert all(p.stat().st_size < 100_000 for p in EXAMPLE.iterdir())
     db = tmp_path / "ex.duckdb"

@@ -31,8 +31,13 @@ def db(tmp_path_factory):
     return path
 
 
-PAIRS = [("concentrated", "token_skew"), ("spread", "balanced"), ("slow_device", "slow_compute"),
-         ("concentrated", "balanced"), ("spike", "balanced")]
+PAIRS = [
+    ("concentrated", "token_skew"),
+    ("spread", "balanced"),
+    ("slow_device", "slow_compute"),
+    ("concentrated", "balanced"),
+    ("spike", "balanced"),
+]
 
 
 def chain(db, run):

@@ -23,7 +23,7 @@ EXPECTED = {
     "noisy": None,
     "spike": None,
 }
-TWO_HOSTS = {2: 40_000, 3: 40_000}     # ranks 2 and 3 on a second host, clock 40 ms ahead
+TWO_HOSTS = {2: 40_000, 3: 40_000}  # ranks 2 and 3 on a second host, clock 40 ms ahead
 
 
 @pytest.fixture(scope="module")
@@ -35,8 +35,16 @@ def run_db(tmp_path_factory):
         key = (scenario, style, tuple(sorted((offsets or {}).items())), ranks, slow_rank)
         if key not in cache:
             d = tmp_path_factory.mktemp(f"{scenario}_{style}")
-            synth_kineto.write_ep_run(d / "trace", scenario=scenario, style=style, ranks=ranks,
-                                      slow_rank=slow_rank, clock_offsets_us=offsets, steps=4, layers=4)
+            synth_kineto.write_ep_run(
+                d / "trace",
+                scenario=scenario,
+                style=style,
+                ranks=ranks,
+                slow_rank=slow_rank,
+                clock_offsets_us=offsets,
+                steps=4,
+                layers=4,
+            )
             db = d / "run.duckdb"
             report = ingest_paths(db, [d / "trace"], run="r")
             assert all(f.status == "ok" for f in report.files), report.files
@@ -68,8 +76,11 @@ def test_ep_slow_rank_scenarios(run_db, scenario, style):
         assert [(r["rank"], r["cause"]) for r in res.rows] == [(1, cause)]
         assert "rank 1" in res.summary and cause in res.summary
         # the advice belongs to the cause (a slow device is never told to rebalance experts)
-        want = {"token-skew": "expert placement", "slow-compute": "device or process anomaly",
-                "slow-comm": "links and NIC"}[cause]
+        want = {
+            "token-skew": "expert placement",
+            "slow-compute": "device or process anomaly",
+            "slow-comm": "links and NIC",
+        }[cause]
         others = {"expert placement", "device or process anomaly", "links and NIC"} - {want}
         assert want in res.rows[0]["next_step"] and not any(o in res.rows[0]["next_step"] for o in others)
 
@@ -169,8 +180,9 @@ def test_a_run_with_duplicate_ranks_skips_cross_rank_queries_with_the_reason(tmp
     ingest_paths(db, [tmp_path / "job_a", tmp_path / "job_b"], run="mixed")
     con = queries.open_readonly(db)
     try:
-        conflicts = con.execute("SELECT rank, format, n_files FROM rank_conflicts WHERE run = 'mixed' "
-                                "ORDER BY rank").fetchall()
+        conflicts = con.execute(
+            "SELECT rank, format, n_files FROM rank_conflicts WHERE run = 'mixed' ORDER BY rank"
+        ).fetchall()
         results = {q.name: queries.run_query(con, q, "mixed") for q in CATALOG.values()}
     finally:
         con.close()

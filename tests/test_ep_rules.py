@@ -39,15 +39,17 @@ def _query(db, name="ep-slow-rank", **params):
 def _skewed_in_first(k: int, layers: int = 4):
     """Rank 1 receives 2x the tokens (and takes 2x GroupedMatmul) in the first k layer instances
     (in step-major order) only."""
+
     def cells(rank, step, layer):
         if rank == 1 and step * layers + layer < k:
             return ls.Cell(tokens=2 * ls.TOKENS, gmm_us=2 * ls.GMM_US)
         return ls.Cell()
+
     return cells
 
 
 def _binom_tail(k: int, n: int) -> float:
-    return sum(math.comb(n, j) for j in range(k, n + 1)) / 2 ** n
+    return sum(math.comb(n, j) for j in range(k, n + 1)) / 2**n
 
 
 def test_the_sign_test_names_a_pattern_in_exactly_the_instances_it_needs(tmp_path):
@@ -57,7 +59,8 @@ def test_the_sign_test_names_a_pattern_in_exactly_the_instances_it_needs(tmp_pat
     res = _query(db)
     assert res.status == "FAIL", res.summary
     assert [(r["rank"], r["cause"], r["level"], r["layer_instances"], r["above_pct"]) for r in res.rows] == [
-        (1, "token-skew", "FAIL", 16, 87.5)]
+        (1, "token-skew", "FAIL", 16, 87.5)
+    ]
     assert res.rows[0]["p_value"] == round(_binom_tail(14, 16), 6)
     # a budget just under the p-value it observes, and the same run passes
     assert _query(db, alpha=4 * _binom_tail(14, 16) * 0.99).status == "PASS"
@@ -74,12 +77,14 @@ def _heavy_rank_behind_a_slower_one(delay_us: float):
     """Rank 1: 1.6x tokens and GroupedMatmul in every instance. Rank 2: same work, but arrives
     delay_us late at both all-to-alls (host delay), so with a large delay everyone, rank 1
     included, waits for rank 2."""
+
     def cells(rank, step, layer):
         if rank == 1:
             return ls.Cell(tokens=int(1.6 * ls.TOKENS), gmm_us=1.6 * ls.GMM_US)
         if rank == 2:
             return ls.Cell(pre_dispatch_us=delay_us, pre_combine_us=delay_us)
         return ls.Cell()
+
     return cells
 
 
@@ -90,7 +95,7 @@ def test_a_heavy_rank_is_named_even_when_it_waits_like_the_others(tmp_path):
     never arrived last. Rank 2, late but with the same work, is not a slow card."""
     db = _db(tmp_path, _heavy_rank_behind_a_slower_one(2000.0))
     waits = {r["rank"]: r for r in _query(db, "rank-waits").rows}
-    assert waits[1]["mean_arrival_lag_us"] > 0                       # rank 1 does wait
+    assert waits[1]["mean_arrival_lag_us"] > 0  # rank 1 does wait
     res = _query(db)
     assert [(r["rank"], r["cause"]) for r in res.rows] == [(1, "token-skew")], res.rows
     assert res.rows[0]["last_arrival_pct"] == 0.0 and res.rows[0]["others_wait_ms"] == 0.0
@@ -114,11 +119,14 @@ def test_cost_is_the_what_if_of_the_rank_at_the_median_and_decides_the_level(tmp
     assert cheap.status == "WARN" and [r["level"] for r in cheap.rows] == ["WARN"]
 
 
-@pytest.mark.parametrize("ranks,steps,layers,why", [
-    (1, 4, 4, "1 rank(s) with MoE layers in this run"),
-    (2, 4, 4, "2 rank(s) with MoE layers in this run"),
-    (4, 1, 8, "8 MoE layer instance(s) that all 4 ranks have; the sign test at alpha 0.01 needs >= 9"),
-])
+@pytest.mark.parametrize(
+    "ranks,steps,layers,why",
+    [
+        (1, 4, 4, "1 rank(s) with MoE layers in this run"),
+        (2, 4, 4, "2 rank(s) with MoE layers in this run"),
+        (4, 1, 8, "8 MoE layer instance(s) that all 4 ranks have; the sign test at alpha 0.01 needs >= 9"),
+    ],
+)
 def test_too_little_data_is_a_skip_with_the_reason(tmp_path, ranks, steps, layers, why):
     """One rank can neither pass nor fail; two have no median rank; 8 instances at 4 ranks cannot
     reach p <= 0.01 / 4 even if rank 1 is above the median in all of them (0.5^8 = 0.0039)."""
@@ -138,6 +146,7 @@ def test_just_enough_instances_are_judged(tmp_path):
 def test_a_collective_after_a_layer_is_not_counted_in_it(tmp_path):
     """One all-to-all runs between two layers (arriving in reverse rank order): the per-layer
     collective facts hold the dispatch and combine only, and the verdict is unchanged."""
+
     def cells(rank, step, layer):
         return ls.Cell(gmm_us=2 * ls.GMM_US) if rank == 1 else ls.Cell()
 
@@ -148,8 +157,9 @@ def test_a_collective_after_a_layer_is_not_counted_in_it(tmp_path):
     # rank 0 arrives last at every between-layer call: counted in the layer it would look late
     assert {r["n_arrived_last"] for r in heat if r["rank"] == 0} == {0}
     a, b = _query(with_extra), _query(without)
-    assert [(r["rank"], r["cause"]) for r in a.rows] == [(r["rank"], r["cause"]) for r in b.rows] == [
-        (1, "slow-compute")]
+    assert (
+        [(r["rank"], r["cause"]) for r in a.rows] == [(r["rank"], r["cause"]) for r in b.rows] == [(1, "slow-compute")]
+    )
     assert a.rows[0]["last_arrival_pct"] == b.rows[0]["last_arrival_pct"]
 
 
@@ -162,10 +172,13 @@ ADVICE = {
 }
 
 
-@pytest.mark.parametrize("cause,cells", [
-    ("token-skew", lambda r, s, l: ls.Cell(tokens=3 * ls.TOKENS, gmm_us=3 * ls.GMM_US) if r == 1 else ls.Cell()),
-    ("slow-compute", lambda r, s, l: ls.Cell(gmm_us=3 * ls.GMM_US) if r == 1 else ls.Cell()),
-])
+@pytest.mark.parametrize(
+    "cause,cells",
+    [
+        ("token-skew", lambda r, s, l: ls.Cell(tokens=3 * ls.TOKENS, gmm_us=3 * ls.GMM_US) if r == 1 else ls.Cell()),
+        ("slow-compute", lambda r, s, l: ls.Cell(gmm_us=3 * ls.GMM_US) if r == 1 else ls.Cell()),
+    ],
+)
 def test_next_step_advice_follows_the_cause(tmp_path, cause, cells):
     res = _query(_db(tmp_path, cells))
     assert [(r["rank"], r["cause"]) for r in res.rows] == [(1, cause)]

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 import synth_experts as se
+
 from slowcard import queries, store
 
 QUERIES = ("expert-hotspots", "eplb-effect", "eplb-whatif")
@@ -12,11 +12,11 @@ QUERIES = ("expert-hotspots", "eplb-effect", "eplb-whatif")
 # scenario -> expected status per query
 EXPECTED = {
     "concentrated": {"expert-hotspots": "FAIL", "eplb-effect": "PASS", "eplb-whatif": "WARN"},
-    "spread":       {"expert-hotspots": "WARN", "eplb-effect": "PASS", "eplb-whatif": "PASS"},
-    "spike":        {"expert-hotspots": "PASS", "eplb-effect": "PASS", "eplb-whatif": "PASS"},
-    "eplb_works":   {"expert-hotspots": "WARN", "eplb-effect": "PASS", "eplb-whatif": "PASS"},
-    "eplb_fails":   {"expert-hotspots": "FAIL", "eplb-effect": "FAIL", "eplb-whatif": "WARN"},
-    "slow_device":  {"expert-hotspots": "PASS", "eplb-effect": "PASS", "eplb-whatif": "PASS"},
+    "spread": {"expert-hotspots": "WARN", "eplb-effect": "PASS", "eplb-whatif": "PASS"},
+    "spike": {"expert-hotspots": "PASS", "eplb-effect": "PASS", "eplb-whatif": "PASS"},
+    "eplb_works": {"expert-hotspots": "WARN", "eplb-effect": "PASS", "eplb-whatif": "PASS"},
+    "eplb_fails": {"expert-hotspots": "FAIL", "eplb-effect": "FAIL", "eplb-whatif": "WARN"},
+    "slow_device": {"expert-hotspots": "PASS", "eplb-effect": "PASS", "eplb-whatif": "PASS"},
 }
 
 # extra runs: (run name, scenario, write_scenario options, the queries whose verdict the form can change)
@@ -25,8 +25,18 @@ VARIANTS = [
     ("eplb_fails_csv", "eplb_fails", {"load_format": "csv"}, ("eplb-effect",)),
     ("eplb_works_npy", "eplb_works", {"load_format": "npy", "metrics": False}, QUERIES),
     ("eplb_fails_npy", "eplb_fails", {"load_format": "npy", "metrics": False}, QUERIES),
-    ("eplb_fails_epoch_field", "eplb_fails", {"explicit_epoch": True, "map_ts": False, "metrics": False}, ("eplb-effect",)),
-    ("eplb_works_epoch_field", "eplb_works", {"explicit_epoch": True, "map_ts": False, "metrics": False}, ("eplb-effect",)),
+    (
+        "eplb_fails_epoch_field",
+        "eplb_fails",
+        {"explicit_epoch": True, "map_ts": False, "metrics": False},
+        ("eplb-effect",),
+    ),
+    (
+        "eplb_works_epoch_field",
+        "eplb_works",
+        {"explicit_epoch": True, "map_ts": False, "metrics": False},
+        ("eplb-effect",),
+    ),
     ("concentrated_nomap", "concentrated", {"maps": False, "metrics": False}, ("expert-hotspots",)),
     ("spread_nomap", "spread", {"maps": False, "metrics": False}, ("expert-hotspots",)),
     ("spike_npy", "spike", {"load_format": "npy", "metrics": False}, ("expert-hotspots",)),
@@ -99,23 +109,30 @@ def test_hotspots_names_layer_rank_and_expert_when_concentrated(con, catalog):
     res = run(con, catalog, "expert-hotspots", "concentrated")
     flagged = [r for r in res.rows if r["concentrated_hot_spot"]]
     assert {(r["layer"], r["expert"]) for r in flagged} == {(l, e) for l in range(se.LAYERS) for e in (4, 5)}
-    assert all(r["ep_rank"] == 1 and r["layer_hot_ranks"] == 1 and r["rank_hot_layers"] == se.LAYERS
-               and r["hot_windows"] == se.WINDOWS for r in flagged)
+    assert all(
+        r["ep_rank"] == 1
+        and r["layer_hot_ranks"] == 1
+        and r["rank_hot_layers"] == se.LAYERS
+        and r["hot_windows"] == se.WINDOWS
+        for r in flagged
+    )
     assert "rank 1" in res.summary and "concentrated" in res.summary
     # the same without a map (default numbering rank * slots + slot gives the same ids)
     nomap = run(con, catalog, "expert-hotspots", "concentrated_nomap")
     assert [(r["layer"], r["expert"], r["ep_rank"]) for r in nomap.rows] == [
-        (r["layer"], r["expert"], r["ep_rank"]) for r in res.rows]
+        (r["layer"], r["expert"], r["ep_rank"]) for r in res.rows
+    ]
 
 
 def test_hotspots_spread_and_spike(con, catalog):
     spread = run(con, catalog, "expert-hotspots", "spread")
     assert {r["expert"] for r in spread.rows} == {1, 5, 9, 13}
-    assert all(r["persistent"] and not r["concentrated_hot_spot"] and r["layer_hot_ranks"] == se.RANKS
-               for r in spread.rows)
+    assert all(
+        r["persistent"] and not r["concentrated_hot_spot"] and r["layer_hot_ranks"] == se.RANKS for r in spread.rows
+    )
     spike = run(con, catalog, "expert-hotspots", "spike")
     assert spike.rows and all(r["hot_windows"] == 1 and not r["persistent"] for r in spike.rows)
-    assert {r["first_window"] for r in spike.rows} == {4}          # window 3 is the 4th of the run
+    assert {r["first_window"] for r in spike.rows} == {4}  # window 3 is the 4th of the run
     assert all("spike" in r["cause"] for r in spike.rows)
 
 
@@ -123,7 +140,7 @@ def test_hotspots_after_working_eplb_is_spread_now(con, catalog):
     res = run(con, catalog, "expert-hotspots", "eplb_works")
     by = {(r["layer"], r["expert"]): r for r in res.rows}
     r5 = by[(0, 5)]
-    assert r5["ep_ranks_seen"] == "0,1" and r5["ep_rank"] == 0       # moved from rank 1 to rank 0
+    assert r5["ep_ranks_seen"] == "0,1" and r5["ep_rank"] == 0  # moved from rank 1 to rank 0
     assert r5["concentrated_windows"] == 3 and not r5["concentrated_hot_spot"]
 
 

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 import synth_experts as se
+
 from slowcard import store
 from slowcard.errors import InputError
 from slowcard.ingest import detect
@@ -55,13 +55,20 @@ def rows(db, sql, params=None):
 
 
 def source_counts(db, path):
-    return rows(db, "SELECT rows_seen, rows_kept, rows_dropped, status, message FROM sources WHERE path = ?",
-                [str(Path(path).resolve())])[0]
+    return rows(
+        db,
+        "SELECT rows_seen, rows_kept, rows_dropped, status, message FROM sources WHERE path = ?",
+        [str(Path(path).resolve())],
+    )[0]
 
 
 def drops(db, path):
-    return rows(db, """SELECT reason, position, n_rows FROM source_drops JOIN sources USING (source_id)
-                       WHERE path = ? ORDER BY position""", [str(Path(path).resolve())])
+    return rows(
+        db,
+        """SELECT reason, position, n_rows FROM source_drops JOIN sources USING (source_id)
+                       WHERE path = ? ORDER BY position""",
+        [str(Path(path).resolve())],
+    )
 
 
 def tensors(name="concentrated"):
@@ -70,41 +77,56 @@ def tensors(name="concentrated"):
 
 
 def stored_cells(db, run="r"):
-    return {(w, l, r, s): t for w, l, r, s, t in rows(
-        db, "SELECT window_idx, layer, ep_rank, local_slot, tokens FROM expert_load WHERE run = ?", [run])}
+    return {
+        (w, l, r, s): t
+        for w, l, r, s, t in rows(
+            db, "SELECT window_idx, layer, ep_rank, local_slot, tokens FROM expert_load WHERE run = ?", [run]
+        )
+    }
 
 
 def expected_cells(ts):
-    return {(w, l, r, s): float(v) for w, t in enumerate(ts) for l, layer in enumerate(t)
-            for r, slots in enumerate(layer) for s, v in enumerate(slots)}
+    return {
+        (w, l, r, s): float(v)
+        for w, t in enumerate(ts)
+        for l, layer in enumerate(t)
+        for r, slots in enumerate(layer)
+        for s, v in enumerate(slots)
+    }
 
 
 # ------------------------------------------------------------------ sniffing
-@pytest.mark.parametrize("content, fmt", [
-    (b'{"kind": "expert_load", "windows": []}', "expert_load_json"),
-    (b'\xef\xbb\xbf  [[[1, 2], [3, 4]]]', "expert_load_json"),
-    (b"[[[[1]]]]", "expert_load_json"),
-    (b'{"moe_layer_count": 2, "layer_list": [{"layer_id": 0, "device_list": []}]}', "expert_map"),
-    (b"window,layer,rank,local_expert,tokens\n0,0,0,0,5\n", "expert_load_csv"),
-    (b"layer\tep_rank\tlocal_slot\tload\n0\t0\t0\t5\n", "expert_load_csv"),
-    (b"\x93NUMPY\x01\x00", "expert_load_npy"),
-    (b"# HELP x y\n# TYPE x gauge\nx 1\n", "prometheus_text"),
-    (b"# scrape_ts=1700000000\nfoo 1\n", "prometheus_text"),
-    (b'vllm:num_requests_running{engine="0"} 3\nvllm:num_requests_waiting{engine="0"} 0\n', "prometheus_text"),
-])
+@pytest.mark.parametrize(
+    "content, fmt",
+    [
+        (b'{"kind": "expert_load", "windows": []}', "expert_load_json"),
+        (b"\xef\xbb\xbf  [[[1, 2], [3, 4]]]", "expert_load_json"),
+        (b"[[[[1]]]]", "expert_load_json"),
+        (b'{"moe_layer_count": 2, "layer_list": [{"layer_id": 0, "device_list": []}]}', "expert_map"),
+        (b"window,layer,rank,local_expert,tokens\n0,0,0,0,5\n", "expert_load_csv"),
+        (b"layer\tep_rank\tlocal_slot\tload\n0\t0\t0\t5\n", "expert_load_csv"),
+        (b"\x93NUMPY\x01\x00", "expert_load_npy"),
+        (b"# HELP x y\n# TYPE x gauge\nx 1\n", "prometheus_text"),
+        (b"# scrape_ts=1700000000\nfoo 1\n", "prometheus_text"),
+        (b'vllm:num_requests_running{engine="0"} 3\nvllm:num_requests_waiting{engine="0"} 0\n', "prometheus_text"),
+    ],
+)
 def test_sniff_recognises_each_format(content, fmt):
     assert READER.sniff(Path("x"), content) == fmt
 
 
-@pytest.mark.parametrize("content", [
-    b'{"traceEvents": []}',
-    b'[{"ph": "X", "ts": 1}]',
-    b'[[1, 2], [3, 4]]',                        # 2-D: not an expert tensor
-    b'{"kind": "something_else"}',
-    b"Name,Type,Start Time(us),Duration(us)\nMatMul,MatMul,1,2\n",
-    b"INFO: server started 5\nWARNING: slow 7\n",
-    b"",
-])
+@pytest.mark.parametrize(
+    "content",
+    [
+        b'{"traceEvents": []}',
+        b'[{"ph": "X", "ts": 1}]',
+        b"[[1, 2], [3, 4]]",  # 2-D: not an expert tensor
+        b'{"kind": "something_else"}',
+        b"Name,Type,Start Time(us),Duration(us)\nMatMul,MatMul,1,2\n",
+        b"INFO: server started 5\nWARNING: slow 7\n",
+        b"",
+    ],
+)
 def test_sniff_leaves_other_files_alone(content):
     assert READER.sniff(Path("x"), content) is None
 
@@ -124,7 +146,12 @@ def test_json_csv_npy_store_the_same_cells(tmp_path, db):
     for fmt, writer in (("json", se.write_load_json), ("csv", se.write_load_csv), ("npy", se.write_load_npy)):
         path = writer(tmp_path / f"load.{fmt}", ts)
         res = ingest_one(db, path, run=fmt)
-        assert (res.format, res.status, res.rows_kept, res.rows_dropped) == (f"expert_load_{fmt}", "ok", len(expected), 0)
+        assert (res.format, res.status, res.rows_kept, res.rows_dropped) == (
+            f"expert_load_{fmt}",
+            "ok",
+            len(expected),
+            0,
+        )
         got[fmt] = stored_cells(db, run=fmt)
     assert got["json"] == expected
     assert got["csv"] == expected
@@ -135,7 +162,10 @@ def test_json_window_fields_and_single_window_forms(tmp_path, db):
     ts = tensors()
     p = se.write_load_json(tmp_path / "a.json", ts[:2], ts=[111, 222], epochs=[7, None])
     ingest_one(db, p)
-    assert rows(db, "SELECT DISTINCT window_idx, ts_ns, epoch FROM expert_load ORDER BY 1") == [(0, 111, 7), (1, 222, None)]
+    assert rows(db, "SELECT DISTINCT window_idx, ts_ns, epoch FROM expert_load ORDER BY 1") == [
+        (0, 111, 7),
+        (1, 222, None),
+    ]
     # a bare 3-D list is one window; its index and epoch come from the file name
     p3 = se.write_json(tmp_path / "moe_load_epoch2_step40.json", ts[3])
     ingest_one(db, p3, run="bare")
@@ -149,11 +179,13 @@ def test_json_window_fields_and_single_window_forms(tmp_path, db):
 
 def test_gzip_json_and_csv_loads(tmp_path, db):
     p = tmp_path / "load.json.gz"
-    p.write_bytes(gzip.compress(json.dumps({"kind": "expert_load", "windows": [{"load": tensors()[0]}]}).encode(), mtime=0))
+    p.write_bytes(
+        gzip.compress(json.dumps({"kind": "expert_load", "windows": [{"load": tensors()[0]}]}).encode(), mtime=0)
+    )
     res = ingest_one(db, p)
     assert res.status == "ok" and res.rows_kept == se.LAYERS * se.RANKS * se.SLOTS
     c = se.write_load_csv(tmp_path / "load.csv", tensors()[:2])
-    gz = tmp_path / "load_csv_gz"                      # gzip without the .gz suffix: found by content
+    gz = tmp_path / "load_csv_gz"  # gzip without the .gz suffix: found by content
     gz.write_bytes(gzip.compress(c.read_bytes(), mtime=0))
     res = ingest_one(db, gz, run="csvgz")
     assert (res.format, res.status, res.rows_kept) == ("expert_load_csv", "ok", 2 * se.LAYERS * se.RANKS * se.SLOTS)
@@ -170,11 +202,22 @@ def test_cut_single_window_tensor_is_refused(tmp_path):
 def test_json_bad_windows_are_dropped_and_the_rest_kept(tmp_path, db):
     ts = tensors()
     ragged = json.loads(json.dumps(ts[2]))
-    ragged[1][2] = ragged[1][2][:3]                       # layer 1 rank 2 has 3 slots
-    bad_rank = ts[3][0]                                    # a 2-D tensor
-    p = se.write_json(tmp_path / "load.json", {"kind": "expert_load", "windows": [
-        {"load": ts[0]}, {"load": ts[1]}, {"load": ragged}, {"load": bad_rank}, {"load": ts[4]},
-        {"load": [[[1, -3]] * 4] * 4}]})                  # other shape than window 0
+    ragged[1][2] = ragged[1][2][:3]  # layer 1 rank 2 has 3 slots
+    bad_rank = ts[3][0]  # a 2-D tensor
+    p = se.write_json(
+        tmp_path / "load.json",
+        {
+            "kind": "expert_load",
+            "windows": [
+                {"load": ts[0]},
+                {"load": ts[1]},
+                {"load": ragged},
+                {"load": bad_rank},
+                {"load": ts[4]},
+                {"load": [[[1, -3]] * 4] * 4},
+            ],
+        },
+    )  # other shape than window 0
     res = ingest_one(db, p)
     n = se.LAYERS * se.RANKS * se.SLOTS
     assert res.status == "salvaged"
@@ -211,7 +254,7 @@ def test_truncated_json_keeps_complete_windows(tmp_path, db):
     res = ingest_one(db, p)
     assert res.status == "truncated"
     assert sorted(r[0] for r in rows(db, "SELECT DISTINCT window_idx FROM expert_load")) == [0, 1, 2, 3]
-    (reason, pos, _), = drops(db, p)
+    ((reason, pos, _),) = drops(db, p)
     assert "unparsable JSON tail" in reason and "after 4 complete windows" in pos
 
 
@@ -235,13 +278,16 @@ def test_npy_dtypes_and_versions(tmp_path, db, descr, version):
     assert stored_cells(db) == {(5, *k[1:]): v for k, v in expected_cells([t]).items()}
 
 
-@pytest.mark.parametrize("descr, shape, fortran, expect", [
-    ("<i8", (4, 4), False, "2 dimensions"),
-    ("<i8", (1, 2, 2, 2, 2), False, "5 dimensions"),
-    (">i8", (2, 2, 2), False, "big-endian"),
-    ("<i8", (2, 2, 2), True, "Fortran"),
-    ("<i2", (2, 2, 2), False, "unsupported .npy dtype"),
-])
+@pytest.mark.parametrize(
+    "descr, shape, fortran, expect",
+    [
+        ("<i8", (4, 4), False, "2 dimensions"),
+        ("<i8", (1, 2, 2, 2, 2), False, "5 dimensions"),
+        (">i8", (2, 2, 2), False, "big-endian"),
+        ("<i8", (2, 2, 2), True, "Fortran"),
+        ("<i2", (2, 2, 2), False, "unsupported .npy dtype"),
+    ],
+)
 def test_npy_refusals_name_the_problem(tmp_path, descr, shape, fortran, expect):
     n = 1
     for d in shape:
@@ -251,7 +297,7 @@ def test_npy_refusals_name_the_problem(tmp_path, descr, shape, fortran, expect):
         raw = raw.replace(b"'<i4'", b"'<i2'")
     p = tmp_path / "bad.npy"
     p.write_bytes(raw)
-    with pytest.raises(InputError) as err:        # refused before any row is written
+    with pytest.raises(InputError) as err:  # refused before any row is written
         READER.ingest(bare_context(p, "expert_load_npy"))
     assert expect in str(err.value) and str(p) in str(err.value)
 
@@ -263,34 +309,41 @@ def test_truncated_npy_keeps_complete_layer_blocks(tmp_path, db):
     per_window = se.LAYERS * block
     data_start = len(raw) - se.WINDOWS * per_window
     p = tmp_path / "load.npy"
-    p.write_bytes(raw[: data_start + 2 * per_window + 2 * block + 13])   # 2 windows + 2 layers + a bit
+    p.write_bytes(raw[: data_start + 2 * per_window + 2 * block + 13])  # 2 windows + 2 layers + a bit
     res = ingest_one(db, p)
     total = se.WINDOWS * se.LAYERS * se.RANKS * se.SLOTS
     assert res.status == "truncated"
     assert res.rows_kept == (2 * se.LAYERS + 2) * se.RANKS * se.SLOTS
     assert res.rows_dropped == total - res.rows_kept
     assert rows(db, "SELECT window_idx, count(DISTINCT layer) FROM expert_load GROUP BY 1 ORDER BY 1") == [
-        (0, se.LAYERS), (1, se.LAYERS), (2, 2)]
+        (0, se.LAYERS),
+        (1, se.LAYERS),
+        (2, 2),
+    ]
 
 
 def test_csv_bad_lines_are_dropped_with_line_numbers(tmp_path, db):
     ts = tensors()
     p = se.write_load_csv(tmp_path / "load.csv", ts[:1], ts=[99])
     lines = p.read_text().splitlines()
-    lines[3] = "0,0,0"                       # missing fields
-    lines[5] = lines[5] + ",7"               # too many
-    lines[8] = "0,1,x,1,5,99"                # rank not an integer
-    lines[9] = "0,1,2,1,abc,99"              # tokens not a number
-    lines[10] = "0,1,2,2,-4,99"              # negative
-    lines.insert(12, "")                     # blank line: ignored
+    lines[3] = "0,0,0"  # missing fields
+    lines[5] = lines[5] + ",7"  # too many
+    lines[8] = "0,1,x,1,5,99"  # rank not an integer
+    lines[9] = "0,1,2,1,abc,99"  # tokens not a number
+    lines[10] = "0,1,2,2,-4,99"  # negative
+    lines.insert(12, "")  # blank line: ignored
     p.write_text("\n".join(lines) + "\n")
     res = ingest_one(db, p)
     assert res.status == "salvaged"
     assert res.rows_kept == se.LAYERS * se.RANKS * se.SLOTS - 5 and res.rows_dropped == 5
     got = {pos: reason for reason, pos, _ in drops(db, p)}
-    assert got == {"line 4": "missing fields (expected 6)", "line 6": "too many fields (expected 6)",
-                   "line 9": "window, layer, rank or local_expert is not an integer",
-                   "line 10": "tokens is not a number", "line 11": "negative, NaN or infinite token count"}
+    assert got == {
+        "line 4": "missing fields (expected 6)",
+        "line 6": "too many fields (expected 6)",
+        "line 9": "window, layer, rank or local_expert is not an integer",
+        "line 10": "tokens is not a number",
+        "line 11": "negative, NaN or infinite token count",
+    }
     assert rows(db, "SELECT DISTINCT ts_ns FROM expert_load") == [(99,)]
 
 
@@ -299,7 +352,10 @@ def test_csv_aliases_tab_delimiter_and_epoch_column(tmp_path, db):
     p.write_text("layer\tep_rank\tlocal_slot\tload\n0\t0\t0\t5\n0\t1\t0\t7\t\n")
     res = ingest_one(db, p)
     assert res.status == "ok"
-    assert rows(db, "SELECT window_idx, epoch, ep_rank, tokens FROM expert_load ORDER BY 3") == [(0, 3, 0, 5.0), (0, 3, 1, 7.0)]
+    assert rows(db, "SELECT window_idx, epoch, ep_rank, tokens FROM expert_load ORDER BY 3") == [
+        (0, 3, 0, 5.0),
+        (0, 3, 1, 7.0),
+    ]
     q = tmp_path / "b.csv"
     q.write_text("window,layer,rank,local_expert,tokens,epoch\n0,0,0,0,1,4\n")
     ingest_one(db, q, run="b")
@@ -323,13 +379,18 @@ def test_map_epoch_from_name_field_and_ts(tmp_path, db):
         res = ingest_one(db, p, run)
         assert (res.format, res.status, res.rows_kept) == ("expert_map", "ok", se.LAYERS * se.EXPERTS)
     assert rows(db, "SELECT run, min(epoch), max(epoch), min(ts_ns) FROM expert_map GROUP BY run ORDER BY run") == [
-        ("a", 3, 3, None), ("b", 5, 5, 123), ("c", 0, 0, None)]
-    assert rows(db, "SELECT expert FROM expert_map WHERE run = 'a' AND layer = 2 AND ep_rank = 3 AND local_slot = 1") == [(13,)]
+        ("a", 3, 3, None),
+        ("b", 5, 5, 123),
+        ("c", 0, 0, None),
+    ]
+    assert rows(
+        db, "SELECT expert FROM expert_map WHERE run = 'a' AND layer = 2 AND ep_rank = 3 AND local_slot = 1"
+    ) == [(13,)]
 
 
 def test_map_layer_not_covering_experts_is_dropped(tmp_path, db):
     place = se.default_placement()
-    place[1][2][3] = 0            # layer 1: expert 11 missing, expert 0 twice (on ranks 0 and 2)
+    place[1][2][3] = 0  # layer 1: expert 11 missing, expert 0 twice (on ranks 0 and 2)
     doc = se.map_doc(place)
     doc["layer_list"][3]["device_count"] = 7
     p = se.write_json(tmp_path / "expert_map_epoch1.json", doc)
@@ -347,15 +408,16 @@ def test_map_same_expert_twice_on_one_device_is_two_replicas(tmp_path, db):
     # MindIE deployment maps place one logical expert in two slots of one device: both slots are
     # replicas, the layer is kept whole.
     place = se.default_placement()
-    place[2][0].append(place[2][0][1])        # layer 2, device 0: its slot-1 expert again in a new slot
+    place[2][0].append(place[2][0][1])  # layer 2, device 0: its slot-1 expert again in a new slot
     p = se.write_json(tmp_path / "expert_map_epoch1.json", se.map_doc(place))
     res = ingest_one(db, p)
     assert res.status == "ok" and res.rows_dropped == 0
     assert res.rows_kept == se.LAYERS * se.EXPERTS + 1
     assert "1 extra slot(s) in 1 layer(s)" in res.message
     e = place[2][0][1]
-    assert rows(db, f"SELECT local_slot FROM expert_map WHERE layer = 2 AND ep_rank = 0 AND expert = {e} "
-                    "ORDER BY 1") == [(1,), (len(place[2][0]) - 1,)]
+    assert rows(
+        db, f"SELECT local_slot FROM expert_map WHERE layer = 2 AND ep_rank = 0 AND expert = {e} ORDER BY 1"
+    ) == [(1,), (len(place[2][0]) - 1,)]
     assert rows(db, "SELECT count(DISTINCT layer) FROM expert_map") == [(se.LAYERS,)]
 
 
@@ -375,8 +437,9 @@ def test_real_deployment_map_keeps_every_layer(realdata, tmp_path):
     assert (res.format, res.status, res.rows_dropped, res.rows_kept) == ("expert_map", "ok", 0, slots)
     assert rows(db, "SELECT count(DISTINCT layer) FROM expert_map") == [(len(doc["layer_list"]),)]
     # a replica on the same device is two rows of one (layer, device, expert)
-    assert rows(db, "SELECT count(*) > 0 FROM (SELECT 1 FROM expert_map GROUP BY layer, ep_rank, expert "
-                    "HAVING count(*) > 1)") == [(True,)]
+    assert rows(
+        db, "SELECT count(*) > 0 FROM (SELECT 1 FROM expert_map GROUP BY layer, ep_rank, expert HAVING count(*) > 1)"
+    ) == [(True,)]
 
 
 def test_map_with_redundant_experts_sums_replicas(tmp_path, db):
@@ -388,8 +451,8 @@ def test_map_with_redundant_experts_sums_replicas(tmp_path, db):
     place[0][1].append(12)
     m = se.write_json(tmp_path / "expert_map_epoch0.json", se.map_doc(place))
     load = [[[10] * 5 for _ in range(4)]]
-    load[0][1][0] = 30            # expert 4 on rank 1
-    load[0][2][4] = 50            # expert 4 replica on rank 2
+    load[0][1][0] = 30  # expert 4 on rank 1
+    load[0][2][4] = 50  # expert 4 replica on rank 2
     l = se.write_json(tmp_path / "load.json", {"kind": "expert_load", "load": load})
     assert ingest_one(db, m).status == "ok"
     assert ingest_one(db, l).status == "ok"
@@ -409,8 +472,9 @@ def test_default_expert_numbering_without_map(tmp_path, db):
     t = tensors()[0]
     ingest_one(db, se.write_json(tmp_path / "load.json", t))
     # rank 2, slot 3 -> expert 2 * SLOTS + 3
-    assert rows(db, "SELECT expert, mapped FROM _expert_slot_load WHERE ep_rank = 2 AND local_slot = 3 AND layer = 0") == [
-        (2 * se.SLOTS + 3, False)]
+    assert rows(
+        db, "SELECT expert, mapped FROM _expert_slot_load WHERE ep_rank = 2 AND local_slot = 3 AND layer = 0"
+    ) == [(2 * se.SLOTS + 3, False)]
 
 
 # ------------------------------------------------------------------ Prometheus
@@ -422,35 +486,50 @@ def test_prometheus_scrapes_types_and_labels(tmp_path, db):
     res = ingest_one(db, p)
     assert res.status == "ok"
     assert rows(db, "SELECT count(DISTINCT scrape), min(ts_ns), max(ts_ns) FROM metric_samples") == [
-        (se.WINDOWS, se.window_ts(0) + 10**9, se.window_ts(se.WINDOWS - 1) + 10**9)]
-    got = rows(db, """SELECT type, value, dp, layer, phase, label_rank FROM metric_samples
-                      WHERE metric = 'eplb:expert_hotness:imbalance' AND scrape = 0 AND layer = 2""")
+        (se.WINDOWS, se.window_ts(0) + 10**9, se.window_ts(se.WINDOWS - 1) + 10**9)
+    ]
+    got = rows(
+        db,
+        """SELECT type, value, dp, layer, phase, label_rank FROM metric_samples
+                      WHERE metric = 'eplb:expert_hotness:imbalance' AND scrape = 0 AND layer = 2""",
+    )
     assert got == [("gauge", round(se.par(ts[0][2]), 4), 0, 2, "current", 0)]
-    assert rows(db, "SELECT DISTINCT type FROM metric_samples WHERE name LIKE '%weight_update:duration_sum'") == [("histogram",)]
-    assert rows(db, "SELECT value FROM metric_samples WHERE metric = 'waiting_batch_size' AND dp = 1 AND scrape = 5") == [(2.0,)]
+    assert rows(db, "SELECT DISTINCT type FROM metric_samples WHERE name LIKE '%weight_update:duration_sum'") == [
+        ("histogram",)
+    ]
+    assert rows(
+        db, "SELECT value FROM metric_samples WHERE metric = 'waiting_batch_size' AND dp = 1 AND scrape = 5"
+    ) == [(2.0,)]
 
 
 def test_prometheus_per_sample_timestamps_and_counters(tmp_path, db):
     p = tmp_path / "scrape.txt"
-    p.write_text("# TYPE req_total counter\nreq_total{dp=\"0\"} 5 1700000000123\nplain 2.5\n")
+    p.write_text('# TYPE req_total counter\nreq_total{dp="0"} 5 1700000000123\nplain 2.5\n')
     ingest_one(db, p)
     assert rows(db, "SELECT name, type, value, ts_ns FROM metric_samples ORDER BY name") == [
-        ("plain", "unknown", 2.5, None), ("req_total", "counter", 5.0, 1700000000123000000)]
+        ("plain", "unknown", 2.5, None),
+        ("req_total", "counter", 5.0, 1700000000123000000),
+    ]
 
 
 def test_prometheus_bad_lines_are_dropped_and_the_rest_kept(tmp_path, db):
-    text = "\n".join([
-        "# scrape_ts=1700000000",
-        "# TYPE h histogram",
-        'h_bucket{le="1.0"} 1',
-        'h_bucket{le="+Inf"} oops',          # line 4: bad value
-        "h_sum 0.5",
-        "h_count 1",
-        'g{dp="0" 3',                         # line 7: unclosed labels
-        'g{dp="1"} 4',
-        "# scrape_ts=1700000060",
-        'g{dp="0"} 5',
-    ]) + "\n"
+    text = (
+        "\n".join(
+            [
+                "# scrape_ts=1700000000",
+                "# TYPE h histogram",
+                'h_bucket{le="1.0"} 1',
+                'h_bucket{le="+Inf"} oops',  # line 4: bad value
+                "h_sum 0.5",
+                "h_count 1",
+                'g{dp="0" 3',  # line 7: unclosed labels
+                'g{dp="1"} 4',
+                "# scrape_ts=1700000060",
+                'g{dp="0"} 5',
+            ]
+        )
+        + "\n"
+    )
     p = tmp_path / "m.prom"
     p.write_text(text)
     res = ingest_one(db, p)
@@ -458,14 +537,17 @@ def test_prometheus_bad_lines_are_dropped_and_the_rest_kept(tmp_path, db):
     assert [pos for _, pos, _ in drops(db, p)] == ["line 4", "line 7"]
     assert all("does not parse" in r for r, _, _ in drops(db, p))
     assert rows(db, "SELECT scrape, name, type, ts_ns FROM metric_samples ORDER BY scrape, name") == [
-        (0, "g", "unknown", 1700000000 * 10**9), (0, "h_bucket", "histogram", 1700000000 * 10**9),
-        (0, "h_count", "histogram", 1700000000 * 10**9), (0, "h_sum", "histogram", 1700000000 * 10**9),
-        (1, "g", "unknown", 1700000060 * 10**9)]
+        (0, "g", "unknown", 1700000000 * 10**9),
+        (0, "h_bucket", "histogram", 1700000000 * 10**9),
+        (0, "h_count", "histogram", 1700000000 * 10**9),
+        (0, "h_sum", "histogram", 1700000000 * 10**9),
+        (1, "g", "unknown", 1700000060 * 10**9),
+    ]
 
 
 def test_prometheus_nothing_parses_is_an_input_error(tmp_path, db):
     p = tmp_path / "m.prom"
-    p.write_text("# TYPE g gauge\ng{x=\"1\"} abc\n9bad 2\n")
+    p.write_text('# TYPE g gauge\ng{x="1"} abc\n9bad 2\n')
     res = ingest_one(db, p)
     assert res.status == "failed" and "no Prometheus sample line parses" in res.message and "line 2" in res.message
 
@@ -484,7 +566,7 @@ def test_counts_reconcile_for_every_scenario_file(tmp_path, db):
         se.ingest(db, se.write_scenario("eplb_fails", tmp_path / fmt, load_format=fmt), run=fmt)
     bad = rows(db, "SELECT path FROM sources WHERE rows_seen <> rows_kept + rows_dropped OR status <> 'ok'")
     assert bad == []
-    assert rows(db, "SELECT count(*) FROM sources")[0][0] == 3 * 4 + 1   # npy: one load file per epoch
+    assert rows(db, "SELECT count(*) FROM sources")[0][0] == 3 * 4 + 1  # npy: one load file per epoch
 
 
 def test_npy_header_parser_reads_v3(tmp_path, db):

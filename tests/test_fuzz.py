@@ -27,13 +27,19 @@ from slowcard.ingest import IngestOptions, ingest_file
 FUZZ_COUNTS: Counter = Counter()
 BUDGET = int(os.environ.get("SLOWCARD_FUZZ_EXAMPLES", "120"))
 SEED = int(os.environ.get("SLOWCARD_FUZZ_SEED") or random.SystemRandom().randrange(2**32))
-_SETTINGS = settings(max_examples=BUDGET, deadline=None, derandomize=False, database=None,
-                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+_SETTINGS = settings(
+    max_examples=BUDGET,
+    deadline=None,
+    derandomize=False,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 
 def SETTINGS(test):
     """Budget and the run's seed (printed at the end of the run, see tests/conftest.py)."""
     return seed(SEED)(_SETTINGS(test))
+
 
 STATUSES = {"ok", "salvaged", "truncated", "failed", "skipped"}
 
@@ -61,18 +67,22 @@ def check(con, path: Path, data: bytes, reader: str) -> object:
     if res.status == "failed":
         assert str(path) in res.message, res.message
         assert "Traceback" not in res.message
-        row = con.execute("SELECT count(*) FROM sources WHERE run = 'fuzz' AND path = ? AND status = 'ingesting'",
-                          [str(path)]).fetchone()[0]
+        row = con.execute(
+            "SELECT count(*) FROM sources WHERE run = 'fuzz' AND path = ? AND status = 'ingesting'", [str(path)]
+        ).fetchone()[0]
         assert row == 0
         return res
     if res.status == "skipped":
         return res
     sid, seen, kept, dropped = con.execute(
-        "SELECT source_id, rows_seen, rows_kept, rows_dropped FROM sources WHERE run = 'fuzz' AND path = ?",
-        [str(path)]).fetchone()
+        "SELECT source_id, rows_seen, rows_kept, rows_dropped FROM sources WHERE run = 'fuzz' AND path = ?", [str(path)]
+    ).fetchone()
     assert seen == kept + dropped
-    drops = con.execute("SELECT coalesce(sum(n_rows), 0), count(*) FILTER (WHERE reason IS NULL OR reason = '') "
-                        "FROM source_drops WHERE source_id = ?", [sid]).fetchone()
+    drops = con.execute(
+        "SELECT coalesce(sum(n_rows), 0), count(*) FILTER (WHERE reason IS NULL OR reason = '') "
+        "FROM source_drops WHERE source_id = ?",
+        [sid],
+    ).fetchone()
     assert drops[0] == dropped and drops[1] == 0
     stored = 0
     for table in store.row_tables(con):
@@ -88,20 +98,31 @@ def check(con, path: Path, data: bytes, reader: str) -> object:
 # ---------------------------------------------------------------------------------------------
 # Chrome traces
 
+
 def small_trace(n: int = 6) -> bytes:
-    events = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 2, "ts": 1000.5 + i * 10,
-               "dur": 4.25, "args": {"External id": i}} for i in range(n)]
+    events = [
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": f"op{i}",
+            "pid": 1,
+            "tid": 2,
+            "ts": 1000.5 + i * 10,
+            "dur": 4.25,
+            "args": {"External id": i},
+        }
+        for i in range(n)
+    ]
     events.append({"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "p"}})
-    doc = {"schemaVersion": 1, "distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": events,
-           "traceName": "x"}
+    doc = {"schemaVersion": 1, "distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": events, "traceName": "x"}
     return json.dumps(doc, indent=1).encode()
 
 
 @given(st.binary(max_size=400))
 @example(b"")
-@example(b"\x1f\x8b\x08\x00")                                  # a gzip header and nothing else
-@example(b"\xef\xbb\xbf[")                                       # BOM, then an array that never ends
-@example(b'{"traceEvents": [], "traceEvents": [{"ph": "X"}]}')     # the key twice
+@example(b"\x1f\x8b\x08\x00")  # a gzip header and nothing else
+@example(b"\xef\xbb\xbf[")  # BOM, then an array that never ends
+@example(b'{"traceEvents": [], "traceEvents": [{"ph": "X"}]}')  # the key twice
 @SETTINGS
 def test_random_bytes_chrome_name(con, work, data):
     check(con, work / "rand.pt.trace.json", data, "random bytes")
@@ -109,8 +130,8 @@ def test_random_bytes_chrome_name(con, work, data):
 
 @given(st.binary(max_size=200))
 @example(b"]}")
-@example(b'{"ph": "X", "ts": 1, "dur": 1}, {"ph"')                 # cut inside the second event
-@example(b'{"ph": "X", "name": "a\\')                             # cut inside an escape
+@example(b'{"ph": "X", "ts": 1, "dur": 1}, {"ph"')  # cut inside the second event
+@example(b'{"ph": "X", "name": "a\\')  # cut inside an escape
 @SETTINGS
 def test_random_bytes_after_a_trace_prefix(con, work, data):
     check(con, work / "prefixed.json", b'{"traceEvents": [' + data, "chrome")
@@ -127,19 +148,32 @@ def test_truncation_at_every_position(con, work):
     assert kept_prev == 7
 
 
-SCALARS = st.one_of(st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70),
-                    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=20))
-ARGS = st.recursive(SCALARS, lambda kids: st.one_of(st.lists(kids, max_size=3),
-                                                    st.dictionaries(st.text(max_size=5), kids, max_size=3)),
-                    max_leaves=12)
-EVENT = st.fixed_dictionaries({}, optional={
-    "ph": st.one_of(st.sampled_from(list("XBEiICstfM")), SCALARS),
-    "name": st.one_of(st.text(max_size=30), SCALARS),
-    "cat": SCALARS, "pid": SCALARS, "tid": SCALARS, "id": SCALARS,
-    "ts": st.one_of(SCALARS, st.decimals(allow_nan=False, places=3).map(str)),
-    "dur": st.one_of(SCALARS, st.floats(max_value=0, allow_nan=False)),
-    "args": ARGS,
-})
+SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=20),
+)
+ARGS = st.recursive(
+    SCALARS,
+    lambda kids: st.one_of(st.lists(kids, max_size=3), st.dictionaries(st.text(max_size=5), kids, max_size=3)),
+    max_leaves=12,
+)
+EVENT = st.fixed_dictionaries(
+    {},
+    optional={
+        "ph": st.one_of(st.sampled_from(list("XBEiICstfM")), SCALARS),
+        "name": st.one_of(st.text(max_size=30), SCALARS),
+        "cat": SCALARS,
+        "pid": SCALARS,
+        "tid": SCALARS,
+        "id": SCALARS,
+        "ts": st.one_of(SCALARS, st.decimals(allow_nan=False, places=3).map(str)),
+        "dur": st.one_of(SCALARS, st.floats(max_value=0, allow_nan=False)),
+        "args": ARGS,
+    },
+)
 
 
 def _dumps(obj) -> str:
@@ -167,8 +201,13 @@ def _wrong_types(con, work, events, array_form):
 @pytest.mark.slow
 @given(st.lists(st.one_of(EVENT, SCALARS), max_size=40), st.booleans(), st.binary(max_size=64))
 @seed(SEED)
-@settings(max_examples=BUDGET * 25, deadline=None, derandomize=False, database=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=BUDGET * 25,
+    deadline=None,
+    derandomize=False,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 def test_wrong_types_and_junk_large_budget(con, work, events, array_form, junk):
     """The long run (-m slow): more and longer event lists, with junk bytes after them."""
     _wrong_types(con, work, events, array_form)
@@ -177,7 +216,7 @@ def test_wrong_types_and_junk_large_budget(con, work, events, array_form, junk):
 
 
 def test_deep_args_huge_names_invalid_utf8(con, work):
-    deep = '{"a": ' * 3000 + "1" + "}" * 3000          # built as text: json.dumps would recurse too deep
+    deep = '{"a": ' * 3000 + "1" + "}" * 3000  # built as text: json.dumps would recurse too deep
     cases = {
         "deep": '{"traceEvents": [{"ph": "X", "name": "d", "ts": 1, "dur": 1, "args": ' + deep + "}]}",
         "huge_name": json.dumps({"traceEvents": [{"ph": "X", "name": "n" * (1 << 20), "ts": 1, "dur": 1}]}),
@@ -185,8 +224,10 @@ def test_deep_args_huge_names_invalid_utf8(con, work):
     for name, text in cases.items():
         res = check(con, work / f"{name}.json", text.encode(), "chrome special")
         assert res.status in ("ok", "salvaged", "failed")
-    bad = b'{"traceEvents": [{"ph": "X", "name": "\xff\xfe bad", "ts": 1, "dur": 1}, ' \
-          b'{"ph": "X", "name": "\\ud800", "ts": 2, "dur": 1}]}'
+    bad = (
+        b'{"traceEvents": [{"ph": "X", "name": "\xff\xfe bad", "ts": 1, "dur": 1}, '
+        b'{"ph": "X", "name": "\\ud800", "ts": 2, "dur": 1}]}'
+    )
     res = check(con, work / "utf8.json", bad, "chrome special")
     assert res.status != "failed" and res.rows_kept == 2
 
@@ -195,14 +236,45 @@ def test_deep_args_huge_names_invalid_utf8(con, work):
 # CSV readers: operator CSVs and msServiceProfiler CSVs (extra / missing / duplicated columns,
 # ragged rows, junk cells).
 
-KERNEL_HEADER = ["Step Id", "Device_id", "Name", "Type", "Accelerator Core", "Start Time(us)", "Duration(us)",
-                 "Wait Time(us)", "Block Num", "Input Shapes"]
-BATCH_HEADER = ["name", "res_list", "start_datetime", "end_datetime", "during_time(ms)", "batch_type", "prof_id",
-                "batch_size", "prefill_batch_size", "decode_batch_size", "prefill_scheduled_tokens",
-                "decode_scheduled_tokens", "total_scheduled_tokens", "dp_rank", "start_time(ms)", "end_time(ms)"]
-CELL = st.one_of(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=12),
-                 st.integers(-5, 10**16).map(str), st.just("N/A"), st.just(""), st.just("1736413971558972.912\t"),
-                 st.just("[{'rid': 'a', 'iter': 0}]"), st.just("<NA>"))
+KERNEL_HEADER = [
+    "Step Id",
+    "Device_id",
+    "Name",
+    "Type",
+    "Accelerator Core",
+    "Start Time(us)",
+    "Duration(us)",
+    "Wait Time(us)",
+    "Block Num",
+    "Input Shapes",
+]
+BATCH_HEADER = [
+    "name",
+    "res_list",
+    "start_datetime",
+    "end_datetime",
+    "during_time(ms)",
+    "batch_type",
+    "prof_id",
+    "batch_size",
+    "prefill_batch_size",
+    "decode_batch_size",
+    "prefill_scheduled_tokens",
+    "decode_scheduled_tokens",
+    "total_scheduled_tokens",
+    "dp_rank",
+    "start_time(ms)",
+    "end_time(ms)",
+]
+CELL = st.one_of(
+    st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=12),
+    st.integers(-5, 10**16).map(str),
+    st.just("N/A"),
+    st.just(""),
+    st.just("1736413971558972.912\t"),
+    st.just("[{'rid': 'a', 'iter': 0}]"),
+    st.just("<NA>"),
+)
 
 
 def _csv(header: list[str], rows: list[list[str]]) -> bytes:
@@ -219,7 +291,7 @@ def _csv(header: list[str], rows: list[list[str]]) -> bytes:
 def header_variants(base):
     return st.one_of(
         st.just(base),
-        st.lists(st.sampled_from(base), min_size=1, max_size=len(base) + 2),          # missing / duplicated
+        st.lists(st.sampled_from(base), min_size=1, max_size=len(base) + 2),  # missing / duplicated
         st.just(base).map(lambda h: h + ["extra col"]),
         st.permutations(base).map(list),
     )
@@ -259,6 +331,9 @@ def test_expert_load_csv_rows(con, work, rows):
 @given(st.lists(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40), max_size=10))
 @SETTINGS
 def test_prometheus_lines(con, work, lines):
-    text = "# TYPE vllm_profiling_eplb:expert_hotness:current_max gauge\n" + "\n".join(
-        ['vllm_profiling_eplb:expert_hotness:current_max{rank="0",phase="all",dp="0"} 1.5'] + lines) + "\n"
+    text = (
+        "# TYPE vllm_profiling_eplb:expert_hotness:current_max gauge\n"
+        + "\n".join(['vllm_profiling_eplb:expert_hotness:current_max{rank="0",phase="all",dp="0"} 1.5'] + lines)
+        + "\n"
+    )
     check(con, work / "metrics.prom", text.encode(), "experts")

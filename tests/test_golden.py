@@ -26,7 +26,7 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent))     # run as a script: this checkout's slowcard, not an installed one
+sys.path.insert(0, str(HERE.parent))  # run as a script: this checkout's slowcard, not an installed one
 import synth_experts  # noqa: E402
 import synth_kineto  # noqa: E402
 
@@ -45,6 +45,7 @@ def _synth_chain(experts: str | None, trace: str | None):
         if trace:
             synth_kineto.write_ep_run(d / "trace", scenario=trace, steps=3, layers=3)
         return d
+
     return build
 
 
@@ -87,12 +88,14 @@ def stable(doc: dict, base: Path) -> dict:
     """The parts of a diagnosis that must not move by accident (no timings, no absolute paths)."""
     text = json.dumps(doc, ensure_ascii=False).replace(str(base) + "/", "").replace(str(base), ".")
     doc = json.loads(text)
-    return _round({
-        "run": doc["run"],
-        "status": doc["status"],
-        "conclusion": doc["conclusion"],
-        "results": {r["query"]: {k: r.get(k) for k in RESULT_KEYS if k != "query"} for r in doc["results"]},
-    })
+    return _round(
+        {
+            "run": doc["run"],
+            "status": doc["status"],
+            "conclusion": doc["conclusion"],
+            "results": {r["query"]: {k: r.get(k) for k in RESULT_KEYS if k != "query"} for r in doc["results"]},
+        }
+    )
 
 
 def _input(case: str, tmp: Path) -> Path | None:
@@ -111,10 +114,11 @@ def diagnose_json(case: str, tmp: Path) -> dict | None:
     src = _input(case, tmp)
     if src is None:
         return None
-    res = CliRunner().invoke(app, ["diagnose", str(src), "--db", str(tmp / "g.duckdb"), "--run", case,
-                                   "--format", "json"])
+    res = CliRunner().invoke(
+        app, ["diagnose", str(src), "--db", str(tmp / "g.duckdb"), "--run", case, "--format", "json"]
+    )
     assert res.exit_code in (0, 1), (res.exit_code, res.output, res.exception)
-    start = res.stdout.index("{")          # ingest notes (salvaged files) go to stderr, but be safe
+    start = res.stdout.index("{")  # ingest notes (salvaged files) go to stderr, but be safe
     return stable(json.loads(res.stdout[start:]), src)
 
 
@@ -124,12 +128,17 @@ def golden_path(case: str) -> Path:
 
 def dump(doc: dict) -> str:
     """JSON with one line per query field and per row, so a changed row is a one-line diff."""
+
     def j(v):
         return json.dumps(v, ensure_ascii=False)
 
-    out = ["{", f' "run": {j(doc["run"])},', f' "status": {j(doc["status"])},',
-           ' "conclusion": ' + json.dumps(doc["conclusion"], indent=1, ensure_ascii=False).replace("\n", "\n ") + ",",
-           ' "results": {']
+    out = [
+        "{",
+        f' "run": {j(doc["run"])},',
+        f' "status": {j(doc["status"])},',
+        ' "conclusion": ' + json.dumps(doc["conclusion"], indent=1, ensure_ascii=False).replace("\n", "\n ") + ",",
+        ' "results": {',
+    ]
     names = list(doc["results"])
     for i, name in enumerate(names):
         res = doc["results"][name]
@@ -158,7 +167,8 @@ def test_diagnose_matches_golden(case, tmp_path):
     assert list(got["results"]) == list(want["results"]), "queries (or their order) changed"
     for name, res in want["results"].items():
         assert got["results"][name] == res, (
-            f"{name} changed on {case}; if intended, run `python tests/test_golden.py --update {case}`")
+            f"{name} changed on {case}; if intended, run `python tests/test_golden.py --update {case}`"
+        )
 
 
 def update(patterns: list[str]) -> None:
@@ -172,8 +182,7 @@ def update(patterns: list[str]) -> None:
             print(f"skipped {case}: no input")
             continue
         golden_path(case).write_text(dump(doc), encoding="utf-8")
-        print(f"wrote {golden_path(case).relative_to(ROOT)}: {doc['status']}, "
-              f"{doc['conclusion'].get('headline')}")
+        print(f"wrote {golden_path(case).relative_to(ROOT)}: {doc['status']}, {doc['conclusion'].get('headline')}")
 
 
 if __name__ == "__main__":

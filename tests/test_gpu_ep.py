@@ -31,8 +31,9 @@ def gpu_db(tmp_path_factory):
         key = (scenario, repr(sorted(kw.items())))
         if key not in cache:
             d = tmp_path_factory.mktemp(f"gpu_{scenario}")
-            gpu.write_gpu_ep_run(d / "trace", scenario=scenario, steps=kw.pop("steps", STEPS),
-                                 layers=kw.pop("layers", LAYERS), **kw)
+            gpu.write_gpu_ep_run(
+                d / "trace", scenario=scenario, steps=kw.pop("steps", STEPS), layers=kw.pop("layers", LAYERS), **kw
+            )
             db = d / "run.duckdb"
             report = ingest_paths(db, [d / "trace"], run="r")
             assert all(f.status == "ok" for f in report.files), report.files
@@ -86,8 +87,11 @@ def test_host_only_python_frames_give_the_same_verdict(gpu_db, scenario):
     kernels: the frames are moved onto the device as the span of the kernels they launched."""
     db = gpu_db(scenario, ranges="megatron")
     assert_same_verdict(run(db), scenario)
-    moved = sql(db, """SELECT op_class, count(*) FROM _ep_ops WHERE cat = 'host_range_on_device'
-                       GROUP BY ALL ORDER BY 1""")
+    moved = sql(
+        db,
+        """SELECT op_class, count(*) FROM _ep_ops WHERE cat = 'host_range_on_device'
+                       GROUP BY ALL ORDER BY 1""",
+    )
     assert moved == [("combine", 4 * STEPS * LAYERS), ("dispatch", 4 * STEPS * LAYERS)]
 
 
@@ -96,8 +100,9 @@ def test_clock_offset_between_hosts_changes_nothing(gpu_db):
     assert_same_verdict(res, "slow_compute")
 
 
-@pytest.mark.parametrize("kw", [{}, {"layer_marks": "module"}, {"comm": "deepep"},
-                                {"comm": "deepep", "graph": True}, {"ranges": "megatron"}])
+@pytest.mark.parametrize(
+    "kw", [{}, {"layer_marks": "module"}, {"comm": "deepep"}, {"comm": "deepep", "graph": True}, {"ranges": "megatron"}]
+)
 def test_layers_on_one_timeline(gpu_db, kw):
     db = gpu_db("token_skew", **kw)
     layers = sql(db, "SELECT rank, count(*), min(dur_ns), max(step) FROM moe_layers GROUP BY rank ORDER BY rank")
@@ -105,21 +110,30 @@ def test_layers_on_one_timeline(gpu_db, kw):
     assert all(mn > 0 for _, _, mn, _ in layers)
     assert all(st == STEPS - 1 for *_, st in layers)
     # every part of a layer is a device operation inside the layer's device span
-    bad = sql(db, """SELECT count(*) FILTER (WHERE NOT on_device),
+    bad = sql(
+        db,
+        """SELECT count(*) FILTER (WHERE NOT on_device),
                             count(*) FILTER (WHERE ts_ns < layer_start_ns OR ts_ns >= layer_end_ns)
-                     FROM _layer_ops WHERE op_class IN ('grouped_matmul', 'dispatch', 'combine', 'gating')""")
+                     FROM _layer_ops WHERE op_class IN ('grouped_matmul', 'dispatch', 'combine', 'gating')""",
+    )
     assert bad == [(0, 0)]
-    neg = sql(db, """SELECT count(*) FROM moe_layer_facts WHERE layer_ns < 0 OR gmm_ns < 0 OR dispatch_ns < 0
-                     OR combine_ns < 0 OR overlap_ns < 0 OR other_ns < 0""")
+    neg = sql(
+        db,
+        """SELECT count(*) FROM moe_layer_facts WHERE layer_ns < 0 OR gmm_ns < 0 OR dispatch_ns < 0
+                     OR combine_ns < 0 OR overlap_ns < 0 OR other_ns < 0""",
+    )
     assert neg == [(0,)]
 
 
 def test_graph_replay_kernels_link_to_their_graph_launch(gpu_db):
     db = gpu_db("slow_compute", comm="deepep", graph=True)
-    rows = sql(db, """SELECT count(*), count(launch_ns), count(DISTINCT launch_ns)
-                      FROM op_classes WHERE on_device AND cat = 'kernel' AND rank = 0""")
+    rows = sql(
+        db,
+        """SELECT count(*), count(launch_ns), count(DISTINCT launch_ns)
+                      FROM op_classes WHERE on_device AND cat = 'kernel' AND rank = 0""",
+    )
     n, linked, launches = rows[0]
-    assert n > 0 and linked == n and launches == STEPS     # one cudaGraphLaunch per step
+    assert n > 0 and linked == n and launches == STEPS  # one cudaGraphLaunch per step
     # no per-layer host range, yet every step has its layers, and slow rank 1's GEMMs stand out
     gmm = dict(sql(db, "SELECT rank, median(gmm_ns) FROM moe_layer_facts GROUP BY rank"))
     others = sorted(v for r, v in gmm.items() if r != 1)
@@ -128,12 +142,15 @@ def test_graph_replay_kernels_link_to_their_graph_launch(gpu_db):
 
 def test_sendrecv_kernels_of_a_host_all_to_all_are_all_to_all(gpu_db):
     db = gpu_db("balanced")
-    kinds = sql(db, """SELECT coll_kind, pattern, count(*) FROM op_classes
-                       WHERE on_device AND cat = 'kernel' AND name LIKE 'ncclDevKernel_SendRecv%' GROUP BY ALL""")
+    kinds = sql(
+        db,
+        """SELECT coll_kind, pattern, count(*) FROM op_classes
+                       WHERE on_device AND cat = 'kernel' AND name LIKE 'ncclDevKernel_SendRecv%' GROUP BY ALL""",
+    )
     assert len(kinds) == 1
     kind, pattern, n = kinds[0]
     assert kind == "all_to_all" and "host all_to_all" in pattern
-    assert n == 4 * STEPS * LAYERS * 3          # count exchange, token exchange, combine per layer
+    assert n == 4 * STEPS * LAYERS * 3  # count exchange, token exchange, combine per layer
     # and they are matched across ranks as all_to_all collectives with the host's splits as tokens
     assert sql(db, "SELECT DISTINCT coll_kind FROM collective_waits") == [("all_to_all",)]
     assert sql(db, "SELECT count(*) FROM moe_layer_facts WHERE tokens IS NULL") == [(0,)]
@@ -147,7 +164,7 @@ def test_breakdown_shares_add_up_to_100(gpu_db):
             parts = ("gmm", "dispatch", "combine", "gating", "overlap", "other")
             assert sum(r[f"{p}_pct"] for p in parts) == pytest.approx(100.0, abs=1.0), r
             assert sum(r[f"{p}_ms"] for p in parts) == pytest.approx(r["moe_ms"], abs=0.01), r
-        if kw:   # the module range covers the gating kernels too
+        if kw:  # the module range covers the gating kernels too
             assert all(r["gating_ms"] > 0 for r in res.rows)
 
 
@@ -155,18 +172,36 @@ def test_breakdown_shares_add_up_to_100(gpu_db):
 
 
 def _k(name, ts_us, dur_us, stream, corr, pid=0):
-    return {"ph": "X", "cat": "kernel", "name": name, "pid": pid, "tid": stream, "ts": ts_us * 1000,
-            "dur": dur_us * 1000, "args": {"stream": stream, "correlation": corr}}
+    return {
+        "ph": "X",
+        "cat": "kernel",
+        "name": name,
+        "pid": pid,
+        "tid": stream,
+        "ts": ts_us * 1000,
+        "dur": dur_us * 1000,
+        "args": {"stream": stream, "correlation": corr},
+    }
 
 
 def _h(cat, name, ts_us, dur_us, args=None, pid=3000):
-    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": pid, "ts": ts_us * 1000,
-            "dur": dur_us * 1000, "args": args or {}}
+    return {
+        "ph": "X",
+        "cat": cat,
+        "name": name,
+        "pid": pid,
+        "tid": pid,
+        "ts": ts_us * 1000,
+        "dur": dur_us * 1000,
+        "args": args or {},
+    }
 
 
 def _launch(ts_us, corr, pid=3000):
-    return [_h("cuda_runtime", "cudaLaunchKernel", ts_us, 5, {"correlation": corr}, pid),
-            {"ph": "s", "id": corr, "pid": pid, "tid": pid, "ts": ts_us * 1000, "cat": "ac2g", "name": "ac2g"}]
+    return [
+        _h("cuda_runtime", "cudaLaunchKernel", ts_us, 5, {"correlation": corr}, pid),
+        {"ph": "s", "id": corr, "pid": pid, "tid": pid, "ts": ts_us * 1000, "cat": "ac2g", "name": "ac2g"},
+    ]
 
 
 def _ingest(tmp_path, events):
@@ -183,7 +218,7 @@ def test_host_annotation_never_pairs_with_a_kernel_of_another_layer(tmp_path):
     ev = [_h("user_annotation", "ProfilerStep#0", 0, 10_000)]
     corr = 1
     for layer in range(2):
-        t = 100 + layer * 400           # host launches: all done before the device starts
+        t = 100 + layer * 400  # host launches: all done before the device starts
         ev.append(_h("user_annotation", "dispatch(F)", t, 20))
         ev += _launch(t + 2, corr)
         ev.append(_k(gpu.DEEPEP_DISPATCH, 2_000 + layer * 1_000, 100, 20, corr))
@@ -209,7 +244,10 @@ def test_host_annotation_never_pairs_with_a_kernel_of_another_layer(tmp_path):
     layers = sql(db, "SELECT start_ns, end_ns, dur_ns FROM moe_layers ORDER BY start_ns")
     base = gpu.T0_US * 1000
     assert [(s - base, e - base) for s, e, _ in layers] == [
-        (2_000_000, 2_600_000), (3_000_000, 3_600_000), (4_000_000, 4_400_000)]
+        (2_000_000, 2_600_000),
+        (3_000_000, 3_600_000),
+        (4_000_000, 4_400_000),
+    ]
     facts = sql(db, "SELECT gmm_ns, dispatch_ns, combine_ns, other_ns FROM moe_layer_facts ORDER BY start_ns")
     assert facts[0] == (300_000, 100_000, 100_000, 100_000)
 
@@ -221,12 +259,15 @@ def test_overlapping_streams_are_counted_once(tmp_path):
     ev += _launch(10, 1) + _launch(20, 2) + _launch(30, 3)
     ev.append(_h("python_function", "nn.Module: MoELayer_0", 5, 100))
     ev.append(_k(gpu.DEEPEP_DISPATCH, 1_000, 100, 20, 1))
-    ev.append(_k(gpu.GEMM_KERNEL, 1_100, 400, 7, 2))                 # 1100 .. 1500
-    ev.append({**_k("mlp(F)", 1_100, 400, 7, 0), "cat": "gpu_user_annotation"})   # same span again
-    ev.append(_k(gpu.DEEPEP_COMBINE, 1_400, 200, 20, 3))             # 1400 .. 1600: 100 overlap
+    ev.append(_k(gpu.GEMM_KERNEL, 1_100, 400, 7, 2))  # 1100 .. 1500
+    ev.append({**_k("mlp(F)", 1_100, 400, 7, 0), "cat": "gpu_user_annotation"})  # same span again
+    ev.append(_k(gpu.DEEPEP_COMBINE, 1_400, 200, 20, 3))  # 1400 .. 1600: 100 overlap
     db = _ingest(tmp_path, ev)
-    (row,) = sql(db, """SELECT layer_ns, gmm_ns, dispatch_ns, combine_ns, gmm_excl_ns, dispatch_excl_ns,
-                               combine_excl_ns, gating_excl_ns, overlap_ns, other_ns FROM moe_layer_facts""")
+    (row,) = sql(
+        db,
+        """SELECT layer_ns, gmm_ns, dispatch_ns, combine_ns, gmm_excl_ns, dispatch_excl_ns,
+                               combine_excl_ns, gating_excl_ns, overlap_ns, other_ns FROM moe_layer_facts""",
+    )
     layer, gmm, disp, comb, gx, dx, cx, tx, ov, other = row
     assert layer == 600_000
     assert (gmm, disp, comb) == (400_000, 100_000, 200_000)
@@ -257,8 +298,20 @@ def test_show_taxonomy_lists_what_matched(gpu_db, tmp_path):
     # --name classifies names without a run; a user taxonomy file is applied on top
     f = tmp_path / "tax.csv"
     f.write_text("pattern,op_class,coll_kind,priority\nact_and_mul_kernel,gating,,5\n")
-    res = CliRunner().invoke(app, ["show-taxonomy", "--name", "void vllm::act_and_mul_kernel<x>()",
-                                   "--name", "fused_moe_kernel", "--taxonomy", str(f), "-f", "csv"])
+    res = CliRunner().invoke(
+        app,
+        [
+            "show-taxonomy",
+            "--name",
+            "void vllm::act_and_mul_kernel<x>()",
+            "--name",
+            "fused_moe_kernel",
+            "--taxonomy",
+            str(f),
+            "-f",
+            "csv",
+        ],
+    )
     assert res.exit_code == 0, res.output
     lines = res.output.strip().splitlines()
     assert lines[0] == "name,op_class,coll_kind,pattern,origin"
@@ -273,8 +326,12 @@ def test_generator_is_deterministic_and_checks_arguments(tmp_path):
     assert a == b
     c = [p.read_bytes() for p in gpu.write_gpu_ep_run(tmp_path / "c", seed=1, **kw)]
     assert c != a
-    for bad, word in (({"scenario": "nope"}, "scenario"), ({"comm": "mpi"}, "comm"),
-                      ({"layer_marks": "x"}, "layer_marks"), ({"ranges": "x"}, "ranges"),
-                      ({"slow_rank": 9}, "slow_rank")):
+    for bad, word in (
+        ({"scenario": "nope"}, "scenario"),
+        ({"comm": "mpi"}, "comm"),
+        ({"layer_marks": "x"}, "layer_marks"),
+        ({"ranges": "x"}, "ranges"),
+        ({"slow_rank": 9}, "slow_rank"),
+    ):
         with pytest.raises(ValueError, match=word):
             gpu.write_gpu_ep_run(tmp_path / "bad", **bad)

@@ -21,14 +21,22 @@ CLI = [sys.executable, "-m", "slowcard"]
 
 
 def _cli(*args, env=None, timeout=300, **kw):
-    return subprocess.run(CLI + [str(a) for a in args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=timeout, **kw)
+    return subprocess.run(
+        CLI + [str(a) for a in args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=timeout,
+        **kw,
+    )
 
 
 @pytest.fixture(scope="module")
 def run4(tmp_path_factory):
     d = tmp_path_factory.mktemp("run4")
-    paths = synth_kineto.write_ep_run(d, ranks=4, steps=3, layers=4, gz=False)   # 12 layer instances: enough for ep-slow-rank to judge
+    paths = synth_kineto.write_ep_run(
+        d, ranks=4, steps=3, layers=4, gz=False
+    )  # 12 layer instances: enough for ep-slow-rank to judge
     return d, paths
 
 
@@ -36,22 +44,28 @@ def _state(db: Path) -> dict[str, tuple[str, int, int]]:
     """path -> (status, rows_kept in sources, rows visible in events)."""
     con = store.open_db(db)
     try:
-        return {p: (st, kept, n) for p, st, kept, n in con.execute(
-            """SELECT s.path, s.status, s.rows_kept,
+        return {
+            p: (st, kept, n)
+            for p, st, kept, n in con.execute(
+                """SELECT s.path, s.status, s.rows_kept,
                       (SELECT count(*) FROM events e WHERE e.source_id = s.source_id)
-               FROM sources s""").fetchall()}
+               FROM sources s"""
+            ).fetchall()
+        }
     finally:
         con.close()
 
 
 # --- 1: source ids never collide ----------------------------------------------------------------
 
+
 def test_1_source_ids_are_unique_across_threads_when_the_sequence_is_behind(tmp_path):
     db = tmp_path / "ids.duckdb"
     con = store.open_db(db)
     # After a crash the sequence can be behind the ids in use: max()+1 is what protects them.
-    con.execute("INSERT INTO sources (source_id, run, path, status) "
-                "SELECT i, 'r', 'p' || i, 'ok' FROM range(1, 51) t(i)")
+    con.execute(
+        "INSERT INTO sources (source_id, run, path, status) SELECT i, 'r', 'p' || i, 'ok' FROM range(1, 51) t(i)"
+    )
     ids, lock, barrier = [], threading.Lock(), threading.Barrier(4)
 
     def worker():
@@ -79,7 +93,7 @@ def test_1_discard_never_deletes_a_committed_source(tmp_path, run4):
     assert _cli("ingest", paths[0], "--db", db, "-q").returncode == 0
     con = store.open_db(db)
     sid, kept = con.execute("SELECT source_id, rows_kept FROM sources").fetchone()
-    store.discard_source(con, sid)          # a failing file's cleanup holding a colliding id
+    store.discard_source(con, sid)  # a failing file's cleanup holding a colliding id
     assert con.execute("SELECT count(*) FROM events WHERE source_id = ?", [sid]).fetchone()[0] == kept
     con.close()
 
@@ -88,8 +102,7 @@ def test_1_discard_never_deletes_a_committed_source(tmp_path, run4):
 def test_1_jobs2_killed_at_a_known_point_then_rerun_keeps_every_committed_row(tmp_path, run4, point):
     folder, paths = run4
     db = tmp_path / "k.duckdb"
-    killed = _cli("ingest", folder, "--db", db, "--run", "r", "--jobs", "2", "-q",
-                  env={"SLOWCARD_FAULT": point})
+    killed = _cli("ingest", folder, "--db", db, "--run", "r", "--jobs", "2", "-q", env={"SLOWCARD_FAULT": point})
     assert killed.returncode == -9, f"the kill at {point} did not land: {killed.returncode} {killed.stderr}"
     name, n = point.split(":")
     n = int(n)
@@ -99,7 +112,7 @@ def test_1_jobs2_killed_at_a_known_point_then_rerun_keeps_every_committed_row(tm
     assert committed_min <= len(before) < len(paths), (point, before)
     for path, (_st, kept, visible) in before.items():
         assert kept == visible, (point, path)
-    for _ in range(2):                     # the re-run, and one more on a database that is whole
+    for _ in range(2):  # the re-run, and one more on a database that is whole
         again = _cli("ingest", folder, "--db", db, "--run", "r", "--jobs", "2", "-q")
         assert again.returncode == 0, again.stderr
         after = _state(db)
@@ -107,12 +120,17 @@ def test_1_jobs2_killed_at_a_known_point_then_rerun_keeps_every_committed_row(tm
         for path, (st, kept, visible) in after.items():
             assert st == "ok" and kept == visible and kept > 0, (point, path, st, kept, visible)
     con = duckdb.connect(str(db))
-    assert con.execute("SELECT count(*) FROM event_rows WHERE source_id NOT IN "
-                       "(SELECT source_id FROM sources)").fetchone()[0] == 0
+    assert (
+        con.execute(
+            "SELECT count(*) FROM event_rows WHERE source_id NOT IN (SELECT source_id FROM sources)"
+        ).fetchone()[0]
+        == 0
+    )
     con.close()
 
 
 # --- 9: a bad SLOWCARD_LOCK_WAIT ----------------------------------------------------------------
+
 
 @pytest.mark.parametrize("value", ["", "abc", "nan", "-1", "inf"])
 def test_9_bad_lock_wait_falls_back_with_a_warning(value):
@@ -126,6 +144,7 @@ def test_9_bad_lock_wait_falls_back_with_a_warning(value):
 
 
 # --- 13: parameters that are not finite numbers ---------------------------------------------------
+
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e400", "NaN"])
 def test_13_non_finite_parameter_is_refused(tmp_path, value):
@@ -176,8 +195,15 @@ def test_7_folder_with_dangling_link_loop_and_fifo_ingests_the_rest(tmp_path, od
     assert [v[:2] for v in _state(tmp_path / "o.duckdb").values()] == [("ok", 1)]
 
 
-@pytest.mark.parametrize("name,phrase", [("pipe.json", "named pipe (FIFO)"), ("loop1", "symbolic link loop"),
-                                         ("dangling.json", "dangling symbolic link"), ("/dev/zero", "a device")])
+@pytest.mark.parametrize(
+    "name,phrase",
+    [
+        ("pipe.json", "named pipe (FIFO)"),
+        ("loop1", "symbolic link loop"),
+        ("dangling.json", "dangling symbolic link"),
+        ("/dev/zero", "a device"),
+    ],
+)
 def test_7_15_special_file_named_explicitly_fails_with_what_it_is(tmp_path, odd_folder, name, phrase):
     target = name if name.startswith("/") else odd_folder / name
     res = _cli("ingest", target, "--db", tmp_path / "e.duckdb", "-q", timeout=60)
@@ -187,11 +213,14 @@ def test_7_15_special_file_named_explicitly_fails_with_what_it_is(tmp_path, odd_
 
 # --- 3, 10: export replaces what it exports; bad targets are usage errors --------------------------
 
+
 def _ranks_in(out: Path, run: str | None = None) -> list:
     con = duckdb.connect()
     where = f"WHERE run = '{run}'" if run else ""
-    got = con.execute(f"SELECT DISTINCT run, rank FROM read_parquet('{out}/events/**/*.parquet', "
-                      f"hive_partitioning = true) {where} ORDER BY ALL").fetchall()
+    got = con.execute(
+        f"SELECT DISTINCT run, rank FROM read_parquet('{out}/events/**/*.parquet', "
+        f"hive_partitioning = true) {where} ORDER BY ALL"
+    ).fetchall()
     con.close()
     return got
 
@@ -253,6 +282,7 @@ def test_10_export_to_a_read_only_folder_is_a_usage_error(tmp_path, two_dbs):
 
 # --- 5, 10, 15: databases that are not slowcard's --------------------------------------------------
 
+
 def _relations(db: Path) -> list[str]:
     con = duckdb.connect(str(db), read_only=True)
     try:
@@ -261,9 +291,18 @@ def _relations(db: Path) -> list[str]:
         con.close()
 
 
-@pytest.mark.parametrize("command", [["query"], ["query", "ep-slow-rank"], ["report", "--out", "{tmp}/r.html"],
-                                     ["export", "--parquet", "{tmp}/pq"], ["ingest", "{file}"],
-                                     ["diagnose"], ["annotate", "--out", "{tmp}/a.json"]])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["query"],
+        ["query", "ep-slow-rank"],
+        ["report", "--out", "{tmp}/r.html"],
+        ["export", "--parquet", "{tmp}/pq"],
+        ["ingest", "{file}"],
+        ["diagnose"],
+        ["annotate", "--out", "{tmp}/a.json"],
+    ],
+)
 def test_5_10_foreign_duckdb_is_refused_and_left_untouched(tmp_path, run4, command):
     db = tmp_path / "theirs.duckdb"
     con = duckdb.connect(str(db))
@@ -294,6 +333,7 @@ def test_15_sqlite_file_as_db_is_named_and_no_extension_is_fetched(tmp_path):
 
 
 # --- 4: --out never replaces a link, a FIFO or a device -------------------------------------------
+
 
 def _drain(fifo: Path, got: list) -> None:
     with open(fifo, "rb") as f:
@@ -349,6 +389,7 @@ def test_4_annotate_out_to_a_fifo_streams_into_it(tmp_path, run4):
     reader.join(30)
     assert res.returncode == 0, res.stderr
     import json
+
     assert json.loads(got[0])["traceEvents"]
     assert os.path.exists(fifo) and not os.path.isfile(fifo)
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".part")] == []
@@ -356,21 +397,29 @@ def test_4_annotate_out_to_a_fifo_streams_into_it(tmp_path, run4):
 
 # --- 2: an over-long CSV row is a counted drop, not a silent loss --------------------------------
 
-_KD_HEADER = ("Step Id,Model ID,Task ID,Stream ID,Name,Type,OP State,Accelerator Core,Start Time(us),"
-              "Duration(us),Wait Time(us),Block Dim\n")
+_KD_HEADER = (
+    "Step Id,Model ID,Task ID,Stream ID,Name,Type,OP State,Accelerator Core,Start Time(us),"
+    "Duration(us),Wait Time(us),Block Dim\n"
+)
 
 
 def test_2_csv_row_over_the_line_limit_is_dropped_with_its_line(tmp_path):
     f = tmp_path / "kernel_details.csv"
-    rows = [f"1,0,{i},1,{'X' * (3 << 20) if i == 2 else f'op{i}'},MatMul,dynamic,AI_CORE,{1000 + i * 10},5,0,8\n"
-            for i in range(5)]
+    rows = [
+        f"1,0,{i},1,{'X' * (3 << 20) if i == 2 else f'op{i}'},MatMul,dynamic,AI_CORE,{1000 + i * 10},5,0,8\n"
+        for i in range(5)
+    ]
     f.write_text(_KD_HEADER + "".join(rows))
     db = tmp_path / "c.duckdb"
     res = _cli("ingest", f, "--db", db, "-q")
     assert res.returncode == 1 and "line too long" in res.stderr and "line 4" in res.stderr, res.stderr
     con = duckdb.connect(str(db), read_only=True)
-    assert con.execute("SELECT status, rows_seen, rows_kept, rows_dropped FROM sources").fetchone() == \
-        ("salvaged", 5, 4, 1)
+    assert con.execute("SELECT status, rows_seen, rows_kept, rows_dropped FROM sources").fetchone() == (
+        "salvaged",
+        5,
+        4,
+        1,
+    )
     assert con.execute("SELECT n_rows, position FROM source_drops").fetchall() == [(1, "line 4")]
     assert [r[0] for r in con.execute("SELECT line_no FROM op_rows ORDER BY 1").fetchall()] == [2, 3, 5, 6]
     con.close()
@@ -378,12 +427,15 @@ def test_2_csv_row_over_the_line_limit_is_dropped_with_its_line(tmp_path):
 
 # --- 14: values of the wrong JSON type are not read as numbers ----------------------------------
 
+
 def test_14_boolean_rank_and_times_are_not_numbers(tmp_path):
     f = tmp_path / "t.json"
-    f.write_text('{"distributedInfo": {"rank": true, "world_size": true}, "traceEvents": ['
-                 '{"ph":"X","name":"a","ts":true,"dur":2,"pid":1,"tid":1},'
-                 '{"ph":"X","name":"b","ts":5,"dur":false,"pid":1,"tid":1},'
-                 '{"ph":"X","name":"c","ts":7,"dur":1,"pid":1,"tid":1}]}')
+    f.write_text(
+        '{"distributedInfo": {"rank": true, "world_size": true}, "traceEvents": ['
+        '{"ph":"X","name":"a","ts":true,"dur":2,"pid":1,"tid":1},'
+        '{"ph":"X","name":"b","ts":5,"dur":false,"pid":1,"tid":1},'
+        '{"ph":"X","name":"c","ts":7,"dur":1,"pid":1,"tid":1}]}'
+    )
     db = tmp_path / "t.duckdb"
     res = _cli("ingest", f, "--db", db, "-q")
     assert res.returncode == 1 and "ts is not a number" in res.stderr and "dur is not a finite number" in res.stderr
@@ -421,11 +473,15 @@ def test_12_several_statements_are_refused_and_temp_objects_do_not_survive(tmp_p
     db = tmp_path / "q.duckdb"
     assert _cli("ingest", *paths, "--db", db, "--run", "r", "-q").returncode == 0
     user = tmp_path / "mine"
-    multi = _user_query(user, "two-statements",
-                        "CREATE TEMP TABLE moe_layer_facts AS SELECT * FROM moe_layer_facts WHERE false;\n"
-                        "SELECT rank FROM events WHERE run = $run LIMIT 0")
-    shadow = _user_query(user, "shadow",
-                         "CREATE TEMP TABLE moe_layer_facts AS SELECT * FROM moe_layer_facts WHERE false AND $run = ''")
+    multi = _user_query(
+        user,
+        "two-statements",
+        "CREATE TEMP TABLE moe_layer_facts AS SELECT * FROM moe_layer_facts WHERE false;\n"
+        "SELECT rank FROM events WHERE run = $run LIMIT 0",
+    )
+    shadow = _user_query(
+        user, "shadow", "CREATE TEMP TABLE moe_layer_facts AS SELECT * FROM moe_layer_facts WHERE false AND $run = ''"
+    )
     macro = _user_query(user, "macro", "CREATE TEMP MACRO slow_rank() AS 1 + length($run)")
     builtin = queries.find(queries.load_catalog(None), "ep-slow-rank")
     con = queries.open_readonly(db)
@@ -438,15 +494,18 @@ def test_12_several_statements_are_refused_and_temp_objects_do_not_survive(tmp_p
         after = queries.run_query(con, builtin, "r")
         assert (after.status, after.rows) == (before.status, before.rows) and after.status != "SKIP"
         assert not con.execute("SELECT count(*) FROM duckdb_tables() WHERE temporary").fetchone()[0]
-        assert not con.execute("SELECT count(*) FROM duckdb_functions() WHERE function_name = 'slow_rank'"
-                               ).fetchone()[0]
+        assert not con.execute("SELECT count(*) FROM duckdb_functions() WHERE function_name = 'slow_rank'").fetchone()[
+            0
+        ]
     finally:
         con.close()
 
 
 # --- 8: a query stops at its time limit and on Ctrl-C ---------------------------------------------
 
-_HEAVY = "SELECT count(*) AS rank FROM range(200000) a, range(200000) b WHERE hash(a.range + b.range) = 0 AND $run <> ''"
+_HEAVY = (
+    "SELECT count(*) AS rank FROM range(200000) a, range(200000) b WHERE hash(a.range + b.range) = 0 AND $run <> ''"
+)
 
 
 def test_8_query_time_limit_and_ctrl_c(tmp_path, run4):
@@ -457,8 +516,7 @@ def test_8_query_time_limit_and_ctrl_c(tmp_path, run4):
     assert _cli("ingest", *paths, "--db", db, "--run", "r", "-q").returncode == 0
     _user_query(tmp_path / "mine", "heavy", _HEAVY)
     t0 = time.monotonic()
-    res = _cli("query", "heavy", "--sql-dir", tmp_path / "mine", "--db", db,
-               env={"SLOWCARD_QUERY_TIMEOUT": "1"})
+    res = _cli("query", "heavy", "--sql-dir", tmp_path / "mine", "--db", db, env={"SLOWCARD_QUERY_TIMEOUT": "1"})
     assert res.returncode == 1 and "stopped after 1 s (SLOWCARD_QUERY_TIMEOUT" in res.stdout, res.stdout + res.stderr
     assert time.monotonic() - t0 < 30
     # Ctrl-C while DuckDB runs the statement (the hook sends SIGINT right after it started)
@@ -472,8 +530,11 @@ def test_8_query_memory_limit(tmp_path, run4):
     _, paths = run4
     db = tmp_path / "q.duckdb"
     assert _cli("ingest", *paths[:1], "--db", db, "--run", "r", "-q").returncode == 0
-    _user_query(tmp_path / "mine", "greedy",
-                "SELECT length(string_agg(repeat('x', 1000), ',')) AS rank FROM range(2000000) WHERE $run <> ''")
+    _user_query(
+        tmp_path / "mine",
+        "greedy",
+        "SELECT length(string_agg(repeat('x', 1000), ',')) AS rank FROM range(2000000) WHERE $run <> ''",
+    )
     res = _cli("query", "greedy", "--sql-dir", tmp_path / "mine", "--db", db, env={"SLOWCARD_QUERY_MEMORY": "64MB"})
     assert res.returncode == 1 and "ERROR" in res.stdout and "memory" in res.stdout.lower(), res.stdout + res.stderr
     bad = _cli("query", "--db", db, env={"SLOWCARD_QUERY_MEMORY": "lots"})
@@ -482,6 +543,7 @@ def test_8_query_memory_limit(tmp_path, run4):
 
 # --- 11: temp space of a killed process is cleaned at the next start ----------------------------
 
+
 def test_11_temp_folders_of_a_killed_ingest_are_removed_at_the_next_start(tmp_path, run4):
     import glob
 
@@ -489,9 +551,12 @@ def test_11_temp_folders_of_a_killed_ingest_are_removed_at_the_next_start(tmp_pa
 
     _, paths = run4
     db = tmp_path / "t.duckdb"
-    proc = subprocess.Popen(CLI + ["ingest", str(paths[0]), "--db", str(db), "-q"],
-                            env={**os.environ, "SLOWCARD_FAULT": "parts:1"},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        CLI + ["ingest", str(paths[0]), "--db", str(db), "-q"],
+        env={**os.environ, "SLOWCARD_FAULT": "parts:1"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     assert proc.wait(120) == -9
     roots = [str(r) for r in tempspace.default_roots()]
     left = [p for r in roots for p in glob.glob(f"{r}/slowcard-part-*-{proc.pid}-*")]
@@ -510,13 +575,21 @@ def test_11_temp_folders_of_a_killed_ingest_are_removed_at_the_next_start(tmp_pa
 
 # --- 6: resources stay bounded -------------------------------------------------------------------
 
+
 def test_6_huge_world_size_is_reported_without_building_every_rank(tmp_path):
     import resource
 
     f = tmp_path / "t.json"
     f.write_text('{"distributedInfo": {"rank": 3, "world_size": 1000000000}, ' + _ONE_EVENT)
-    res = _cli("ingest", f, "--db", tmp_path / "w.duckdb", "-q", timeout=60,
-               preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30)))
+    res = _cli(
+        "ingest",
+        f,
+        "--db",
+        tmp_path / "w.duckdb",
+        "-q",
+        timeout=60,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30)),
+    )
     assert res.returncode == 0, res.stderr
     assert "world_size is 1000000000 but 999999999 ranks are missing (0, 1, 2, 4, 5" in res.stderr
 
@@ -548,11 +621,16 @@ def test_6_gzip_bombs_stay_bounded_and_say_where_they_stopped(tmp_path, filler, 
     f = tmp_path / "bomb.json.gz"
     _bomb(f, filler, inside_string)
     assert f.stat().st_size < 2 << 20
-    res = subprocess.run([sys.executable, "-c", _MAXRSS, "ingest", str(f), "--db", str(tmp_path / "b.duckdb"), "-q"],
-                         capture_output=True, text=True, timeout=120, env={**os.environ, "SLOWCARD_MAX_EVENT_MB": "32"})
+    res = subprocess.run(
+        [sys.executable, "-c", _MAXRSS, "ingest", str(f), "--db", str(tmp_path / "b.duckdb"), "-q"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "SLOWCARD_MAX_EVENT_MB": "32"},
+    )
     assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
     assert "no event boundary within 32 MB" in res.stderr and "SLOWCARD_MAX_EVENT_MB" in res.stderr
-    assert "slowcard-part" not in res.stderr          # no internal temp file named
+    assert "slowcard-part" not in res.stderr  # no internal temp file named
     rss_mb = int(res.stderr.split("maxrss_kb=")[1].split()[0]) / 1024
     assert rss_mb < 1024, rss_mb
     state = _state(tmp_path / "b.duckdb")
@@ -561,26 +639,39 @@ def test_6_gzip_bombs_stay_bounded_and_say_where_they_stopped(tmp_path, filler, 
 
 # --- 15: messages that say what the file is and what to do ----------------------------------------
 
-@pytest.mark.parametrize("kind,phrase", [("bz2", "bzip2-compressed"), ("xz", "xz-compressed"),
-                                         ("zlib", "raw zlib data"), ("utf16", "UTF-16 text"),
-                                         ("utf16le", "UTF-16 text")])
+
+@pytest.mark.parametrize(
+    "kind,phrase",
+    [
+        ("bz2", "bzip2-compressed"),
+        ("xz", "xz-compressed"),
+        ("zlib", "raw zlib data"),
+        ("utf16", "UTF-16 text"),
+        ("utf16le", "UTF-16 text"),
+    ],
+)
 def test_15_unknown_format_says_what_the_file_really_is(tmp_path, kind, phrase):
     import bz2
     import lzma
     import zlib
 
     text = "{" + _ONE_EVENT
-    data = {"bz2": lambda: bz2.compress(text.encode()), "xz": lambda: lzma.compress(text.encode()),
-            "zlib": lambda: zlib.compress(text.encode()), "utf16": lambda: text.encode("utf-16"),
-            "utf16le": lambda: text.encode("utf-16-le")}[kind]()
+    data = {
+        "bz2": lambda: bz2.compress(text.encode()),
+        "xz": lambda: lzma.compress(text.encode()),
+        "zlib": lambda: zlib.compress(text.encode()),
+        "utf16": lambda: text.encode("utf-16"),
+        "utf16le": lambda: text.encode("utf-16-le"),
+    }[kind]()
     f = tmp_path / ("t.json" if kind.startswith("utf") else "t.json.gz")
     f.write_bytes(data)
     res = _cli("ingest", f, "--db", tmp_path / "u.duckdb", "-q")
     assert res.returncode == 1 and phrase in res.stderr and str(f) in res.stderr, res.stderr
 
 
-@pytest.mark.parametrize("args", [["{tmp}/missing.json"], ["{file}", "--rank-pattern", "("],
-                                  ["{file}", "--rank-map", "{tmp}/missing.csv"]])
+@pytest.mark.parametrize(
+    "args", [["{tmp}/missing.json"], ["{file}", "--rank-pattern", "("], ["{file}", "--rank-map", "{tmp}/missing.csv"]]
+)
 def test_15_usage_error_creates_no_database(tmp_path, run4, args):
     db = tmp_path / "new.duckdb"
     res = _cli("ingest", *[a.format(tmp=tmp_path, file=run4[1][0]) for a in args], "--db", db)
@@ -589,6 +680,7 @@ def test_15_usage_error_creates_no_database(tmp_path, run4, args):
 
 
 # --- 16: names cannot drive the terminal or a spreadsheet -----------------------------------------
+
 
 def test_16_control_characters_in_names_are_escaped_in_every_output(tmp_path):
     folder = tmp_path / "run\x1b[31mred"
@@ -613,16 +705,19 @@ def test_16_csv_cells_that_a_spreadsheet_would_run_are_quoted_as_text(tmp_path, 
     _, paths = run4
     db = tmp_path / "c.duckdb"
     assert _cli("ingest", paths[0], "--db", db, "--run", "=cmd|'/c calc'!A1", "-q").returncode == 0
-    _user_query(tmp_path / "mine", "cells",
-                "SELECT '=HYPERLINK(\"http://x\")' AS rank, '@SUM(A1)' AS a, '-2.5' AS b, -3 AS c, '+x' AS d "
-                "WHERE $run <> ''")
+    _user_query(
+        tmp_path / "mine",
+        "cells",
+        "SELECT '=HYPERLINK(\"http://x\")' AS rank, '@SUM(A1)' AS a, '-2.5' AS b, -3 AS c, '+x' AS d WHERE $run <> ''",
+    )
     res = _cli("query", "cells", "--sql-dir", tmp_path / "mine", "--db", db, "-f", "csv")
     rows = list(csv.reader(io.StringIO(res.stdout)))
     assert rows[1][2] == "'=cmd|'/c calc'!A1"
-    assert rows[1][4:] == ["'=HYPERLINK(\"http://x\")", "'@SUM(A1)", "-2.5", "-3", "'+x"]
+    assert rows[1][4:] == ['\'=HYPERLINK("http://x")', "'@SUM(A1)", "-2.5", "-3", "'+x"]
 
 
 # --- 8: Ctrl-C during an ingest -------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def piped_run(tmp_path_factory):
@@ -633,23 +728,25 @@ def piped_run(tmp_path_factory):
     return d, paths
 
 
-@pytest.mark.parametrize("point,jobs", [("feed:1:INT", 1), ("feed:2:INT", 2), ("committed:1:INT", 2),
-                                        ("pending:2:INT", 1)])
+@pytest.mark.parametrize(
+    "point,jobs", [("feed:1:INT", 1), ("feed:2:INT", 2), ("committed:1:INT", 2), ("pending:2:INT", 1)]
+)
 def test_8_ctrl_c_during_ingest_is_one_line_exit_130_and_keeps_the_database_whole(tmp_path, piped_run, point, jobs):
     import time
 
     folder, paths = piped_run
     db = tmp_path / "i.duckdb"
     t0 = time.monotonic()
-    res = _cli("ingest", folder, "--db", db, "--run", "r", "--jobs", jobs, "-q", env={"SLOWCARD_FAULT": point},
-               timeout=120)
+    res = _cli(
+        "ingest", folder, "--db", db, "--run", "r", "--jobs", jobs, "-q", env={"SLOWCARD_FAULT": point}, timeout=120
+    )
     assert res.returncode == 130, (res.returncode, res.stderr)
     assert res.stderr.strip().splitlines() == ["interrupted (Ctrl-C); what was committed before it is kept"]
     assert time.monotonic() - t0 < 60
     before = _state(db)
     lo, hi = {"feed:1:INT": (0, 0), "feed:2:INT": (0, 1), "committed:1:INT": (1, 2), "pending:2:INT": (1, 1)}[point]
     assert lo <= len(before) <= hi, before
-    for path, (st, kept, visible) in before.items():
+    for _path, (st, kept, visible) in before.items():
         assert st == "ok" and kept == visible
     again = _cli("ingest", folder, "--db", db, "--run", "r", "--jobs", jobs, "-q")
     assert again.returncode == 0, again.stderr

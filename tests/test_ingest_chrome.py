@@ -12,7 +12,6 @@ import re
 import shutil
 import subprocess
 import threading
-import time
 import zlib
 from decimal import Decimal
 from pathlib import Path
@@ -48,9 +47,12 @@ def expected_rows(events, base: int = 0) -> collections.Counter:
 
 
 def stored_rows(con, path: Path) -> collections.Counter:
-    return collections.Counter(con.execute(
-        "SELECT e.name, e.ts_ns FROM event_rows e JOIN sources s USING (source_id) WHERE s.path = ?",
-        [str(path.resolve())]).fetchall())
+    return collections.Counter(
+        con.execute(
+            "SELECT e.name, e.ts_ns FROM event_rows e JOIN sources s USING (source_id) WHERE s.path = ?",
+            [str(path.resolve())],
+        ).fetchall()
+    )
 
 
 def source(con, path: Path) -> dict:
@@ -64,7 +66,8 @@ def source(con, path: Path) -> dict:
 def assert_reconciled(con, sid: int) -> None:
     """seen = kept + dropped; every dropped row has a reason in source_drops; kept rows exist."""
     seen, kept, dropped, fmt = con.execute(
-        "SELECT rows_seen, rows_kept, rows_dropped, format FROM sources WHERE source_id = ?", [sid]).fetchone()
+        "SELECT rows_seen, rows_kept, rows_dropped, format FROM sources WHERE source_id = ?", [sid]
+    ).fetchone()
     assert seen == kept + dropped
     drops = con.execute("SELECT reason, position, n_rows FROM source_drops WHERE source_id = ?", [sid]).fetchall()
     assert sum(n for _, _, n in drops) == dropped
@@ -88,17 +91,49 @@ def phase_events() -> list[dict]:
     return [
         {"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "python"}},
         {"ph": "M", "name": "thread_name", "pid": 1, "tid": 7, "args": {"name": "main"}},
-        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 7, "ts": 4458676624388.731,
-         "dur": 10.5, "args": {"External id": 1}},
-        {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 20, "ts": 4458676624390.001,
-         "dur": 3.25, "args": {"correlation": 1}},
-        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD", "pid": 0, "tid": 20, "ts": 4458676624395.5,
-         "dur": 1.0, "args": {"bytes": 4096}},
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "aten::mm",
+            "pid": 1,
+            "tid": 7,
+            "ts": 4458676624388.731,
+            "dur": 10.5,
+            "args": {"External id": 1},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "gemm",
+            "pid": 0,
+            "tid": 20,
+            "ts": 4458676624390.001,
+            "dur": 3.25,
+            "args": {"correlation": 1},
+        },
+        {
+            "ph": "X",
+            "cat": "gpu_memcpy",
+            "name": "Memcpy HtoD",
+            "pid": 0,
+            "tid": 20,
+            "ts": 4458676624395.5,
+            "dur": 1.0,
+            "args": {"bytes": 4096},
+        },
         {"ph": "B", "cat": "user", "name": "region", "pid": 1, "tid": 7, "ts": 4458676624388.0},
         {"ph": "E", "cat": "user", "name": "region", "pid": 1, "tid": 7, "ts": 4458676624399.999},
         {"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "mark", "pid": 1, "tid": 7, "ts": 4458676624389.25},
-        {"ph": "i", "s": "t", "cat": "[memory]", "name": "[memory]", "pid": 1, "tid": 7, "ts": 4458676624389.5,
-         "args": {"Bytes": 512, "Addr": 140234567890123}},
+        {
+            "ph": "i",
+            "s": "t",
+            "cat": "[memory]",
+            "name": "[memory]",
+            "pid": 1,
+            "tid": 7,
+            "ts": 4458676624389.5,
+            "args": {"Bytes": 512, "Addr": 140234567890123},
+        },
         {"ph": "I", "name": "global mark", "pid": 1, "tid": 7, "ts": 4458676624389.75},
         {"ph": "C", "name": "mem", "pid": 1, "ts": 4458676624390.0, "args": {"allocated": 10}},
         {"ph": "C", "name": "mem", "pid": 1, "ts": 4458676624391.0, "args": {"allocated": 12}},
@@ -130,8 +165,10 @@ def kineto_layouts(tmp_path_factory, _template_db):
     shutil.copyfile(_template_db, db)
     header = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "GPU"}], "baseTimeNanoseconds": BASE_NS}
     trailer = {"distributedInfo": {"backend": "nccl", "rank": 3, "world_size": 4}, "traceName": "x.pt.trace.json"}
-    paths = {name: write_trace(d / f"{name}{suffix}", phase_events(), header, trailer, indent=indent, bom=bom)
-             for name, (indent, suffix, bom) in LAYOUTS.items()}
+    paths = {
+        name: write_trace(d / f"{name}{suffix}", phase_events(), header, trailer, indent=indent, bom=bom)
+        for name, (indent, suffix, bom) in LAYOUTS.items()
+    }
     report = ingest_paths(db, list(paths.values()), run="layouts")
     return db, paths, report
 
@@ -149,31 +186,58 @@ def test_kineto_layouts_keep_every_phase_rank_and_exact_ts(kineto_layouts, layou
         assert (src["rank"], src["rank_source"], src["world_size"]) == (3, "distributedInfo", 4)
         assert src["base_time_ns"] == BASE_NS
         assert json.loads(src["metadata"])["traceName"] == "x.pt.trace.json"
-        phases = dict(con.execute("SELECT ph, count(*) FROM event_rows WHERE source_id = ? GROUP BY ph",
-                                  [src["source_id"]]).fetchall())
+        phases = dict(
+            con.execute(
+                "SELECT ph, count(*) FROM event_rows WHERE source_id = ? GROUP BY ph", [src["source_id"]]
+            ).fetchall()
+        )
         assert phases == PHASES
         # absolute ns = baseTimeNanoseconds + ts * 1000, exactly (4458676624388.731 is a real
         # Kineto value that DuckDB's DOUBLE->DECIMAL cast turns into ...388.732)
         assert stored_rows(con, path) == expected_rows(phase_events(), BASE_NS)
-        flow = con.execute("SELECT id, tid, pid FROM event_rows WHERE source_id = ? AND ph = 'f'",
-                           [src["source_id"]]).fetchone()
+        flow = con.execute(
+            "SELECT id, tid, pid FROM event_rows WHERE source_id = ? AND ph = 'f'", [src["source_id"]]
+        ).fetchone()
         assert flow == ("1", "20", "0")
         assert_reconciled(con, src["source_id"])
 
 
 def test_ascend_trace_view_array_with_string_ts(tmp_db, tmp_path, make_trace):
     events = [
-        {"ph": "X", "name": "aten::empty", "pid": 437675, "tid": 437675, "ts": "1704161511420306.491",
-         "dur": 13.08, "cat": "cpu_op", "args": {"Sequence number": -1}},
-        {"ph": "s", "bp": "e", "name": "enqueue_to_dequeue", "id": 148, "pid": 437675, "tid": 437675,
-         "ts": "1704161511422856.936", "cat": "async_task_queue"},
-        {"ph": "f", "bp": "e", "name": "enqueue_to_dequeue", "id": 148, "pid": 2, "tid": 3,
-         "ts": "1704161511422857.5", "cat": "async_task_queue"},
+        {
+            "ph": "X",
+            "name": "aten::empty",
+            "pid": 437675,
+            "tid": 437675,
+            "ts": "1704161511420306.491",
+            "dur": 13.08,
+            "cat": "cpu_op",
+            "args": {"Sequence number": -1},
+        },
+        {
+            "ph": "s",
+            "bp": "e",
+            "name": "enqueue_to_dequeue",
+            "id": 148,
+            "pid": 437675,
+            "tid": 437675,
+            "ts": "1704161511422856.936",
+            "cat": "async_task_queue",
+        },
+        {
+            "ph": "f",
+            "bp": "e",
+            "name": "enqueue_to_dequeue",
+            "id": 148,
+            "pid": 2,
+            "tid": 3,
+            "ts": "1704161511422857.5",
+            "cat": "async_task_queue",
+        },
         {"ph": "X", "name": "odd", "pid": 1, "tid": 1, "ts": " 17.25 ", "dur": 1},
         {"ph": "M", "name": "process_name", "pid": 437675, "args": {"name": "Python"}},
     ]
-    path = make_trace(tmp_path / "PROF_x_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "trace_view.json",
-                      events, array=True)
+    path = make_trace(tmp_path / "PROF_x_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "trace_view.json", events, array=True)
     report = ingest_paths(tmp_db, [path], run="ascend")
     f = report.files[0]
     assert (f.format, f.status, f.rows_kept) == ("ascend_trace", "ok", 5)
@@ -181,7 +245,9 @@ def test_ascend_trace_view_array_with_string_ts(tmp_db, tmp_path, make_trace):
         assert stored_rows(con, path) == expected_rows(events)
         assert con.execute("SELECT ts_ns FROM events WHERE name = 'aten::empty'").fetchone()[0] == 1704161511420306491
         assert con.execute("SELECT dur_ns, ts_us FROM events WHERE name = 'aten::empty'").fetchone() == (
-            13080, 1704161511420306.491)
+            13080,
+            1704161511420306.491,
+        )
 
 
 def test_service_trace_dialect(tmp_db, tmp_path, make_trace):
@@ -189,32 +255,83 @@ def test_service_trace_dialect(tmp_db, tmp_path, make_trace):
     events = [
         {"name": "process_name", "ph": "M", "pid": pid, "args": {"name": str(pid)}},
         {"name": "process_labels", "ph": "M", "pid": pid, "args": {"labels": "node-7,dp1"}},
-        {"name": "batchFrameworkProcessing", "ph": "X", "ts": 1773992798123456.0, "dur": 1556.0, "pid": pid,
-         "tid": f"Schedule({pid})", "args": {"batch_type": "Prefill", "batch_size": "2",
-                                              "res_list": [{"rid": "cmpl-0", "iter": 0}]}},
-        {"name": "modelExec", "ph": "X", "ts": 1773992798125012.5, "dur": 900.25, "pid": pid,
-         "tid": f"Execute({pid})", "args": {}},
-        {"name": "Schedule.KVCache-dp1", "ph": "C", "ts": 1773992798125012.0, "pid": pid,
-         "tid": "Schedule.KVCache", "args": {"Device Block": 6910}},
-        {"name": "WaitingQueue", "ph": "C", "ts": 1773992798125013.0, "pid": pid, "tid": "Queue",
-         "args": {"Queue Size": 3}},
-        {"name": "flow_cmpl-0", "ph": "s", "ts": 1773992798123456.0, "id": "cmpl-0", "cat": "cmpl-0",
-         "pid": pid, "tid": "Request"},
-        {"name": "flow_cmpl-0", "ph": "f", "ts": 1773992798126000.0, "id": "cmpl-0", "cat": "cmpl-0",
-         "pid": pid, "tid": "Request"},
+        {
+            "name": "batchFrameworkProcessing",
+            "ph": "X",
+            "ts": 1773992798123456.0,
+            "dur": 1556.0,
+            "pid": pid,
+            "tid": f"Schedule({pid})",
+            "args": {"batch_type": "Prefill", "batch_size": "2", "res_list": [{"rid": "cmpl-0", "iter": 0}]},
+        },
+        {
+            "name": "modelExec",
+            "ph": "X",
+            "ts": 1773992798125012.5,
+            "dur": 900.25,
+            "pid": pid,
+            "tid": f"Execute({pid})",
+            "args": {},
+        },
+        {
+            "name": "Schedule.KVCache-dp1",
+            "ph": "C",
+            "ts": 1773992798125012.0,
+            "pid": pid,
+            "tid": "Schedule.KVCache",
+            "args": {"Device Block": 6910},
+        },
+        {
+            "name": "WaitingQueue",
+            "ph": "C",
+            "ts": 1773992798125013.0,
+            "pid": pid,
+            "tid": "Queue",
+            "args": {"Queue Size": 3},
+        },
+        {
+            "name": "flow_cmpl-0",
+            "ph": "s",
+            "ts": 1773992798123456.0,
+            "id": "cmpl-0",
+            "cat": "cmpl-0",
+            "pid": pid,
+            "tid": "Request",
+        },
+        {
+            "name": "flow_cmpl-0",
+            "ph": "f",
+            "ts": 1773992798126000.0,
+            "id": "cmpl-0",
+            "cat": "cmpl-0",
+            "pid": pid,
+            "tid": "Request",
+        },
     ]
-    path = make_trace(tmp_path / "chrome_tracing.json", events,
-                      text="[\n" + ",\n".join(json.dumps(e, separators=(",", ":")) for e in events) + "\n]\n")
+    path = make_trace(
+        tmp_path / "chrome_tracing.json",
+        events,
+        text="[\n" + ",\n".join(json.dumps(e, separators=(",", ":")) for e in events) + "\n]\n",
+    )
     report = ingest_paths(tmp_db, [path], run="svc")
     f = report.files[0]
     assert (f.format, f.status, f.rows_kept) == ("service_trace", "ok", 8), f.message
     with ro(tmp_db) as con:
         assert stored_rows(con, path) == expected_rows(events)
         assert dict(con.execute("SELECT ph, count(*) FROM events GROUP BY ph").fetchall()) == {
-            "M": 2, "X": 2, "C": 2, "s": 1, "f": 1}
-        assert con.execute("SELECT args->>'$.labels' FROM events WHERE name = 'process_labels'").fetchone()[0] == "node-7,dp1"
-        assert sorted(r[0] for r in con.execute("SELECT DISTINCT tid FROM events WHERE tid IS NOT NULL").fetchall()) == [
-            "Execute(201337)", "Queue", "Request", "Schedule(201337)", "Schedule.KVCache"]
+            "M": 2,
+            "X": 2,
+            "C": 2,
+            "s": 1,
+            "f": 1,
+        }
+        assert (
+            con.execute("SELECT args->>'$.labels' FROM events WHERE name = 'process_labels'").fetchone()[0]
+            == "node-7,dp1"
+        )
+        assert sorted(
+            r[0] for r in con.execute("SELECT DISTINCT tid FROM events WHERE tid IS NOT NULL").fetchall()
+        ) == ["Execute(201337)", "Queue", "Request", "Schedule(201337)", "Schedule.KVCache"]
         assert con.execute("SELECT id FROM events WHERE ph = 's'").fetchone()[0] == "cmpl-0"
 
 
@@ -235,8 +352,9 @@ TS_CASES = {
 @pytest.mark.parametrize("case", sorted(TS_CASES))
 def test_timestamps_exact_to_the_nanosecond(tmp_db, tmp_path, case):
     tokens = TS_CASES[case]
-    body = ",\n".join(f'{{"ph": "X", "name": "e{i}", "pid": 1, "tid": 1, "ts": {t}, "dur": 1}}'
-                      for i, t in enumerate(tokens))
+    body = ",\n".join(
+        f'{{"ph": "X", "name": "e{i}", "pid": 1, "tid": 1, "ts": {t}, "dur": 1}}' for i, t in enumerate(tokens)
+    )
     path = write_trace(tmp_path / f"{case}.json", text="[" + body + "]")
     report = ingest_paths(tmp_db, [path], run="ts")
     assert (report.files[0].status, report.files[0].rows_kept) == ("ok", len(tokens)), report.files[0].message
@@ -249,8 +367,12 @@ def test_timestamps_exact_to_the_nanosecond(tmp_db, tmp_path, case):
 def test_base_time_after_the_events_rebases(tmp_db, tmp_path, make_trace):
     """On-demand Kineto writes baseTimeNanoseconds and distributedInfo after traceEvents."""
     events = [{"ph": "X", "name": f"op{i}", "pid": 1, "tid": 1, "ts": 1000.5 + i, "dur": 1} for i in range(5)]
-    path = make_trace(tmp_path / "ondemand.json", events, {"schemaVersion": 1},
-                      {"baseTimeNanoseconds": BASE_NS, "distributedInfo": {"rank": 1, "world_size": 2}})
+    path = make_trace(
+        tmp_path / "ondemand.json",
+        events,
+        {"schemaVersion": 1},
+        {"baseTimeNanoseconds": BASE_NS, "distributedInfo": {"rank": 1, "world_size": 2}},
+    )
     ingest_paths(tmp_db, [path], run="od")
     with ro(tmp_db) as con:
         assert stored_rows(con, path) == expected_rows(events, BASE_NS)
@@ -260,9 +382,11 @@ def test_base_time_after_the_events_rebases(tmp_db, tmp_path, make_trace):
 # -- args ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("path_taken", ["duckdb", "exact_fallback"])
 def test_args_kept_whole(tmp_db, tmp_path, path_taken):
-    events = ['{"ph": "X", "name": "memcpy", "pid": 1, "tid": 1, "ts": 1, "dur": 1, '
-              '"args": {"bytes": 4096, "Bytes": 8192, "hash": 1180591620717411303425, '
-              '"u64": 18446744073709551615, "nested": {"list": [{"a": 1}, {"b": [2, 3]}]}, "uni": "\u4e2d\u6587 \U0001f600"}}']
+    events = [
+        '{"ph": "X", "name": "memcpy", "pid": 1, "tid": 1, "ts": 1, "dur": 1, '
+        '"args": {"bytes": 4096, "Bytes": 8192, "hash": 1180591620717411303425, '
+        '"u64": 18446744073709551615, "nested": {"list": [{"a": 1}, {"b": [2, 3]}]}, "uni": "\u4e2d\u6587 \U0001f600"}}'
+    ]
     if path_taken == "exact_fallback":
         # one bad event in the same part sends the whole part through the exact Python path
         events.append('{"ph": "X", "name": "bad", "pid": 1, "tid": 1, "ts": "abc", "dur": 1}')
@@ -275,9 +399,17 @@ def test_args_kept_whole(tmp_db, tmp_path, path_taken):
             """SELECT json_extract(args, '$.bytes')::VARCHAR, json_extract(args, '$.Bytes')::VARCHAR,
                       json_extract(args, '$.hash')::VARCHAR, json_extract(args, '$.u64')::VARCHAR,
                       json_extract(args, '$.nested.list[1].b[1]')::VARCHAR, args->>'$.uni', json_keys(args)
-               FROM events WHERE name = 'memcpy'""").fetchone()
-    assert row == ("4096", "8192", "1180591620717411303425", "18446744073709551615", "3", "\u4e2d\u6587 \U0001f600",
-                   ["bytes", "Bytes", "hash", "u64", "nested", "uni"])
+               FROM events WHERE name = 'memcpy'"""
+        ).fetchone()
+    assert row == (
+        "4096",
+        "8192",
+        "1180591620717411303425",
+        "18446744073709551615",
+        "3",
+        "\u4e2d\u6587 \U0001f600",
+        ["bytes", "Bytes", "hash", "u64", "nested", "uni"],
+    )
 
 
 # -- truncation salvage -------------------------------------------------------------------------
@@ -288,8 +420,18 @@ def _salvage_trace(n: int = 200):
     spans, bodies, pos = [], [], len(head)
     for i in range(n):
         name = f"op{i % 10}" + ("}, {x" if i % 7 == 0 else "")
-        body = json.dumps({"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": 1000 + i,
-                           "dur": 0.5, "args": {"l": [{"a": i}, {"b": "s" * (i % 13)}]}})
+        body = json.dumps(
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": name,
+                "pid": 1,
+                "tid": 1,
+                "ts": 1000 + i,
+                "dur": 0.5,
+                "args": {"l": [{"a": i}, {"b": "s" * (i % 13)}]},
+            }
+        )
         bodies.append(body)
         spans.append((pos, pos + len(body)))
         pos += len(body) + 2
@@ -300,10 +442,19 @@ def _salvage_trace(n: int = 200):
 def _cut_positions(text: str, spans, k: int = 40) -> list[int]:
     rng = random.Random(7)
     end_events = text.rindex("]")
-    picks = {spans[3][1] + 1, spans[10][1] + 2, spans[-1][1] + 1,      # right after '},' / after ', \n'
-             spans[0][0] + 1, spans[5][0] + 12, spans[7][0] + 30,      # inside an event, mid-string
-             spans[-1][1], end_events, end_events + 1, end_events + 5,  # before ']}', after ']'
-             len(text.rstrip()) - 1}                                   # only the final '}' missing
+    picks = {
+        spans[3][1] + 1,
+        spans[10][1] + 2,
+        spans[-1][1] + 1,  # right after '},' / after ', \n'
+        spans[0][0] + 1,
+        spans[5][0] + 12,
+        spans[7][0] + 30,  # inside an event, mid-string
+        spans[-1][1],
+        end_events,
+        end_events + 1,
+        end_events + 5,  # before ']}', after ']'
+        len(text.rstrip()) - 1,
+    }  # only the final '}' missing
     while len(picks) < k:
         picks.add(rng.randrange(spans[0][0], len(text.rstrip())))
     return sorted(picks)
@@ -321,7 +472,7 @@ def test_truncated_trace_keeps_every_complete_event(tmp_db, tmp_path):
             complete = sum(1 for _, e in spans if e <= c)
             partial = any(s < c < e for s, e in spans)
             out, n = read_direct(con, path, part_bytes=4096)
-            where = f"cut at byte {c} ({text[max(0, c - 15):c]!r}|{text[c:c + 10]!r})"
+            where = f"cut at byte {c} ({text[max(0, c - 15) : c]!r}|{text[c : c + 10]!r})"
             assert out.status == "truncated", where
             assert (out.rows_kept, n, out.rows_dropped) == (complete, complete, int(partial)), where
             assert out.rows_seen == out.rows_kept + out.rows_dropped
@@ -337,7 +488,7 @@ def test_truncated_gzip_salvages_what_decompressed(tmp_db, tmp_path):
     try:
         for frac in (0.3, 0.5, 0.8, 0.97):
             cut = gz[: int(len(gz) * frac)]
-            prefix = zlib.decompressobj(31).decompress(cut)     # what any reader can recover
+            prefix = zlib.decompressobj(31).decompress(cut)  # what any reader can recover
             complete = sum(1 for _, e in spans if e <= len(prefix))
             path = tmp_path / f"cut{frac}.json.gz"
             path.write_bytes(cut)
@@ -372,8 +523,17 @@ def _adversarial_events(n: int):
     events = []
     for i in range(n):
         name = f"op{i % 10}" + ("}, {weird" if i % 3 == 0 else "") + ('"}, {"x": 1' if i % 5 == 0 else "")
-        events.append({"ph": "X", "name": name, "pid": 1, "tid": 1, "ts": 1000 + i * 0.5, "dur": 1,
-                       "args": {"list": [{"a": i}, {"b": [i, {"c": "}, {"}]}], "pad": "x" * (i % 40)}})
+        events.append(
+            {
+                "ph": "X",
+                "name": name,
+                "pid": 1,
+                "tid": 1,
+                "ts": 1000 + i * 0.5,
+                "dur": 1,
+                "args": {"list": [{"a": i}, {"b": [i, {"c": "}, {"}]}], "pad": "x" * (i % 40)},
+            }
+        )
     return events
 
 
@@ -410,8 +570,12 @@ def test_long_trailer_with_object_lists_after_the_events(tmp_db, tmp_path):
     event boundary. The trailer must still be read, and nothing counted as a bad event."""
     events = [{"ph": "X", "name": f"op{i % 10}", "pid": 1, "tid": 1, "ts": i, "dur": 1} for i in range(500)]
     pg = [{"pg_name": str(i), "pg_desc": "default_pg", "ranks": list(range(50))} for i in range(60)]
-    path = write_trace(tmp_path / "ondemand.json", events, {"schemaVersion": 1},
-                       {"distributedInfo": {"rank": 5, "world_size": 8, "pg_config": pg}, "traceName": "t"})
+    path = write_trace(
+        tmp_path / "ondemand.json",
+        events,
+        {"schemaVersion": 1},
+        {"distributedInfo": {"rank": 5, "world_size": 8, "pg_config": pg}, "traceName": "t"},
+    )
     report = ingest_paths(tmp_db, [path], run="t", options=IngestOptions(part_bytes=4096))
     f = report.files[0]
     assert (f.status, f.rows_kept, f.rows_dropped, f.rank) == ("ok", 500, 0, 5), f.message
@@ -421,8 +585,11 @@ def test_long_trailer_with_object_lists_after_the_events(tmp_db, tmp_path):
 
 
 def test_garbage_between_events_is_skipped_not_looped_on(tmp_db, tmp_path):
-    path = write_trace(tmp_path / "g.json", text='[{"ph": "X", "name": "a", "ts": 1}, }}} , '
-                                                 '{"ph": "X", "name": "b", "ts": 2}, abc, {"name": "c", "ts": 3}]')
+    path = write_trace(
+        tmp_path / "g.json",
+        text='[{"ph": "X", "name": "a", "ts": 1}, }}} , '
+        '{"ph": "X", "name": "b", "ts": 2}, abc, {"name": "c", "ts": 3}]',
+    )
     con = store.open_db(tmp_db)
     try:
         out, n = read_direct(con, path)
@@ -481,8 +648,7 @@ def test_plain_file_goes_through_pipes_in_one_statement(tmp_db, tmp_path, monkey
     rejects a part (a bad event near the start or the end), nothing of that statement stays, the
     parts go again through part files, every good event is kept once, and no feeder thread or
     pipe is left behind."""
-    events = [{"ph": "X", "name": f"op{i % 10}", "pid": 1, "tid": 1, "ts": i + 0.25, "dur": 1}
-              for i in range(3000)]
+    events = [{"ph": "X", "name": f"op{i % 10}", "pid": 1, "tid": 1, "ts": i + 0.25, "dur": 1} for i in range(3000)]
     text = trace_text(events, {"schemaVersion": 1})
     if bad_at is not None:
         # a dur DuckDB cannot read as a number (ts stays numeric: every part reads ts one way)
@@ -519,8 +685,7 @@ def test_gz_file_goes_through_pipes_in_one_statement(tmp_db, tmp_path, monkeypat
     statement (a bad event, a part whose ts is read another way) nothing of it stays, the file is
     decompressed again and goes in waves: every good event is kept once, exactly, and no thread,
     pipe or part file is left behind."""
-    events = [{"ph": "X", "name": f"op{i % 10}", "pid": 1, "tid": 1, "ts": i + 0.25, "dur": 1}
-              for i in range(3000)]
+    events = [{"ph": "X", "name": f"op{i % 10}", "pid": 1, "tid": 1, "ts": i + 0.25, "dur": 1} for i in range(3000)]
     bad_at = {"bad_early": 10, "bad_late": 2500}.get(case)
     text = trace_text(events, {"schemaVersion": 1})
     if bad_at is not None:
@@ -549,7 +714,7 @@ def test_gz_file_goes_through_pipes_in_one_statement(tmp_db, tmp_path, monkeypat
             return feed_pipe(fd, offset, length, pipe, head, end, done)
 
         def held_first(part, pipe):
-            if first.acquire(blocking=False):             # the first part only, once
+            if first.acquire(blocking=False):  # the first part only, once
                 held.append(gave_up.wait(60))
             return feed_part(part, pipe)
 
@@ -558,20 +723,21 @@ def test_gz_file_goes_through_pipes_in_one_statement(tmp_db, tmp_path, monkeypat
     path = write_trace(tmp_path / "piped.json.gz", text=text)
     statements = []
     orig = chrome._Ingest._insert_files
-    monkeypatch.setattr(chrome._Ingest, "_insert_files",
-                        lambda self, files, ts: statements.append(len(files)) or orig(self, files, ts))
+    monkeypatch.setattr(
+        chrome._Ingest, "_insert_files", lambda self, files, ts: statements.append(len(files)) or orig(self, files, ts)
+    )
     f = _ingest_leaving_nothing_behind(tmp_db, tmp_path, path)
     if case == "short_estimate":
-        assert statements[0] == 40_000 // 8192 + 2          # the pipes the estimate asked for ...
-        assert len(statements) > 2                          # ... then the rest in waves
+        assert statements[0] == 40_000 // 8192 + 2  # the pipes the estimate asked for ...
+        assert len(statements) > 2  # ... then the rest in waves
     else:
-        assert statements[0] > 10                           # one statement reads every part
+        assert statements[0] > 10  # one statement reads every part
     if case == "clean":
-        assert statements[1:] in ([], [1])                  # (the last events, after the tail scan)
+        assert statements[1:] in ([], [1])  # (the last events, after the tail scan)
     elif case != "short_estimate":
-        assert len(statements) > 3                         # rejected: again, in waves
+        assert len(statements) > 3  # rejected: again, in waves
     if case == "stall":
-        assert held == [True]                               # the first part waited for the give-up
+        assert held == [True]  # the first part waited for the give-up
     if bad_at is None:
         assert (f.status, f.rows_kept, f.rows_dropped) == ("ok", 3000, 0), f.message
     else:
@@ -585,8 +751,7 @@ def test_gz_file_goes_through_pipes_in_one_statement(tmp_db, tmp_path, monkeypat
 def test_clean_file_never_takes_the_per_event_python_path(tmp_db, tmp_path, monkeypatch, suffix):
     """Speed contract: every event of a clean trace, the last ones before ']' included, is parsed
     by DuckDB; the exact Python path (~20 µs an event) only sees bad or cut input."""
-    events = [{"ph": "X", "name": f"op{i % 10}", "pid": 1, "tid": 1, "ts": i + 0.5, "dur": 1}
-              for i in range(3000)]
+    events = [{"ph": "X", "name": f"op{i % 10}", "pid": 1, "tid": 1, "ts": i + 0.5, "dur": 1} for i in range(3000)]
     path = write_trace(tmp_path / f"clean{suffix}", events, {"schemaVersion": 1}, {"traceName": "t"})
     normalised = []
     orig = chrome._normalise
@@ -605,8 +770,11 @@ def test_header_values_larger_than_the_decode_window(tmp_db, tmp_path):
     before the events is read whole, and the events after it are all there."""
     props = [{"id": i, "name": "dev" * 50, "totalGlobalMem": 85899345920 + i} for i in range(1500)]
     events = [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": i, "dur": 1} for i in range(50)]
-    path = write_trace(tmp_path / "bighead.json", events,
-                       {"schemaVersion": 1, "deviceProperties": props, "baseTimeNanoseconds": BASE_NS})
+    path = write_trace(
+        tmp_path / "bighead.json",
+        events,
+        {"schemaVersion": 1, "deviceProperties": props, "baseTimeNanoseconds": BASE_NS},
+    )
     assert path.stat().st_size > 300_000
     report = ingest_paths(tmp_db, [path], run="h")
     assert (report.files[0].status, report.files[0].rows_kept) == ("ok", 50)
@@ -629,8 +797,11 @@ def test_bad_events_are_dropped_with_reasons(tmp_db, tmp_path):
         '{"ph": "X", "name": "neg_dur", "pid": 1, "tid": 1, "ts": 3, "dur": -5}',
         '{"ph": "M", "name": "null_ts", "pid": 1, "ts": null, "args": {"name": "x"}}',
         '{"ph": "X", "name": "args_list", "pid": 1, "tid": 1, "ts": 4, "dur": 1, "args": [1, 2]}',
-        '{"ph": "X", "name": "deep", "pid": 1, "tid": 1, "ts": 5, "dur": 1, "args": {"d": ' + "[" * 3000 + "]" * 3000 + '}}',
-        '42',
+        '{"ph": "X", "name": "deep", "pid": 1, "tid": 1, "ts": 5, "dur": 1, "args": {"d": '
+        + "[" * 3000
+        + "]" * 3000
+        + "}}",
+        "42",
         '{"ph": "X", "name": "broken" "pid": 1}',
         '{"ph": "X", "name": "good1", "pid": 1, "tid": 1, "ts": 6, "dur": 1}',
     ]
@@ -645,17 +816,25 @@ def test_bad_events_are_dropped_with_reasons(tmp_db, tmp_path):
         assert_reconciled(con, sid)
         neg = con.execute("SELECT dur_ns FROM events WHERE name = 'neg_dur'").fetchone()[0]
     assert kept == {"good0", "good1", "neg_dur", "null_ts", "args_list"}
-    assert neg == -5000            # kept as written: the value is the profiler's, not ours to fix
-    assert drops == {"ts is not a number": 2, "ts is out of range": 3, "dur is not a number": 1,
-                     "event nested too deeply": 1, "event is not an object": 1, "event is not valid JSON": 1}
+    assert neg == -5000  # kept as written: the value is the profiler's, not ours to fix
+    assert drops == {
+        "ts is not a number": 2,
+        "ts is out of range": 3,
+        "dur is not a number": 1,
+        "event nested too deeply": 1,
+        "event is not an object": 1,
+        "event is not valid JSON": 1,
+    }
     assert f.message.startswith("kept 5 events, dropped 9:")
 
 
 def test_invalid_utf8_and_surrogates_are_replaced_and_reported(tmp_db, tmp_path):
     path = tmp_path / "utf.json"
-    path.write_bytes(b'[{"ph": "X", "name": "bad\xff\xfename", "pid": 1, "tid": 1, "ts": 1, "dur": 1},\n'
-                     b' {"ph": "X", "name": "cut\\ud800", "pid": 1, "tid": 1, "ts": 2, "dur": 1},\n'
-                     b' {"ph": "X", "name": "good", "pid": 1, "tid": 1, "ts": 3, "dur": 1}]')
+    path.write_bytes(
+        b'[{"ph": "X", "name": "bad\xff\xfename", "pid": 1, "tid": 1, "ts": 1, "dur": 1},\n'
+        b' {"ph": "X", "name": "cut\\ud800", "pid": 1, "tid": 1, "ts": 2, "dur": 1},\n'
+        b' {"ph": "X", "name": "good", "pid": 1, "tid": 1, "ts": 3, "dur": 1}]'
+    )
     report = ingest_paths(tmp_db, [path], run="utf")
     f = report.files[0]
     assert (f.status, f.rows_kept) == ("ok", 3)
@@ -668,10 +847,14 @@ def test_invalid_utf8_and_surrogates_are_replaced_and_reported(tmp_db, tmp_path)
 # -- commits: idempotent, atomic, crash-safe ----------------------------------------------------
 def _fingerprint(con, path: Path, run: str) -> tuple[int, str]:
     """(row count, hash of every column) of one file's events in one run."""
-    rows = sorted(con.execute(
-        """SELECT e.ph, e.name, e.pid, e.tid, e.ts_ns, e.dur_ns, e.id, CAST(e.args AS VARCHAR)
+    rows = sorted(
+        con.execute(
+            """SELECT e.ph, e.name, e.pid, e.tid, e.ts_ns, e.dur_ns, e.id, CAST(e.args AS VARCHAR)
            FROM event_rows e JOIN sources s USING (source_id) WHERE s.path = ? AND s.run = ?""",
-        [str(path.resolve()), run]).fetchall(), key=repr)
+            [str(path.resolve()), run],
+        ).fetchall(),
+        key=repr,
+    )
     return len(rows), hashlib.sha256(repr(rows).encode()).hexdigest()
 
 
@@ -684,34 +867,42 @@ def test_reingest_replaces_never_duplicates(tmp_db, tmp_path, make_trace):
         sid_first = source(con, path)["source_id"]
     assert first[0] == 50
 
-    report = ingest_paths(tmp_db, [path], run="a")            # same run: replaced, not duplicated
-    assert not report.warnings                                # no "duplicate rank" from itself
+    report = ingest_paths(tmp_db, [path], run="a")  # same run: replaced, not duplicated
+    assert not report.warnings  # no "duplicate rank" from itself
     with ro(tmp_db) as con:
         assert con.execute("SELECT count(*) FROM sources WHERE run = 'a'").fetchone()[0] == 1
         assert _fingerprint(con, path, "a") == first
-        assert source(con, path)["source_id"] != sid_first    # the new commit replaced the old one
+        assert source(con, path)["source_id"] != sid_first  # the new commit replaced the old one
         assert con.execute("SELECT count(*) FROM event_rows").fetchone()[0] == 50
 
-    ingest_paths(tmp_db, [path], run="b")                     # another run: both present
+    ingest_paths(tmp_db, [path], run="b")  # another run: both present
     with ro(tmp_db) as con:
         assert con.execute("SELECT run, count(*) FROM events GROUP BY run ORDER BY run").fetchall() == [
-            ("a", 50), ("b", 50)]
+            ("a", 50),
+            ("b", 50),
+        ]
         assert _fingerprint(con, path, "b") == first
 
 
 @pytest.mark.parametrize("bad", ["corrupt_gzip", "not_a_list", "empty"])
 def test_failed_reingest_leaves_old_rows_exactly(tmp_db, tmp_path, make_trace, bad):
-    events = [{"ph": "X", "name": f"op{i}", "pid": 1, "tid": 1, "ts": i + 0.5, "dur": 1, "args": {"k": [i]}}
-              for i in range(40)]
+    events = [
+        {"ph": "X", "name": f"op{i}", "pid": 1, "tid": 1, "ts": i + 0.5, "dur": 1, "args": {"k": [i]}}
+        for i in range(40)
+    ]
     path = make_trace(tmp_path / "t.json", events)
     ingest_paths(tmp_db, [path], run="r")
     with ro(tmp_db) as con:
         before = _fingerprint(con, path, "r")
         src_before = source(con, path)
     assert before[0] == 40
-    path.write_bytes({"corrupt_gzip": b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03garbage, not deflate" * 3,
-                      "not_a_list": b'{"schemaVersion": 1, "traceEvents": {"not": "a list"}}',
-                      "empty": b""}[bad])
+    path.write_bytes(
+        {
+            "corrupt_gzip": b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03garbage, not deflate" * 3,
+            "not_a_list": b'{"schemaVersion": 1, "traceEvents": {"not": "a list"}}',
+            "empty": b"",
+        }[bad]
+    )
     report = ingest_paths(tmp_db, [path], run="r")
     assert report.files[0].status == "failed" and report.exit_code == 1
     assert str(path.resolve()) in report.files[0].message
@@ -730,10 +921,10 @@ def test_killed_ingest_leaves_no_visible_rows(tmp_db, tmp_path, make_trace):
     out = chrome.READER.ingest(Context(path, "kineto", sid, "r", con, IngestOptions()))
     assert out.rows_kept == 20
     assert con.execute("SELECT count(*) FROM event_rows WHERE source_id = ?", [sid]).fetchone()[0] == 20
-    con.close()                                     # "killed": no commit_source
+    con.close()  # "killed": no commit_source
     with ro(tmp_db) as con:
-        assert con.execute("SELECT count(*) FROM events").fetchone()[0] == 0    # views join sources
-    con = store.open_db(tmp_db)                     # the next write-open cleans up
+        assert con.execute("SELECT count(*) FROM events").fetchone()[0] == 0  # views join sources
+    con = store.open_db(tmp_db)  # the next write-open cleans up
     try:
         assert con.execute("SELECT count(*) FROM event_rows").fetchone()[0] == 0
         assert con.execute("SELECT count(*) FROM pending_sources").fetchone()[0] == 0
@@ -820,14 +1011,19 @@ def test_real_traces_counts_and_timestamps_exact(real_db, realdata):
             src = source(con, p)
             assert (src["rows_kept"], src["rows_dropped"]) == (len(evs), 0), p.name
             sid = src["source_id"]
-            names = collections.Counter(r[0] for r in con.execute(
-                "SELECT name FROM event_rows WHERE source_id = ?", [sid]).fetchall())
+            names = collections.Counter(
+                r[0] for r in con.execute("SELECT name FROM event_rows WHERE source_id = ?", [sid]).fetchall()
+            )
             assert names == collections.Counter(e.get("name") for e in evs), p.name
             # the ts texts as written (real traces have no "ts" key inside args)
             want = sorted(_ns_of_text(t) + base for t in _TS_TOKEN.findall(raw))
             assert len(want) == sum(1 for e in evs if e.get("ts") is not None), p.name
-            got = [r[0] for r in con.execute("SELECT ts_ns FROM event_rows WHERE source_id = ? AND ts_ns "
-                                             "IS NOT NULL ORDER BY ts_ns", [sid]).fetchall()]
+            got = [
+                r[0]
+                for r in con.execute(
+                    "SELECT ts_ns FROM event_rows WHERE source_id = ? AND ts_ns IS NOT NULL ORDER BY ts_ns", [sid]
+                ).fetchall()
+            ]
             assert got == want, p.name
 
 
@@ -836,14 +1032,21 @@ def test_real_ascend_trace_view(real_db, realdata):
     with ro(db) as con:
         src = source(con, realdata / "ascend" / "trace_view.json")
         assert (src["rows_kept"], src["format"], src["rank"]) == (3670, "ascend_trace", None)
-        ts = {r[0] for r in con.execute("SELECT ts_ns FROM event_rows WHERE source_id = ?", [src["source_id"]]).fetchall()}
+        ts = {
+            r[0] for r in con.execute("SELECT ts_ns FROM event_rows WHERE source_id = ?", [src["source_id"]]).fetchall()
+        }
     assert 1704161511420306491 in ts
 
 
 def test_real_kineto_ranks(real_db, realdata):
     db, reports = real_db
-    want = {"sampled_rank-0.json.gz": 0, "sampled_rank-1.json.gz": 1, "nccl_data.json.gz": 0,
-            "df_index_resolver.json.gz": 1, "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz": 34}
+    want = {
+        "sampled_rank-0.json.gz": 0,
+        "sampled_rank-1.json.gz": 1,
+        "nccl_data.json.gz": 0,
+        "df_index_resolver.json.gz": 1,
+        "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz": 34,
+    }
     with ro(db) as con:
         for name, rank in want.items():
             src = source(con, realdata / "kineto" / name)
@@ -863,8 +1066,9 @@ def test_real_ep4_run_has_ranks_0_to_3(real_db, realdata):
     rep = reports["kineto_cpu_ep4_hot1"]
     assert rep.run == "kineto_cpu_ep4_hot1" and rep.exit_code == 0 and not rep.warnings
     with ro(db) as con:
-        got = con.execute("SELECT rank, count(*) FROM events WHERE run = 'kineto_cpu_ep4_hot1' "
-                          "GROUP BY rank ORDER BY rank").fetchall()
+        got = con.execute(
+            "SELECT rank, count(*) FROM events WHERE run = 'kineto_cpu_ep4_hot1' GROUP BY rank ORDER BY rank"
+        ).fetchall()
         assert con.execute("SELECT world_size FROM runs WHERE run = 'kineto_cpu_ep4_hot1'").fetchone()[0] == 4
     assert got == [(0, 1315), (1, 3187), (2, 1315), (3, 1315)]
 
@@ -874,8 +1078,7 @@ def test_duckdb_cli_reads_the_database(real_db):
     if exe is None:
         pytest.skip("the duckdb CLI (PyPI duckdb-cli, in the dev extra) is not installed")
     db, _ = real_db
-    sql = ("SELECT rank, count(*) AS n FROM events WHERE run = 'kineto_cpu_ep4_hot1' "
-           "GROUP BY rank ORDER BY rank")
+    sql = "SELECT rank, count(*) AS n FROM events WHERE run = 'kineto_cpu_ep4_hot1' GROUP BY rank ORDER BY rank"
     out = subprocess.run([exe, "-readonly", "-csv", str(db), "-c", sql], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["rank,n", "0,1315", "1,3187", "2,1315", "3,1315"]
@@ -896,14 +1099,30 @@ def test_database_file_stays_compact_over_many_statements_and_reingests(tmp_path
     on 8 files). Off (store.connect), N files take about N times the space of one, and
     re-ingesting the same files again and again keeps the file bounded (replaced row groups are
     dropped whole)."""
-    events = [{"ph": "X", "name": f"op{i % 50}", "pid": 1, "tid": i % 4, "ts": i * 3 + 0.5, "dur": 2,
-               "args": {"External id": i, "seq": i % 1000}} for i in range(140_000)]
+    events = [
+        {
+            "ph": "X",
+            "name": f"op{i % 50}",
+            "pid": 1,
+            "tid": i % 4,
+            "ts": i * 3 + 0.5,
+            "dur": 2,
+            "args": {"External id": i, "seq": i % 1000},
+        }
+        for i in range(140_000)
+    ]
     text = trace_text(events, {"schemaVersion": 1})
-    paths = [write_trace(tmp_path / f"rank{r}.json", text=text.replace(
-        '"schemaVersion": 1', f'"schemaVersion": 1, "distributedInfo": {{"rank": {r}, "world_size": 4}}'))
-        for r in range(4)]
+    paths = [
+        write_trace(
+            tmp_path / f"rank{r}.json",
+            text=text.replace(
+                '"schemaVersion": 1', f'"schemaVersion": 1, "distributedInfo": {{"rank": {r}, "world_size": 4}}'
+            ),
+        )
+        for r in range(4)
+    ]
     tiny = write_trace(tmp_path / "tiny.json", events[:1])
-    base = _db_size_after(tmp_path / "base.duckdb", [tiny], 1)[0]       # schema, views, catalog
+    base = _db_size_after(tmp_path / "base.duckdb", [tiny], 1)[0]  # schema, views, catalog
     one = _db_size_after(tmp_path / "one.duckdb", paths[:1], 1)[0] - base
     sizes = _db_size_after(tmp_path / "four.duckdb", paths, 4)
     with duckdb.connect(str(tmp_path / "four.duckdb"), read_only=True) as con:
@@ -916,13 +1135,22 @@ def test_database_file_stays_compact_over_many_statements_and_reingests(tmp_path
 def test_progress_moves_within_one_large_file(tmp_db, tmp_path, suffix):
     """The progress callback sees a file's bytes part by part, not only when the file is done,
     and the bytes add up to the file's size exactly (compressed size for .gz)."""
-    rnd = random.Random(7)       # incompressible padding: the .gz spans many 256 KB reads
-    events = [{"ph": "X", "name": f"op{i % 10}", "pid": 1, "tid": 1, "ts": i + 0.5, "dur": 1,
-               "args": {"pad": "%032x" % rnd.getrandbits(128)}} for i in range(60_000)]
+    rnd = random.Random(7)  # incompressible padding: the .gz spans many 256 KB reads
+    events = [
+        {
+            "ph": "X",
+            "name": f"op{i % 10}",
+            "pid": 1,
+            "tid": 1,
+            "ts": i + 0.5,
+            "dur": 1,
+            "args": {"pad": f"{rnd.getrandbits(128):032x}"},
+        }
+        for i in range(60_000)
+    ]
     path = write_trace(tmp_path / f"big{suffix}", events, {"schemaVersion": 1})
     states = []
-    report = ingest_paths(tmp_db, [path], run="p", options=IngestOptions(part_bytes=64 << 10),
-                          progress=states.append)
+    report = ingest_paths(tmp_db, [path], run="p", options=IngestOptions(part_bytes=64 << 10), progress=states.append)
     assert report.files[0].status == "ok"
     size = path.stat().st_size
     within = [s["bytes_done"] for s in states if s["files_done"] == 0 and 0 < s["bytes_done"] < size]

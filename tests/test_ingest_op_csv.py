@@ -82,11 +82,14 @@ def us_to_ns(text: str) -> int:
 
 # -- sniff ---------------------------------------------------------------------------------------
 
+
 def test_sniff_by_header_content(tmp_path):
-    for name, want in [("kernel_details_block_num.csv", "kernel_details"),
-                       ("kernel_details_block_dim.csv", "kernel_details"),
-                       ("kernel_details_level0.csv", "kernel_details"),
-                       ("op_summary_unquoted_tab.csv", "op_summary")]:
+    for name, want in [
+        ("kernel_details_block_num.csv", "kernel_details"),
+        ("kernel_details_block_dim.csv", "kernel_details"),
+        ("kernel_details_level0.csv", "kernel_details"),
+        ("op_summary_unquoted_tab.csv", "op_summary"),
+    ]:
         p = OPS / name
         assert READER.sniff(p, base.read_head(p)) == want, name
     # The file name plays no part: an op_summary named like kernel_details is still op_summary.
@@ -120,22 +123,33 @@ def test_sniff_refuses_json_and_unrelated_csv(tmp_path):
 
 # -- real samples --------------------------------------------------------------------------------
 
+
 @pytest.mark.realdata
 def test_real_kernel_details(con):
     p = real("kernel_details.csv")
     expect = csv_rows(p)
     sid, out = ingest(con, p)
     assert (out.rows_seen, out.rows_kept, out.status) == (len(expect), len(expect), "ok")
-    got = ops(con, sid, "line_no, name, op_type, ts_ns, dur_ns, wait_ns, block_num, step_id, "
-                        "input_shapes, extra->>'HF32 Eligible', extra->>'cube_utilization(%)'")
+    got = ops(
+        con,
+        sid,
+        "line_no, name, op_type, ts_ns, dur_ns, wait_ns, block_num, step_id, "
+        "input_shapes, extra->>'HF32 Eligible', extra->>'cube_utilization(%)'",
+    )
     assert len(got) == len(expect)
     first = got[0]
     assert first[0] == 2
     # "1736413971558972.912\t" in the file: exact ns, tab stripped.
     assert first[3] == 1736413971558972912
     assert (first[1], first[2], first[4], first[5], first[6], first[7]) == (
-        "aclnnMatmul_MatMulCommon_MatMulV2", "MatMulV2", 185504, 1087, 16, 19)
-    assert first[8] == "81920,4096;8192,512"          # the literal quotes are gone
+        "aclnnMatmul_MatMulCommon_MatMulV2",
+        "MatMulV2",
+        185504,
+        1087,
+        16,
+        19,
+    )
+    assert first[8] == "81920,4096;8192,512"  # the literal quotes are gone
     assert (first[9], first[10]) == ("NO", "79.295")
     # Every row's ns equal the exact decimal value of its text.
     assert [r[3] for r in got] == [us_to_ns(r["Start Time(us)"]) for r in expect]
@@ -155,7 +169,9 @@ def test_real_kernel_details_with_hccl(con):
     hccl = con.execute(
         "SELECT name, op_type, task_id, stream_id, block_num, input_shapes, ts_ns, dur_ns, "
         "extra->>'aicore_time(us)' FROM ops WHERE source_id = ? AND accelerator_core = 'HCCL' "
-        "ORDER BY line_no", [sid]).fetchall()
+        "ORDER BY line_no",
+        [sid],
+    ).fetchall()
     assert len(hccl) == n_hccl
     # hcom_broadcast__445_0: N/A task/stream ids and shapes are NULL; times exact.
     assert hccl[0][:6] == ("hcom_broadcast__445_0", "hcom_broadcast_", None, None, 0, None)
@@ -166,21 +182,34 @@ def test_real_kernel_details_with_hccl(con):
 
 # -- header variants -----------------------------------------------------------------------------
 
+
 def test_block_num_header_gmm_tokens_and_na(con):
     sid, out = ingest(con, OPS / "kernel_details_block_num.csv")
     assert (out.rows_kept, out.status) == (4, "ok")
-    rows = ops(con, sid, "name, step_id, device_id, model_id, task_id, block_num, mix_block_num, "
-                         "op_state, accelerator_core, ts_ns, dur_ns, wait_ns, end_ns, input_shapes, "
-                         "output_shapes, gmm_tokens, extra->>'Context ID', extra->>'HF32 Eligible'")
+    rows = ops(
+        con,
+        sid,
+        "name, step_id, device_id, model_id, task_id, block_num, mix_block_num, "
+        "op_state, accelerator_core, ts_ns, dur_ns, wait_ns, end_ns, input_shapes, "
+        "output_shapes, gmm_tokens, extra->>'Context ID', extra->>'HF32 Eligible'",
+    )
     gmm, mm, hccl, swiglu = rows
-    assert gmm[:9] == ("aclnnGroupedMatmulV4_GroupedMatmul_GroupedMatmul", 3, 2, 4294967295, "101",
-                       24, 48, "dynamic", "MIX_AIC")
-    assert (gmm[9], gmm[10], gmm[11], gmm[12]) == (1780676244313289125, 812500, 1250,
-                                                   1780676244313289125 + 812500)
+    assert gmm[:9] == (
+        "aclnnGroupedMatmulV4_GroupedMatmul_GroupedMatmul",
+        3,
+        2,
+        4294967295,
+        "101",
+        24,
+        48,
+        "dynamic",
+        "MIX_AIC",
+    )
+    assert (gmm[9], gmm[10], gmm[11], gmm[12]) == (1780676244313289125, 812500, 1250, 1780676244313289125 + 812500)
     assert gmm[13] == "1024,7168;256,7168,4096;256;256" and gmm[14] == "1024,4096"
     # ep_load_balance rule: first dims of all shapes but the last two: 1024 + 256.
     assert gmm[15] == 1280
-    assert gmm[16] is None and gmm[17] == "NO"          # N/A in extra -> null
+    assert gmm[16] is None and gmm[17] == "NO"  # N/A in extra -> null
     assert mm[15] is None and mm[10] == 100002
     # The HCCL row: N/A everywhere except name / type / times.
     assert hccl[4:9] == (None, None, None, None, "HCCL")
@@ -194,15 +223,20 @@ def test_block_num_header_gmm_tokens_and_na(con):
     assert out.rank_hints == {"device_id": 2}
     # The view's units.
     ts_us, dur_us, wait_us = con.execute(
-        "SELECT ts_us, dur_us, wait_us FROM ops WHERE source_id = ? AND line_no = 2", [sid]).fetchone()
+        "SELECT ts_us, dur_us, wait_us FROM ops WHERE source_id = ? AND line_no = 2", [sid]
+    ).fetchone()
     assert (dur_us, wait_us) == (812.5, 1.25) and abs(ts_us - 1780676244313289.125) < 0.5
 
 
 def test_block_dim_header_without_step_and_device(con):
     sid, out = ingest(con, OPS / "kernel_details_block_dim.csv")
     assert out.rows_kept == 2
-    rows = ops(con, sid, "step_id, device_id, op_state, task_id, block_num, mix_block_num, ts_ns, "
-                         "dur_ns, wait_ns, input_shapes, extra->>'aiv_time(us)'")
+    rows = ops(
+        con,
+        sid,
+        "step_id, device_id, op_state, task_id, block_num, mix_block_num, ts_ns, "
+        "dur_ns, wait_ns, input_shapes, extra->>'aiv_time(us)'",
+    )
     assert rows[0] == (None, None, None, "7", 48, 0, 1699529622790614800, 607980, 0, "544404480", "587.05")
     # An unquoted start time without a tab, no decimals.
     assert rows[1][6] == 1699529622791300000 and rows[1][8] == 77220
@@ -214,23 +248,48 @@ def test_block_dim_header_without_step_and_device(con):
 def test_level0_header(con):
     sid, out = ingest(con, OPS / "kernel_details_level0.csv")
     assert out.rows_kept == 2 and out.metadata["level0"]
-    rows = ops(con, sid, "device_id, task_id, stream_id, op_type, block_num, mix_block_num, ts_ns, "
-                         "dur_ns, gmm_tokens, extra")
+    rows = ops(
+        con, sid, "device_id, task_id, stream_id, op_type, block_num, mix_block_num, ts_ns, dur_ns, gmm_tokens, extra"
+    )
     assert rows[0][:9] == (5, None, None, "GroupedMatmul", 24, None, 1780676244400000000, 400000, 512 + 256)
     assert rows[1][6:9] == (1780676244400500250, 35500, None)
-    assert rows[0][9] == "{}"                 # every column of the Level0 header is mapped
+    assert rows[0][9] == "{}"  # every column of the Level0 header is mapped
     assert out.rank_hints == {"device_id": 5}
 
 
 def test_op_summary_unquoted_tab(con):
     sid, out = ingest(con, OPS / "op_summary_unquoted_tab.csv")
     assert out.metadata["header_variant"] == "op_summary" and out.rows_kept == 3
-    rows = ops(con, sid, "device_id, name, op_type, accelerator_core, ts_ns, dur_ns, wait_ns, "
-                         "block_num, input_shapes, output_shapes, extra->>'Model Name', extra->>'Infer ID'")
-    assert rows[0] == (0, "aclnnAdd_AddAiCore_Add", "Add", "AI_VECTOR_CORE", 1780676244313289000, 3200, 0,
-                       8, "4096;4096", "4096", None, None)
-    assert rows[1][:8] == (0, "hcom_allReduce__360_0_1", "hcom_allReduce_", "COMMUNICATION",
-                           1780676244313300040, 250500, 7790, None)
+    rows = ops(
+        con,
+        sid,
+        "device_id, name, op_type, accelerator_core, ts_ns, dur_ns, wait_ns, "
+        "block_num, input_shapes, output_shapes, extra->>'Model Name', extra->>'Infer ID'",
+    )
+    assert rows[0] == (
+        0,
+        "aclnnAdd_AddAiCore_Add",
+        "Add",
+        "AI_VECTOR_CORE",
+        1780676244313289000,
+        3200,
+        0,
+        8,
+        "4096;4096",
+        "4096",
+        None,
+        None,
+    )
+    assert rows[1][:8] == (
+        0,
+        "hcom_allReduce__360_0_1",
+        "hcom_allReduce_",
+        "COMMUNICATION",
+        1780676244313300040,
+        250500,
+        7790,
+        None,
+    )
     assert rows[2][0] == 1 and rows[2][4] == 1780676244313290500
     # Two devices in one file: no single device hint, both listed.
     assert out.rank_hints == {} and out.metadata["device_ids"] == [0, 1]
@@ -251,6 +310,7 @@ def test_bom_crlf_and_gzip(con, tmp_path):
 
 
 # -- salvage and refusals --------------------------------------------------------------------------
+
 
 def test_ragged_rows_salvaged_with_line_numbers(con):
     sid, out = ingest(con, BAD / "ops_ragged.csv")
@@ -274,7 +334,10 @@ def test_blank_line_and_multiline_field_line_numbers(con, tmp_path):
         sid, out = ingest(con, p)
         assert out.metadata["line_no_exact"]
         assert ops(con, sid, "line_no, name, op_type, ts_ns") == [
-            (2, "op_a", "Add", 2000000), (4, "op_b", "Add\nFused", 2001500), (7, "op_d", "Add", 2004250)]
+            (2, "op_a", "Add", 2000000),
+            (4, "op_b", "Add\nFused", 2001500),
+            (7, "op_d", "Add", 2004250),
+        ]
         assert [(pos, n) for _, pos, n in out.drops] == [("line 6", 1)]
         assert out.rows_seen == 4
 
@@ -283,11 +346,7 @@ def test_invalid_utf8_row_with_blank_line(con, tmp_path):
     """A non-UTF-8 row is dropped with its line; with a blank line the line numbers still come
     out exact, and the caller's transaction stays usable (the ingest helper commits)."""
     p = tmp_path / "latin.csv"
-    p.write_bytes(b"Name,Type,Start Time(us),Duration(us)\n"
-                  b"op_a,Add,1,1\n"
-                  b"\n"
-                  b"op_\xe9\xff,Add,2,1\n"
-                  b"op_c,Add,3,1\n")
+    p.write_bytes(b"Name,Type,Start Time(us),Duration(us)\nop_a,Add,1,1\n\nop_\xe9\xff,Add,2,1\nop_c,Add,3,1\n")
     sid, out = ingest(con, p)
     assert ops(con, sid, "line_no, name") == [(2, "op_a"), (5, "op_c")]
     [(reason, pos, n)] = out.drops
@@ -299,17 +358,24 @@ def test_unusual_numbers(con, tmp_path):
     """Times that are not `digits.ddd`: exponent, more decimals (rounded to the ns), negative,
     blanks around; an out-of-range one is a dropped row, never an aborted ingest."""
     p = tmp_path / "numbers.csv"
-    p.write_text("Name,Type,Start Time(us),Duration(us),Wait Time(us)\n"
-                 "huge,T,99999999999999999999999999999,1,0\n"
-                 "exp,T,1.5e3,1,0\n"
-                 "many,T,1.23456,-2.5,0.0005\n"
-                 'blank,T," 7 \t",N/A,x\n'
-                 'int,T,"1736413971558972\t",3,0\n')
+    p.write_text(
+        "Name,Type,Start Time(us),Duration(us),Wait Time(us)\n"
+        "huge,T,99999999999999999999999999999,1,0\n"
+        "exp,T,1.5e3,1,0\n"
+        "many,T,1.23456,-2.5,0.0005\n"
+        'blank,T," 7 \t",N/A,x\n'
+        'int,T,"1736413971558972\t",3,0\n'
+    )
     sid, out = ingest(con, p)
     assert ops(con, sid, "line_no, name, ts_ns, dur_ns, wait_ns") == [
-        (3, "exp", 1500000, 1000, 0), (4, "many", 1235, -2500, 1), (6, "int", 1736413971558972000, 3000, 0)]
-    assert out.drops == [("bad Start Time(us) value 99999999999999999999999999999", "line 2", 1),
-                         ("missing Duration(us)", "line 5", 1)]
+        (3, "exp", 1500000, 1000, 0),
+        (4, "many", 1235, -2500, 1),
+        (6, "int", 1736413971558972000, 3000, 0),
+    ]
+    assert out.drops == [
+        ("bad Start Time(us) value 99999999999999999999999999999", "line 2", 1),
+        ("missing Duration(us)", "line 5", 1),
+    ]
 
 
 def test_missing_required_column(con):
@@ -319,7 +385,7 @@ def test_missing_required_column(con):
         ingest(con, p)
     msg = str(ei.value)
     assert str(p) in msg and "Task Duration(us)" in msg and "Duration(us)" in msg
-    assert "Device_id,Model ID,Task ID,Stream ID,Op Name,OP Type" in msg     # the header found
+    assert "Device_id,Model ID,Task ID,Stream ID,Op Name,OP Type" in msg  # the header found
     assert ei.value.position == "line 1"
 
 
@@ -341,8 +407,9 @@ def test_header_only_and_rollback(con, tmp_path):
     # The reader writes inside the caller's transaction: a rollback leaves nothing.
     con.execute("BEGIN")
     sid2 = store.claim_source(con, "r", str(OPS / "kernel_details_level0.csv"), 1, "fp")
-    READER.ingest(base.Context(OPS / "kernel_details_level0.csv", "kernel_details", sid2, "r", con,
-                               base.IngestOptions()))
+    READER.ingest(
+        base.Context(OPS / "kernel_details_level0.csv", "kernel_details", sid2, "r", con, base.IngestOptions())
+    )
     assert con.execute("SELECT count(*) FROM op_rows WHERE source_id = ?", [sid2]).fetchone()[0] == 2
     con.execute("ROLLBACK")
     assert con.execute("SELECT count(*) FROM op_rows WHERE source_id = ?", [sid2]).fetchone()[0] == 0
@@ -360,17 +427,17 @@ def _generated(rng: random.Random) -> str:
         if r < 0.08:
             lines.append("")
         elif r < 0.14:
-            lines.append(f"op{i},T,{i}.5,1")                               # short
+            lines.append(f"op{i},T,{i}.5,1")  # short
         elif r < 0.18:
-            lines.append(f"op{i},T,{i}.5,1,x,y")                           # long
+            lines.append(f"op{i},T,{i}.5,1,x,y")  # long
         elif r < 0.24:
-            lines.append(f'op{i},"multi\nline",{i}.5,1,"""1,2"""')         # field over 2 lines
+            lines.append(f'op{i},"multi\nline",{i}.5,1,"""1,2"""')  # field over 2 lines
         elif r < 0.28:
-            lines.append(f"op{i},T,abc,1,x")                               # bad start time
+            lines.append(f"op{i},T,abc,1,x")  # bad start time
         elif r < 0.31:
-            lines.append(f"N/A,T,{i},1,x")                                 # no name
+            lines.append(f"N/A,T,{i},1,x")  # no name
         elif r < 0.34:
-            lines.append(f'op{i},"a\n\nb",{i},1,x')                        # blank line inside quotes
+            lines.append(f'op{i},"a\n\nb",{i},1,x')  # blank line inside quotes
         else:
             lines.append(f'op{i},T,"{1736413971558972 + i}.123\t",2.5,"""4,5;6"""')
     nl = rng.choice(["\n", "\r\n"])
@@ -415,7 +482,7 @@ def test_many_drops_are_summed_after_the_first_hundred(con, tmp_path):
     p = tmp_path / "many_bad.csv"
     lines = ["Name,Start Time(us),Duration(us)"]
     for i in range(160):
-        lines.append(f"op{i},{i},1" if i % 4 == 0 else f"op{i},{i}")     # 120 short rows
+        lines.append(f"op{i},{i},1" if i % 4 == 0 else f"op{i},{i}")  # 120 short rows
     p.write_text("\n".join(lines) + "\n")
     sid, out = ingest(con, p)
     assert (out.rows_kept, out.rows_dropped) == (40, 120)

@@ -82,18 +82,21 @@ SELECT rank, count(*) AS n FROM events WHERE run = $run GROUP BY rank
 """
 
 
-@pytest.mark.parametrize("verdict, meta, words", [
-    ("none", "-- role: verdict", ["role verdict does not match"]),
-    ("warn if rows > 0", "-- role: checker", ["role must be one of"]),
-    ("warn if rows > 0", "-- subject: rank as gpu", ["bad subject", "KIND one of"]),
-    ("warn if rows > 0", "-- subject: rank;", ["bad subject"]),
-    ("none", "-- priority: 3", ["priority is for verdict queries"]),
-    ("warn if rows > 0", "-- priority: first", ["priority must be an integer"]),
-    ("warn if rows > 0", "-- order: -1", ["order must be an integer"]),
-    ("warn if rows > 0", "-- shows: report.nowhere", ["shows 'report.nowhere' is not one of"]),
-    ("warn if rows > 0", "-- subject: dp_rank\n-- shows: annotate", ["needs a verdict whose subject is a rank"]),
-    ("warn if rows > 0", "-- shows: compare", ["'shows: compare' is for report queries"]),
-])
+@pytest.mark.parametrize(
+    "verdict, meta, words",
+    [
+        ("none", "-- role: verdict", ["role verdict does not match"]),
+        ("warn if rows > 0", "-- role: checker", ["role must be one of"]),
+        ("warn if rows > 0", "-- subject: rank as gpu", ["bad subject", "KIND one of"]),
+        ("warn if rows > 0", "-- subject: rank;", ["bad subject"]),
+        ("none", "-- priority: 3", ["priority is for verdict queries"]),
+        ("warn if rows > 0", "-- priority: first", ["priority must be an integer"]),
+        ("warn if rows > 0", "-- order: -1", ["order must be an integer"]),
+        ("warn if rows > 0", "-- shows: report.nowhere", ["shows 'report.nowhere' is not one of"]),
+        ("warn if rows > 0", "-- subject: dp_rank\n-- shows: annotate", ["needs a verdict whose subject is a rank"]),
+        ("warn if rows > 0", "-- shows: compare", ["'shows: compare' is for report queries"]),
+    ],
+)
 def test_bad_metadata_is_refused_with_file_and_line(tmp_path, verdict, meta, words):
     p = tmp_path / "my-check.sql"
     p.write_text(META_BASE.format(verdict=verdict, meta=meta))
@@ -110,7 +113,12 @@ def test_metadata_defaults_and_values(tmp_path):
     p.write_text(META_BASE.format(verdict="warn if rows > 0", meta="-- subject: rank as ep_rank, layer"))
     q = queries.parse_query(p)
     assert (q.role, q.subject, q.priority, q.order, q.shows) == (
-        "verdict", (("rank", "ep_rank"), ("layer", "layer")), queries.DEFAULT_PRIORITY, queries.DEFAULT_ORDER, ())
+        "verdict",
+        (("rank", "ep_rank"), ("layer", "layer")),
+        queries.DEFAULT_PRIORITY,
+        queries.DEFAULT_ORDER,
+        (),
+    )
     p.write_text(META_BASE.format(verdict="none", meta=""))
     q = queries.parse_query(p)
     assert (q.role, q.priority) == ("report", None)
@@ -118,8 +126,16 @@ def test_metadata_defaults_and_values(tmp_path):
 
 # ---------------------------------------------------------------- statuses and findings
 
+
 def test_one_severity_order():
-    assert [s.value for s in sorted(Status, key=lambda s: s.severity)] == ["FAIL", "ERROR", "WARN", "PASS", "INFO", "SKIP"]
+    assert [s.value for s in sorted(Status, key=lambda s: s.severity)] == [
+        "FAIL",
+        "ERROR",
+        "WARN",
+        "PASS",
+        "INFO",
+        "SKIP",
+    ]
     assert Status.worst(["PASS", "INFO", "WARN"]) == Status.WARN
     assert Status.worst(["ERROR", "FAIL"]) == Status.FAIL
     assert Status.worst([]) == Status.SKIP
@@ -128,8 +144,11 @@ def test_one_severity_order():
 
 def test_row_levels_follow_the_rule_and_a_level_column():
     rule = parse_rule("fail if rows where impact > 0; warn if rows where persistent > 0")
-    rows = [{"impact": True, "persistent": True}, {"impact": False, "persistent": True},
-            {"impact": False, "persistent": False}]
+    rows = [
+        {"impact": True, "persistent": True},
+        {"impact": False, "persistent": True},
+        {"impact": False, "persistent": False},
+    ]
     assert evaluate(rows, rule) == Status.FAIL
     assert row_levels(rows, rule) == [Status.FAIL, Status.WARN, None]
     # a count threshold that does not hold: its rows are no findings
@@ -158,16 +177,27 @@ def test_a_level_column_decides_the_status_and_a_skip_reason_makes_it_skip():
 
 def _result(query, rows, status=None):
     q = CATALOG[query]
-    return queries.Result(query=q.name, version=q.version, run="r", status=status or evaluate(rows, q.rule),
-                          summary="", columns=list(rows[0]) if rows else [], rows=rows, spec=q)
+    return queries.Result(
+        query=q.name,
+        version=q.version,
+        run="r",
+        status=status or evaluate(rows, q.rule),
+        summary="",
+        columns=list(rows[0]) if rows else [],
+        rows=rows,
+        spec=q,
+    )
 
 
 def test_slow_cards_come_from_the_most_severe_then_the_highest_priority_verdict():
     dp = [{"dp_rank": 2, "cause": "request-skew", "impact": True, "next_step": "rebalance", "cost_ms": 12.5}]
     straggler = [{"rank": 3, "cause": "straggler", "next_step": "look"}]
     step = [{"suspect_rank": 1, "cause": "comm-skew"}]
-    results = {"dp-imbalance": _result("dp-imbalance", dp), "straggler-rank": _result("straggler-rank", straggler),
-               "cluster-step-skew": _result("cluster-step-skew", step)}
+    results = {
+        "dp-imbalance": _result("dp-imbalance", dp),
+        "straggler-rank": _result("straggler-rank", straggler),
+        "cluster-step-skew": _result("cluster-step-skew", step),
+    }
     cards = findings.slow_cards(results)
     assert [(f.label, f.cause, f.level, f.cost_ms) for f in cards] == [("DP domain 2", "request-skew", "FAIL", 12.5)]
     assert findings.slow_ranks(results) == {}
@@ -228,7 +258,8 @@ def test_a_new_verdict_query_is_one_sql_file(ep_db, tmp_path):
     assert diag.exit_code == 1
     assert doc["results"][0]["query"] == "busy-rank" and doc["results"][0]["status"] == "FAIL"
     assert [(f["level"], f["subject"], f["cause"]) for f in doc["results"][0]["findings"]] == [
-        ("FAIL", {"rank": 3}, "user-flagged")]
+        ("FAIL", {"rank": 3}, "user-flagged")
+    ]
     assert all("findings" not in r for r in doc["results"] if r["rule"] == "none")
     assert doc["conclusion"]["query"] == "busy-rank@v1" and doc["conclusion"]["slow_cards"] == ["rank 3"]
     assert doc["conclusion"]["cause"] == "user-flagged" and doc["conclusion"]["next_step"] == "ask the user"
@@ -239,7 +270,7 @@ def test_a_new_verdict_query_is_one_sql_file(ep_db, tmp_path):
     assert rep.exit_code == 0, rep.output
     html = page.read_text(encoding="utf-8")
     assert "<code>busy-rank@v1</code>" in html
-    assert "slow card: user-flagged" in html          # marked on rank 3's MoE bar
+    assert "slow card: user-flagged" in html  # marked on rank 3's MoE bar
 
     out = tmp_path / "t.json"
     ann = runner.invoke(app, ["annotate", "--db", str(db), "--sql-dir", str(sql), "--out", str(out)])
@@ -257,6 +288,7 @@ def test_a_new_verdict_query_is_one_sql_file(ep_db, tmp_path):
 
 # ---------------------------------------------------------------- docs/queries.md from the headers
 
+
 def test_docs_queries_md_is_generated_from_the_headers():
     from slowcard.catalog_doc import catalog_markdown
 
@@ -264,10 +296,11 @@ def test_docs_queries_md_is_generated_from_the_headers():
     want = catalog_markdown(CATALOG)
     assert doc.read_text(encoding="utf-8") == want, (
         "docs/queries.md differs from the query headers; rewrite it with "
-        "`python -m slowcard list --format markdown > docs/queries.md`")
+        "`python -m slowcard list --format markdown > docs/queries.md`"
+    )
     res = CliRunner().invoke(app, ["list", "--format", "markdown"])
     assert res.exit_code == 0 and res.stdout == want
-    for q in CATALOG.values():          # every query has its section, with its version and rule
+    for q in CATALOG.values():  # every query has its section, with its version and rule
         assert f"## {q.name} (v{q.version}, {q.role})" in want and q.rule_text in want
 
 
@@ -275,6 +308,7 @@ def test_changelog_lists_every_query_version():
     """Each query's current version above 1 is explained under "Query versions" in CHANGELOG.md."""
     text = (PACKAGE.parent / "CHANGELOG.md").read_text(encoding="utf-8")
     assert "### Query versions" in text
-    missing = [f"`{q.name}` v{q.version}" for q in CATALOG.values()
-               if q.version > 1 and f"`{q.name}` v{q.version}" not in text]
+    missing = [
+        f"`{q.name}` v{q.version}" for q in CATALOG.values() if q.version > 1 and f"`{q.name}` v{q.version}" not in text
+    ]
     assert not missing, "CHANGELOG.md: add these under 'Query versions': " + ", ".join(missing)

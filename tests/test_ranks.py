@@ -31,8 +31,15 @@ def _kineto(path: Path, rank: int | None = None, world_size: int | None = None) 
     if world_size is not None:
         di["world_size"] = world_size
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"schemaVersion": 1, "distributedInfo": di,
-                                "traceEvents": [{"ph": "X", "name": "k", "pid": 1, "tid": 1, "ts": 1, "dur": 1}]}))
+    path.write_text(
+        json.dumps(
+            {
+                "schemaVersion": 1,
+                "distributedInfo": di,
+                "traceEvents": [{"ph": "X", "name": "k", "pid": 1, "tid": 1, "ts": 1, "dur": 1}],
+            }
+        )
+    )
     return path
 
 
@@ -47,13 +54,16 @@ def test_no_rank_is_null_not_zero():
     assert (info.rank, info.source) == (None, None)
 
 
-@pytest.mark.parametrize("content,name,want", [
-    ({"rank_id": 3}, "profiler_info_3.json", 3),
-    ({"rank_id": 5}, "profiler_info_3.json", 5),        # the key is authoritative
-    ({"rank_id": -1}, "profiler_info_3.json", 3),       # -1 = not distributed: the name's number
-    (None, "profiler_info_4.json", 4),                  # unreadable JSON: the name's number
-    ({"rank_id": 2}, "profiler_info.json", 2),          # no number in the name: the key
-])
+@pytest.mark.parametrize(
+    "content,name,want",
+    [
+        ({"rank_id": 3}, "profiler_info_3.json", 3),
+        ({"rank_id": 5}, "profiler_info_3.json", 5),  # the key is authoritative
+        ({"rank_id": -1}, "profiler_info_3.json", 3),  # -1 = not distributed: the name's number
+        (None, "profiler_info_4.json", 4),  # unreadable JSON: the name's number
+        ({"rank_id": 2}, "profiler_info.json", 2),  # no number in the name: the key
+    ],
+)
 def test_profiler_info_in_ascend_pt_folder(tmp_path, content, name, want):
     root = tmp_path / "node1_12345_20240101_ascend_pt"
     trace = _ascend_trace(root)
@@ -113,12 +123,15 @@ def test_distributed_info_beats_folder_and_profiler_info(tmp_path):
     assert (info.rank, info.source, info.dp_rank) == (2, "distributedInfo", 1)
 
 
-@pytest.mark.parametrize("pattern,want", [
-    (r"worker(?P<rank>\d+)", 12),
-    (r"node_(\d+)", 3),
-    (r"node_\d+", None),          # no group: nothing says which digits are the rank
-    (r"gpu(\d+)", None),          # no match
-])
+@pytest.mark.parametrize(
+    "pattern,want",
+    [
+        (r"worker(?P<rank>\d+)", 12),
+        (r"node_(\d+)", 3),
+        (r"node_\d+", None),  # no group: nothing says which digits are the rank
+        (r"gpu(\d+)", None),  # no match
+    ],
+)
 def test_rank_pattern(pattern, want):
     info = ranks.resolve(Path("/runs/node_3/worker12/trace.json"), {}, rank_pattern=pattern)
     assert info.rank == want
@@ -145,7 +158,7 @@ def test_rank_map_overrides_everything(tmp_path, kind):
     rmap = ranks.load_rank_map(mp)
     info = ranks.resolve(trace, {"rank": 2}, rank_pattern=r"rank(\d+)", rank_map=rmap)
     assert (info.rank, info.source, info.dp_rank) == (40, "rank_map", 1)
-    assert ranks.resolve(other, {}, rank_map=rmap).rank == 41                                 # glob on name
+    assert ranks.resolve(other, {}, rank_map=rmap).rank == 41  # glob on name
     assert ranks.resolve(tmp_path / "a" / "b" / "host8.json", {}, rank_map=rmap).rank == 41  # first entry wins
     assert ranks.resolve(tmp_path / "b" / "x" / "host8.txt", {}, rank_map=rmap).rank is None
     assert ranks.resolve(tmp_path / "z" / "b" / "host8.json2", {}, rank_map=rmap).rank is None
@@ -160,14 +173,17 @@ def test_rank_map_relative_path_entry(tmp_path):
     assert ranks.resolve(tmp_path / "run" / "xrank3" / "trace.json", {}, rank_map=rmap).rank is None
 
 
-@pytest.mark.parametrize("text,words", [
-    ("file,rank\na.json,1\n", "header 'path,rank'"),
-    ("path,rank\na.json,one\n", "integers"),
-    ('{"a.json": "x"}', "integers"),
-    ('{"a.json": true}', "integers"),
-    ('{"a.json": -1}', "integers"),
-    ('{"a.json": 1', "not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "text,words",
+    [
+        ("file,rank\na.json,1\n", "header 'path,rank'"),
+        ("path,rank\na.json,one\n", "integers"),
+        ('{"a.json": "x"}', "integers"),
+        ('{"a.json": true}', "integers"),
+        ('{"a.json": -1}', "integers"),
+        ('{"a.json": 1', "not valid JSON"),
+    ],
+)
 def test_bad_rank_maps_are_usage_errors(tmp_path, text, words):
     mp = tmp_path / "map.txt"
     mp.write_text(text)
@@ -186,25 +202,28 @@ def test_ingest_records_rank_sources_and_reports_gaps(tmp_db, tmp_path):
     run = tmp_path / "job"
     _kineto(run / "r0.json", rank=0, world_size=4)
     _kineto(run / "r1.json", rank=1, world_size=4)
-    _kineto(run / "r1_again.json", rank=1, world_size=4)      # duplicate rank 1
-    _kineto(run / "lost.json")                                 # no rank anywhere
-    _ascend_trace(run / VLLM)                                  # rank 9 from the folder name
+    _kineto(run / "r1_again.json", rank=1, world_size=4)  # duplicate rank 1
+    _kineto(run / "lost.json")  # no rank anywhere
+    _ascend_trace(run / VLLM)  # rank 9 from the folder name
     pinfo = run / "node_77_ascend_pt"
     _ascend_trace(pinfo)
     (pinfo / "profiler_info_5.json").write_text('{"rank_id": 5}')
-    _kineto(run / "worker6" / "t.json")                        # rank from --rank-pattern
+    _kineto(run / "worker6" / "t.json")  # rank from --rank-pattern
     mp = tmp_path / "map.csv"
     mp.write_text(f"path,rank\n{run / 'lost.json'},8\n")
     report = ingest_paths(tmp_db, [run], run="job", rank_pattern=r"worker(?P<rank>\d+)")
     assert report.exit_code == 0
     by = {Path(f.path).relative_to(run.resolve()).as_posix(): f for f in report.files}
     assert by[f"{VLLM}/ASCEND_PROFILER_OUTPUT/trace_view.json"].rank == 9
-    assert by["node_77_ascend_pt/profiler_info_5.json"].status == "skipped"     # a companion, not data
+    assert by["node_77_ascend_pt/profiler_info_5.json"].status == "skipped"  # a companion, not data
     assert by["lost.json"].rank is None and "no rank" in by["lost.json"].message
     with duckdb.connect(str(tmp_db), read_only=True) as con:
-        rows = {Path(p).name if "ascend_pt" not in p else Path(p).parts[-3]: (r, s, dp, ep)
-                for p, r, s, dp, ep in con.execute(
-                    "SELECT path, rank, rank_source, dp_rank, ep_rank FROM sources").fetchall()}
+        rows = {
+            Path(p).name if "ascend_pt" not in p else Path(p).parts[-3]: (r, s, dp, ep)
+            for p, r, s, dp, ep in con.execute(
+                "SELECT path, rank, rank_source, dp_rank, ep_rank FROM sources"
+            ).fetchall()
+        }
     assert rows == {
         "r0.json": (0, "distributedInfo", None, None),
         "r1.json": (1, "distributedInfo", None, None),

@@ -67,13 +67,13 @@ def scratch(tmp_path_factory) -> Path:
 
 def _env() -> dict:
     scripts = sysconfig.get_path("scripts")
-    return {**os.environ, "PATH": scripts + os.pathsep + os.environ.get("PATH", ""),
-            "COLUMNS": "200", "NO_COLOR": "1"}
+    return {**os.environ, "PATH": scripts + os.pathsep + os.environ.get("PATH", ""), "COLUMNS": "200", "NO_COLOR": "1"}
 
 
 def sh(cmd: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, shell=True, cwd=cwd, env=_env(), capture_output=True, text=True,
-                          timeout=600, executable="/bin/bash")
+    return subprocess.run(
+        cmd, shell=True, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=600, executable="/bin/bash"
+    )
 
 
 def test_setup_block_runs_the_main_job_and_shows_what_the_readme_says(scratch):
@@ -86,7 +86,7 @@ def test_setup_block_runs_the_main_job_and_shows_what_the_readme_says(scratch):
     assert "pip install -q -e '.[dev]'" in ci and "python -m pytest -q" in ci
     main_job = lines[0].split("&&", 1)[1].strip()
     res = sh(main_job, scratch)
-    assert res.returncode == 1, res.stderr          # "exits with code 1 because it found a slow card"
+    assert res.returncode == 1, res.stderr  # "exits with code 1 because it found a slow card"
     shown = blocks("text")[0]
     assert_shown(shown, res.stdout, main_job)
 
@@ -153,7 +153,7 @@ def test_python_block_runs_as_printed(scratch):
         exec(compile(code, "README.md (python block)", "exec"), ns)
     finally:
         os.chdir(cwd)
-    assert ns["res"].status == "FAIL"                     # as its comment says
+    assert ns["res"].status == "FAIL"  # as its comment says
     assert ns["res"].to_arrow().num_rows == len(ns["res"].rows) >= 1
 
 
@@ -175,8 +175,13 @@ def test_development_commands_exist():
     cmds = [line.split("#", 1)[0].strip() for line in dev.splitlines() if line.strip()]
     assert "python -m pytest -q" in cmds
     assert "python -m pytest -q -m slow" in cmds
-    collected = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "slow", "--collect-only"],
-                               cwd=ROOT, capture_output=True, text=True, timeout=300)
+    collected = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-m", "slow", "--collect-only"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert re.search(r"^(\d+)/\d+ tests collected", collected.stdout, re.M), collected.stdout[-500:]
     assert int(re.search(r"^(\d+)/", collected.stdout, re.M).group(1)) >= 1
     for cmd in cmds:
@@ -184,5 +189,5 @@ def test_development_commands_exist():
             script = ROOT / cmd.split()[1]
             assert script.is_file(), cmd
             for flag in cmd.split()[2:]:
-                if not flag.startswith("["):             # [CASE]: a placeholder, not a flag
+                if not flag.startswith("["):  # [CASE]: a placeholder, not a flag
                     assert flag in script.read_text(encoding="utf-8"), (cmd, flag)

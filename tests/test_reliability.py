@@ -34,9 +34,13 @@ def _committed(db: Path) -> dict[str, tuple[int, int]]:
     """path -> (rows_kept in sources, rows actually visible in events)."""
     con = store.open_db(db)
     try:
-        return {p: (kept, n) for p, kept, n in con.execute(
-            """SELECT s.path, s.rows_kept, (SELECT count(*) FROM events e WHERE e.source_id = s.source_id)
-               FROM sources s""").fetchall()}
+        return {
+            p: (kept, n)
+            for p, kept, n in con.execute(
+                """SELECT s.path, s.rows_kept, (SELECT count(*) FROM events e WHERE e.source_id = s.source_id)
+               FROM sources s"""
+            ).fetchall()
+        }
     finally:
         con.close()
 
@@ -55,21 +59,31 @@ def test_kill_9_mid_ingest_keeps_exactly_the_committed_files(tmp_path, many_file
         if db.exists():
             db.unlink()
         env = {**os.environ, "SLOWCARD_FAULT": f"{point}:{n}"}
-        proc = subprocess.run(CLI + ["ingest", str(folder), "--db", str(db), "--run", "r", "-q"],
-                              env=env, capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(
+            CLI + ["ingest", str(folder), "--db", str(db), "--run", "r", "-q"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert proc.returncode == -signal.SIGKILL, (point, n, proc.returncode, proc.stderr)
-        state = _committed(db)           # opens: WAL replayed, pending rows of the dead ingest removed
+        state = _committed(db)  # opens: WAL replayed, pending rows of the dead ingest removed
         assert len(state) == committed, (point, n, sorted(state))
         for path, (kept, visible) in state.items():
             assert kept == visible and kept > 0, f"{point}:{n}: {path} has {visible} rows visible, {kept} committed"
         con = duckdb.connect(str(db))
-        orphans = con.execute("SELECT count(*) FROM event_rows WHERE source_id NOT IN "
-                              "(SELECT source_id FROM sources)").fetchone()[0]
+        orphans = con.execute(
+            "SELECT count(*) FROM event_rows WHERE source_id NOT IN (SELECT source_id FROM sources)"
+        ).fetchone()[0]
         con.close()
         assert orphans == 0, (point, n)
         # Re-running the same ingest completes the rest, without duplicates.
-        done = subprocess.run(CLI + ["ingest", str(folder), "--db", str(db), "--run", "r", "-q"],
-                              capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            CLI + ["ingest", str(folder), "--db", str(db), "--run", "r", "-q"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert done.returncode == 0, done.stderr
         state = _committed(db)
         assert sorted(state) == sorted(str(p.resolve()) for p in paths)
@@ -101,15 +115,17 @@ def test_second_writer_waits_then_fails_clearly(tmp_path, many_files):
     try:
         env = {**os.environ, "SLOWCARD_LOCK_WAIT": "1"}
         t0 = time.monotonic()
-        res = subprocess.run(CLI + ["ingest", str(paths[0]), "--db", str(db)], capture_output=True,
-                             text=True, env=env, timeout=120)
+        res = subprocess.run(
+            CLI + ["ingest", str(paths[0]), "--db", str(db)], capture_output=True, text=True, env=env, timeout=120
+        )
         waited = time.monotonic() - t0
         assert res.returncode == 2
         assert "locked by another process" in res.stderr and str(db) in res.stderr
         assert "Traceback" not in res.stderr
         assert waited >= 1.0
-        q = subprocess.run(CLI + ["query", "ep-slow-rank", "--db", str(db)], capture_output=True,
-                           text=True, env=env, timeout=120)
+        q = subprocess.run(
+            CLI + ["query", "ep-slow-rank", "--db", str(db)], capture_output=True, text=True, env=env, timeout=120
+        )
         assert q.returncode == 2 and "locked by another process" in q.stderr
     finally:
         holder.kill()
@@ -152,28 +168,34 @@ def test_writer_that_frees_the_lock_in_time_is_waited_for(tmp_path, many_files):
 
 def _limit_file_size(limit: int):
     def apply():
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)      # writes past the limit fail with EFBIG
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes past the limit fail with EFBIG
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
     return apply
 
 
 def test_disk_full_gives_a_clear_message_and_keeps_the_database(tmp_path, many_files):
     folder, paths = many_files
     db = tmp_path / "full.duckdb"
-    first = subprocess.run(CLI + ["ingest", str(paths[0]), "--db", str(db), "--run", "r", "-q"],
-                           capture_output=True, text=True)
+    first = subprocess.run(
+        CLI + ["ingest", str(paths[0]), "--db", str(db), "--run", "r", "-q"], capture_output=True, text=True
+    )
     assert first.returncode == 0, first.stderr
     before = _committed(db)
     size = db.stat().st_size
     # Allow the file to grow only a little: the next files cannot be written.
-    res = subprocess.run(CLI + ["ingest", str(folder), "--db", str(db), "--run", "r", "-q"],
-                         capture_output=True, text=True, preexec_fn=_limit_file_size(size + (64 << 10)),
-                         timeout=300)
+    res = subprocess.run(
+        CLI + ["ingest", str(folder), "--db", str(db), "--run", "r", "-q"],
+        capture_output=True,
+        text=True,
+        preexec_fn=_limit_file_size(size + (64 << 10)),
+        timeout=300,
+    )
     assert res.returncode in (1, 2)
     assert "Traceback" not in res.stderr
     assert res.stderr.strip(), "a full disk must be reported"
     after = _committed(db)
     for path, counts in before.items():
         assert after.get(path) == counts
-    for path, (kept, visible) in after.items():
+    for _path, (kept, visible) in after.items():
         assert kept == visible

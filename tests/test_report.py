@@ -19,7 +19,8 @@ from typer.testing import CliRunner
 sys.path.insert(0, str(Path(__file__).parent))
 import synth_experts  # noqa: E402
 import synth_kineto  # noqa: E402
-from conftest import REAL_EP_RUN as REAL_RUN, ingest_ok  # noqa: E402
+from conftest import REAL_EP_RUN as REAL_RUN  # noqa: E402
+from conftest import ingest_ok
 
 from slowcard import queries, report  # noqa: E402
 from slowcard.errors import UsageError  # noqa: E402
@@ -56,18 +57,31 @@ def gen(tmp_path_factory):
     payload, expert load of the 'concentrated' scenario, and the committed DP example."""
     d = tmp_path_factory.mktemp("gen")
     ep = synth_kineto.write_ep_run(d / "ep", scenario="token_skew", steps=2, layers=3, gz=True)
-    for p in ep:       # trace strings an attacker controls: the collective names
+    for p in ep:  # trace strings an attacker controls: the collective names
         text = gzip.decompress(p.read_bytes()).decode()
-        p.write_bytes(gzip.compress(text.replace('"gloo:all_to_all"',
-                                                 '"gloo:all_to_all' + PAYLOAD.replace('"', '\\"') + '"').encode()))
+        p.write_bytes(
+            gzip.compress(
+                text.replace('"gloo:all_to_all"', '"gloo:all_to_all' + PAYLOAD.replace('"', '\\"') + '"').encode()
+            )
+        )
     ex = synth_experts.write_scenario("concentrated", d / "experts", metrics=False)
     db = d / "gen.duckdb"
     ingest_ok(db, [d / "ep", *ex, ROOT / "testdata" / "service_dp4_request_skew"], GEN_RUN)
     con = queries.open_readonly(db)
     results = _report_results(con, GEN_RUN)
-    page = report.build_report(con, GEN_RUN, results, conclusion={
-        "headline": f"Slow card: rank 1 {PAYLOAD}", "slow_cards": ["rank 1"], "cause": "token-skew",
-        "evidence": "token_ratio=20", "next_step": "rebalance", "query": "ep-slow-rank@v4"})
+    page = report.build_report(
+        con,
+        GEN_RUN,
+        results,
+        conclusion={
+            "headline": f"Slow card: rank 1 {PAYLOAD}",
+            "slow_cards": ["rank 1"],
+            "cause": "token-skew",
+            "evidence": "token_ratio=20",
+            "next_step": "rebalance",
+            "query": "ep-slow-rank@v4",
+        },
+    )
     con.close()
     return {"db": db, "page": page, "results": results}
 
@@ -90,6 +104,7 @@ def _self_contained(page):
 
 # ---------------------------------------------------------------- real EP run
 
+
 def test_real_report_is_self_contained_and_names_the_slow_rank(real):
     page = real["page"]
     _self_contained(page)
@@ -97,12 +112,12 @@ def test_real_report_is_self_contained_and_names_the_slow_rank(real):
     row = re.search(r"<tr><td><code>ep-slow-rank@v4</code></td><td>(.*?)</td><td>(.*?)</td></tr>", page)
     assert row and "FAIL" in row.group(1) and "rank 1 token-skew" in row.group(2)
     # without a diagnosis conclusion the page opens with the flagged verdicts, worst first
-    top = page[page.index('<div class="conclusion">'):page.index("<h2>MoE time per rank</h2>")]
+    top = page[page.index('<div class="conclusion">') : page.index("<h2>MoE time per rank</h2>")]
     assert re.findall(r"<code>([a-z-]+@v\d+)</code>", top) == ["ep-slow-rank@v4", "straggler-rank@v1"]
     # every figure names its query@version under it
     for f in report.figure_data(page):
         assert re.fullmatch(r"[a-z0-9-]+@v\d+", f["query"])
-        assert f'from {f["query"]}' in page
+        assert f"from {f['query']}" in page
     # parts without data say so instead of failing
     assert "No expert load data in this run" in page and "No DP service data in this run" in page
 
@@ -113,7 +128,7 @@ def test_real_report_rank1_bar_stands_out(real):
     wait = _trace(fig, "waited")
     assert gmm["x"] == ["rank 0", "rank 1", "rank 2", "rank 3"]
     others = [v for i, v in enumerate(gmm["y"]) if i != 1]
-    assert gmm["y"][1] > 10 * max(others)          # 80 ms vs ~2 ms of GroupedMatmul
+    assert gmm["y"][1] > 10 * max(others)  # 80 ms vs ~2 ms of GroupedMatmul
     assert wait["y"][1] == min(wait["y"]) and wait["y"][1] < 0.5 * min(v for i, v in enumerate(wait["y"]) if i != 1)
     # the bars are the query's numbers, stacked: each segment's base is the sum below it
     rows = {r["rank"]: r for r in real["results"]["moe-breakdown"].rows}
@@ -131,10 +146,11 @@ def test_real_report_heatmap_shows_who_arrives_last(real):
     assert totals[1] == max(totals) and totals[1] > 2 * sorted(totals)[-2]
     waited = [sum(v or 0 for v in row) for row in lag["z"]]
     assert waited[1] == min(waited)
-    assert len(lag["x"]) == 16 and lag["x"][0] == "s0 L0"      # 4 steps x 4 layers
+    assert len(lag["x"]) == 16 and lag["x"][0] == "s0 L0"  # 4 steps x 4 layers
 
 
 # ---------------------------------------------------------------- generated run
+
 
 def test_generated_report_has_every_part(gen):
     page = gen["page"]
@@ -167,7 +183,7 @@ def test_generated_report_has_every_part(gen):
 def test_trace_strings_cannot_inject(gen):
     page = gen["page"]
     assert PAYLOAD not in page and "<script>alert" not in page
-    assert "&lt;script&gt;alert(&quot;pwned&quot;)&lt;/script&gt;" in page   # shown, as text
+    assert "&lt;script&gt;alert(&quot;pwned&quot;)&lt;/script&gt;" in page  # shown, as text
     # the only script elements are plotly.js, the loader and one JSON block per figure
     n_figs = len(report.figure_data(page))
     assert page.count("<script") == 2 + n_figs and page.count("</script>") == 2 + n_figs
@@ -180,8 +196,16 @@ def test_figure_labels_are_escaped_inside_the_json(gen):
         results = dict(gen["results"])
         sg = results["sync-gaps"]
         bad_pg = "</script><script>alert(2)</script>"
-        results["sync-gaps"] = Result(sg.query, sg.version, sg.run, sg.status, sg.summary, sg.columns,
-                                      [{**r, "pg": bad_pg} for r in sg.rows], sg.params)
+        results["sync-gaps"] = Result(
+            sg.query,
+            sg.version,
+            sg.run,
+            sg.status,
+            sg.summary,
+            sg.columns,
+            [{**r, "pg": bad_pg} for r in sg.rows],
+            sg.params,
+        )
         results["wait-heatmap"] = Result("wait-heatmap", 1, GEN_RUN, "SKIP", "requires _layer_collectives: none")
         page = report.build_report(con, GEN_RUN, results)
     finally:
@@ -206,13 +230,22 @@ def test_missing_plotly_names_the_extra(gen, monkeypatch):
 
 # ---------------------------------------------------------------- CLI
 
+
 def test_cli_report_writes_the_page_and_rejects_bad_input(app, tmp_path):
     """On a one-rank trace without MoE layers: every part SKIPs with a note, the page is written."""
     trace = tmp_path / "t" / "rank0.pt.trace.json"
     trace.parent.mkdir()
-    trace.write_text(json.dumps({"schemaVersion": 1, "distributedInfo": {"backend": "gloo", "rank": 0, "world_size": 1},
-                                 "traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1,
-                                                  "ts": 10.0, "dur": 5.0}]}))
+    trace.write_text(
+        json.dumps(
+            {
+                "schemaVersion": 1,
+                "distributedInfo": {"backend": "gloo", "rank": 0, "world_size": 1},
+                "traceEvents": [
+                    {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10.0, "dur": 5.0}
+                ],
+            }
+        )
+    )
     db = tmp_path / "tiny.duckdb"
     ingest_ok(db, [trace.parent], "tiny")
     runner = CliRunner()
@@ -222,7 +255,7 @@ def test_cli_report_writes_the_page_and_rejects_bad_input(app, tmp_path):
     assert "wrote" in res.output and "'tiny'" in res.output and out.stat().st_size > 3_000_000
     page = out.read_text(encoding="utf-8")
     assert "No MoE layers found in this run" in page and "ep-slow-rank@v4" in page
-    assert "Nothing to diagnose" in page          # the diagnosis conclusion heads the page
+    assert "Nothing to diagnose" in page  # the diagnosis conclusion heads the page
     assert report.figure_data(page) == []
     res = runner.invoke(app, ["report", "--db", str(db), "--run", "nope", "--out", str(out)])
     assert res.exit_code == 2 and "no run named 'nope'" in res.output
@@ -237,10 +270,24 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 def _chromium_screenshot(html: Path, png: Path, tmp: Path, size="1400,2000") -> str:
     """Render the page headless; return the console lines Chromium logged for it."""
-    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-           "--disable-background-networking", "--disable-component-update", "--disable-sync",
-           "--disable-extensions", f"--user-data-dir={tmp / 'profile'}", f"--screenshot={png}",
-           f"--window-size={size}", "--enable-logging=stderr", "--v=0", html.resolve().as_uri()]
+    cmd = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-extensions",
+        f"--user-data-dir={tmp / 'profile'}",
+        f"--screenshot={png}",
+        f"--window-size={size}",
+        "--enable-logging=stderr",
+        "--v=0",
+        html.resolve().as_uri(),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert png.exists(), f"chromium wrote no screenshot (exit {proc.returncode}): {proc.stderr[-2000:]}"
     return "\n".join(ln for ln in proc.stderr.splitlines() if "CONSOLE" in ln)
@@ -253,16 +300,18 @@ def _png_size_and_ink(png: Path) -> tuple[int, int, float]:
     width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
     idat, i = b"", 8
     while i < len(data):
-        n = int.from_bytes(data[i:i + 4], "big")
-        if data[i + 4:i + 8] == b"IDAT":
-            idat += data[i + 8:i + 8 + n]
+        n = int.from_bytes(data[i : i + 4], "big")
+        if data[i + 4 : i + 8] == b"IDAT":
+            idat += data[i + 8 : i + 8 + n]
         i += 12 + n
     raw = zlib.decompress(idat)
     ink = sum(1 for b in raw[::7] if b not in (0, 255)) / len(raw[::7])
     return width, height, ink
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (Debian package `chromium`; .ci/run installs it)")
+@pytest.mark.skipif(
+    CHROMIUM is None, reason="Chromium is not installed (Debian package `chromium`; .ci/run installs it)"
+)
 def test_chromium_flags_a_broken_page(tmp_path):
     """The console check below really sees page errors."""
     bad = tmp_path / "bad.html"
@@ -271,7 +320,9 @@ def test_chromium_flags_a_broken_page(tmp_path):
     assert "Uncaught Error: boom-thrown" in console
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (Debian package `chromium`; .ci/run installs it)")
+@pytest.mark.skipif(
+    CHROMIUM is None, reason="Chromium is not installed (Debian package `chromium`; .ci/run installs it)"
+)
 def test_report_renders_in_chromium(real, tmp_path):
     png = tmp_path / "report.png"
     console = _chromium_screenshot(real["path"], png, tmp_path)

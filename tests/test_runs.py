@@ -35,8 +35,11 @@ def test_run_per_folder_and_all_runs(three_runs):
     res = runner.invoke(app, ["query", "ep-slow-rank", "--all-runs", "--db", str(db), "-f", "json"])
     assert res.exit_code == 1
     got = {r["run"]: (r["status"], [(x["rank"], x["cause"]) for x in r["rows"]]) for r in json.loads(res.stdout)}
-    assert got == {"a_slow": ("FAIL", [(1, "token-skew")]), "b_fixed": ("PASS", []),
-                   "c_device": ("FAIL", [(1, "slow-compute")])}
+    assert got == {
+        "a_slow": ("FAIL", [(1, "token-skew")]),
+        "b_fixed": ("PASS", []),
+        "c_device": ("FAIL", [(1, "slow-compute")]),
+    }
 
 
 def test_compare_reports_the_slow_card_gone(three_runs):
@@ -98,7 +101,9 @@ def n_events(db):
 
 def test_run_per_folder_rejects_run_and_files(three_runs, tmp_path):
     root, db = three_runs
-    res = runner.invoke(app, ["ingest", str(root), "--run-per-folder", "--run", "x", "--db", str(tmp_path / "x.duckdb")])
+    res = runner.invoke(
+        app, ["ingest", str(root), "--run-per-folder", "--run", "x", "--db", str(tmp_path / "x.duckdb")]
+    )
     assert res.exit_code == 2 and "exclude each other" in res.stderr
     f = next(root.glob("a_slow/*.gz"))
     res = runner.invoke(app, ["ingest", str(f), "--run-per-folder", "--db", str(tmp_path / "x.duckdb")])

@@ -30,8 +30,9 @@ def _generate(path: Path, mb: int, gz: bool) -> Path:
 
 def _ingest(tmp_path: Path, trace: Path) -> dict:
     db = tmp_path / f"{trace.name}.duckdb"
-    out = subprocess.run([sys.executable, "-c", MEASURE, str(db), str(trace)], capture_output=True,
-                         text=True, timeout=900, cwd=ROOT)
+    out = subprocess.run(
+        [sys.executable, "-c", MEASURE, str(db), str(trace)], capture_output=True, text=True, timeout=900, cwd=ROOT
+    )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1])
 

@@ -20,15 +20,19 @@ from slowcard.errors import InputError  # noqa: E402
 from slowcard.ingest import base, detect, ingest_paths  # noqa: E402
 from slowcard.ingest.service_csv import READER, ResListError, epoch_unit, parse_res_list  # noqa: E402
 
-BATCH_HEADER = ("name,res_list,start_datetime,end_datetime,during_time(ms),batch_type,prof_id,batch_size,"
-                "prefill_batch_size,decode_batch_size,prefill_scheduled_tokens,decode_scheduled_tokens,"
-                "total_scheduled_tokens,dp_rank,start_time(ms),end_time(ms)\n")
+BATCH_HEADER = (
+    "name,res_list,start_datetime,end_datetime,during_time(ms),batch_type,prof_id,batch_size,"
+    "prefill_batch_size,decode_batch_size,prefill_scheduled_tokens,decode_scheduled_tokens,"
+    "total_scheduled_tokens,dp_rank,start_time(ms),end_time(ms)\n"
+)
 
 
 def batch_line(res_list: str, dp: str = "0", start_us: int = 1773992798123456, name="batchFrameworkProcessing") -> str:
     cell = '"' + res_list.replace('"', '""') + '"'
-    return (f"{name},{cell},2026-03-20 15:46:38:123456,2026-03-20 15:46:38:125012,1.556,Prefill,"
-            f"ms_service_n0-11,1.0,1,0,812,0,812,{dp},{start_us}.0,{start_us + 1556}.0\n")
+    return (
+        f"{name},{cell},2026-03-20 15:46:38:123456,2026-03-20 15:46:38:125012,1.556,Prefill,"
+        f"ms_service_n0-11,1.0,1,0,812,0,812,{dp},{start_us}.0,{start_us + 1556}.0\n"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -74,10 +78,15 @@ def gen_run(tmp_path_factory, template_db):
 
 # ----------------------------------------------------------------------------- recognition
 
+
 def test_each_file_is_recognised_by_its_header_not_its_name(gen_run, tmp_path):
     folder, *_ = gen_run
-    expected = {"batch.csv": "service_batch", "request.csv": "service_request",
-                "kvcache.csv": "service_kvcache", "forward.csv": "service_forward"}
+    expected = {
+        "batch.csv": "service_batch",
+        "request.csv": "service_request",
+        "kvcache.csv": "service_kvcache",
+        "forward.csv": "service_forward",
+    }
     for name, fmt in expected.items():
         renamed = tmp_path / f"data_{fmt}.txt"
         shutil.copy(folder / name, renamed)
@@ -107,6 +116,7 @@ def test_generated_run_ingests_every_file_whole(gen_run):
 
 # ----------------------------------------------------------------------------- batch.csv
 
+
 def test_batch_rows_phases_times_and_columns(gen_run):
     folder, db, *_ = gen_run
     con = con_of(db)
@@ -118,14 +128,17 @@ def test_batch_rows_phases_times_and_columns(gen_run):
     first = (folder / "batch.csv").read_text().splitlines()[1]
     start_us = int(first.split(",")[-2].split(".")[0])
     end_us = int(first.split(",")[-1].split(".")[0])
-    row = con.execute("SELECT start_ns, end_ns, during_ms, dp_rank, prof_id, batch_type, total_blocks, "
-                      "kvcache_usage_rate, accepted_ratio FROM batches WHERE line_no = 2").fetchone()
+    row = con.execute(
+        "SELECT start_ns, end_ns, during_ms, dp_rank, prof_id, batch_type, total_blocks, "
+        "kvcache_usage_rate, accepted_ratio FROM batches WHERE line_no = 2"
+    ).fetchone()
     assert row[0] == start_us * 1000 and row[1] == end_us * 1000
     assert row[2] == pytest.approx((end_us - start_us) / 1000, abs=0.002)
     assert row[3] in range(4) and row[4].startswith("ms_service_node0-")
     assert row[6] == 96 and 0 <= row[7] <= 1 and row[8] is None
-    acc = con.execute("SELECT accepted_ratio, accepted_ratio_per_pos FROM batches WHERE name = 'specDecoding' "
-                      "LIMIT 1").fetchone()
+    acc = con.execute(
+        "SELECT accepted_ratio, accepted_ratio_per_pos FROM batches WHERE name = 'specDecoding' LIMIT 1"
+    ).fetchone()
     assert acc[0] == pytest.approx(0.8125) and json.loads(acc[1]) == {"0": 0.9, "1": 0.725}
 
 
@@ -152,15 +165,15 @@ def test_res_list_expands_to_one_row_per_batch_and_request(gen_run):
 def test_res_list_cells_that_do_not_parse_are_counted_with_their_lines(tmp_path):
     good = "[{'rid': 'a', 'iter': 0, 'type': 0, 'num_scheduled_tokens': 5, 'num_prompt_tokens': 5, 'num_computed_tokens': 0}]"
     lines = [
-        batch_line(good),                                             # line 2: DuckDB path
-        batch_line("[{'rid': 'b', 'iter': 0"),                        # line 3: unterminated
-        batch_line("[{'rid': \"it's\", 'iter': 2, 'type': 1}]"),      # line 4: Python path, parses
-        batch_line("{'rid': 'c'}"),                                   # line 5: not a list
-        batch_line("[{'iter': 3}, {'rid': 'd'}]"),                    # line 6: item without rid
-        batch_line("[{'rid': 'e', 'iter': None, 'type': True}]"),     # line 7: Python path, parses
-        batch_line("[1, 2]"),                                         # line 8: JSON-valid, not dicts
-        batch_line("__import__('os').system('echo pwned')"),          # line 9: never evaluated
-        batch_line("", name="modelExec"),                             # line 10: empty cell = no requests
+        batch_line(good),  # line 2: DuckDB path
+        batch_line("[{'rid': 'b', 'iter': 0"),  # line 3: unterminated
+        batch_line("[{'rid': \"it's\", 'iter': 2, 'type': 1}]"),  # line 4: Python path, parses
+        batch_line("{'rid': 'c'}"),  # line 5: not a list
+        batch_line("[{'iter': 3}, {'rid': 'd'}]"),  # line 6: item without rid
+        batch_line("[{'rid': 'e', 'iter': None, 'type': True}]"),  # line 7: Python path, parses
+        batch_line("[1, 2]"),  # line 8: JSON-valid, not dicts
+        batch_line("__import__('os').system('echo pwned')"),  # line 9: never evaluated
+        batch_line("", name="modelExec"),  # line 10: empty cell = no requests
     ]
     p = tmp_path / "batch.csv"
     p.write_text(BATCH_HEADER + "".join(lines))
@@ -184,8 +197,14 @@ def test_res_list_cells_that_do_not_parse_are_counted_with_their_lines(tmp_path)
 def test_csv_rows_the_reader_cannot_split_are_dropped_and_later_lines_keep_their_numbers(tmp_path):
     good = "[{'rid': 'a', 'iter': 0}]"
     p = tmp_path / "batch.csv"
-    p.write_text(BATCH_HEADER + batch_line(good) + "batchFrameworkProcessing,too,few\n"
-                 + batch_line(good, dp="1") + batch_line(good, dp="<NA>") + batch_line(good, dp=""))
+    p.write_text(
+        BATCH_HEADER
+        + batch_line(good)
+        + "batchFrameworkProcessing,too,few\n"
+        + batch_line(good, dp="1")
+        + batch_line(good, dp="<NA>")
+        + batch_line(good, dp="")
+    )
     res = ingest_one(tmp_path / "t.duckdb", p)
     assert res.status == "salvaged" and res.rows_kept == 4 and res.rows_dropped == 1
     assert "line 3" in res.message and "2 row(s) without dp_rank at lines 5, 6" in res.message
@@ -218,7 +237,7 @@ def test_batch_end_from_during_time_when_the_file_has_no_end_columns(tmp_path):
     header = BATCH_HEADER.replace("end_datetime,", "").replace(",end_time(ms)", "")
     good = "[{'rid': 'a'}]"
     rows = []
-    for k, start_us in enumerate((1773992798123456, 1773992798223456)):
+    for _k, start_us in enumerate((1773992798123456, 1773992798223456)):
         line = batch_line(good, start_us=start_us).replace(",2026-03-20 15:46:38:125012", "")
         rows.append(line.rsplit(",", 1)[0] + "\n")
     p = tmp_path / "batch.csv"
@@ -256,8 +275,9 @@ def test_microseconds_and_milliseconds_are_told_apart_by_magnitude(tmp_path):
             assert meta["start_time(ms) minus start_datetime (Asia/Shanghai), first row"] == "+0.000 s"
         else:
             assert "start_time(ms) unit" not in meta and res.message.startswith("times from start_datetime")
-        starts[key] = con.execute("SELECT list(start_ns ORDER BY line_no), list(end_ns ORDER BY line_no) "
-                                  "FROM batches").fetchone()
+        starts[key] = con.execute(
+            "SELECT list(start_ns ORDER BY line_no), list(end_ns ORDER BY line_no) FROM batches"
+        ).fetchone()
         con.close()
     assert starts["us"] == starts["ms"] == starts["dt"]
     assert starts["us"][0][0] % 1000 == 0 and starts["us"][0][0] > 1.7e18
@@ -289,11 +309,13 @@ def test_missing_required_column_names_file_and_column(tmp_path):
 
 # ----------------------------------------------------------------------------- other files
 
+
 def test_request_csv(gen_run):
     folder, db, counts, _ = gen_run
     con = con_of(db)
-    n, na, mx = con.execute("SELECT count(*), count(*) FILTER (WHERE cache_hit_rate IS NULL), "
-                            "max(queue_wait_ms) FROM requests").fetchone()
+    n, na, mx = con.execute(
+        "SELECT count(*), count(*) FILTER (WHERE cache_hit_rate IS NULL), max(queue_wait_ms) FROM requests"
+    ).fetchone()
     assert n == counts["requests"] and na == n and mx > 0
     first = (folder / "request.csv").read_text().splitlines()[1].split(",")
     row = con.execute("SELECT rid, start_ns, input_tokens, output_tokens FROM requests WHERE line_no = 2").fetchone()
@@ -310,9 +332,12 @@ def test_forward_csv(gen_run):
     for _prof, n, lo, hi, no_bubble, n_dp in rows:
         assert (lo, hi, no_bubble, n_dp) == (1, n, 1, 1)
     # the last forward of each process has no bubble; the others' bubble = next start - end
-    assert con.execute("""SELECT count(*) FROM (
+    assert (
+        con.execute("""SELECT count(*) FROM (
         SELECT bubble_ms, (lead(start_ns) OVER (PARTITION BY prof_id ORDER BY forward_iter) - end_ns) / 1e6 AS gap
-        FROM forwards) WHERE abs(bubble_ms - gap) > 0.002""").fetchone()[0] == 0
+        FROM forwards) WHERE abs(bubble_ms - gap) > 0.002""").fetchone()[0]
+        == 0
+    )
 
 
 @pytest.mark.parametrize("shape", ["blocks", "device"])
@@ -323,8 +348,10 @@ def test_kvcache_csv_both_shapes(tmp_path, shape):
     assert res.status == "ok" and shape in res.message
     con = con_of(tmp_path / "t.duckdb")
     n_lines = len((tmp_path / "run" / "kvcache.csv").read_text().splitlines()) - 1
-    got = con.execute("SELECT count(*), min(shape), max(shape), count(free_blocks), count(total_blocks), "
-                      "min(ts_ns) > 1.7e18, max(kvcache_usage_rate) <= 1 FROM kvcache").fetchone()
+    got = con.execute(
+        "SELECT count(*), min(shape), max(shape), count(free_blocks), count(total_blocks), "
+        "min(ts_ns) > 1.7e18, max(kvcache_usage_rate) <= 1 FROM kvcache"
+    ).fetchone()
     assert got[:4] == (n_lines, shape, shape, n_lines)
     assert got[4] == (n_lines if shape == "blocks" else 0) and got[5] and got[6]
     if shape == "device":
@@ -339,21 +366,35 @@ def test_kvcache_csv_both_shapes(tmp_path, shape):
 
 # ----------------------------------------------------------------------------- res_list parsing
 
+
 def test_parse_res_list_is_safe_and_strict():
     assert parse_res_list("[{'rid': 'x', 'iter': 3, 'type': 1, 'num_scheduled_tokens': 1}]") == [
-        ("x", 3, 1, 1, None, None)]
+        ("x", 3, 1, 1, None, None)
+    ]
     assert parse_res_list("[]") == []
-    for bad, why in [("[{'rid': 'x'", "not a Python literal"), ("{'rid': 1}", "expected a list"),
-                     ("[{'iter': 1}]", "no 'rid'"), ("[5]", "is a int"),
-                     ("print('x')", "not a Python literal"), ("[" * 100000, "not a Python literal")]:
+    for bad, why in [
+        ("[{'rid': 'x'", "not a Python literal"),
+        ("{'rid': 1}", "expected a list"),
+        ("[{'iter': 1}]", "no 'rid'"),
+        ("[5]", "is a int"),
+        ("print('x')", "not a Python literal"),
+        ("[" * 100000, "not a Python literal"),
+    ]:
         with pytest.raises(ResListError, match=why):
             parse_res_list(bad)
 
 
-_rid = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
-               min_size=1, max_size=12)
-_item = st.fixed_dictionaries({"rid": _rid, "iter": st.integers(0, 10_000), "type": st.sampled_from([0, 1]),
-                               "num_scheduled_tokens": st.integers(0, 2**40)})
+_rid = st.text(
+    alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), min_size=1, max_size=12
+)
+_item = st.fixed_dictionaries(
+    {
+        "rid": _rid,
+        "iter": st.integers(0, 10_000),
+        "type": st.sampled_from([0, 1]),
+        "num_scheduled_tokens": st.integers(0, 2**40),
+    }
+)
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -367,9 +408,14 @@ def test_duckdb_and_python_paths_agree_with_the_python_literal(tmp_path_factory,
     res = ingest_one(d / "t.duckdb", p)
     assert res.status == "ok", res.message
     con = con_of(d / "t.duckdb")
-    got = con.execute("SELECT line_no, item_no, rid, iter, req_type, num_scheduled_tokens "
-                      "FROM batch_requests ORDER BY line_no, item_no").fetchall()
-    want = [(i + 2, k + 1, it["rid"], it["iter"], it["type"], it["num_scheduled_tokens"])
-            for i, c in enumerate(cells) for k, it in enumerate(c)]
+    got = con.execute(
+        "SELECT line_no, item_no, rid, iter, req_type, num_scheduled_tokens "
+        "FROM batch_requests ORDER BY line_no, item_no"
+    ).fetchall()
+    want = [
+        (i + 2, k + 1, it["rid"], it["iter"], it["type"], it["num_scheduled_tokens"])
+        for i, c in enumerate(cells)
+        for k, it in enumerate(c)
+    ]
     assert got == want
     con.close()

@@ -20,8 +20,18 @@ REPO = Path(__file__).resolve().parents[1]
 REALDATA = Path(__file__).resolve().parents[1].parent / "shared" / "realdata"
 REAL_EP = REALDATA / "kineto_cpu_ep4_hot1"
 
-KEY_ORDER = ["schemaVersion", "deviceProperties", "trace_id", "record_shapes", "distributedInfo",
-             "host_name", "displayTimeUnit", "baseTimeNanoseconds", "traceEvents", "traceName"]
+KEY_ORDER = [
+    "schemaVersion",
+    "deviceProperties",
+    "trace_id",
+    "record_shapes",
+    "distributedInfo",
+    "host_name",
+    "displayTimeUnit",
+    "baseTimeNanoseconds",
+    "traceEvents",
+    "traceName",
+]
 REGIONS = {"MoeGatingTopK", "MoeDistributeDispatch", "GroupedMatmul", "MoeDistributeCombine"}
 
 
@@ -53,8 +63,7 @@ def gmm_rows(doc: dict) -> int:
 def collectives(doc: dict, style: str = "gloo") -> list[dict]:
     if style == "gloo":
         return by_name(doc, "gloo:all_to_all")
-    return sorted((e for e in xs(doc) if e["cat"] == "kernel" and "SendRecv" in e["name"]),
-                  key=lambda e: e["ts"])
+    return sorted((e for e in xs(doc) if e["cat"] == "kernel" and "SendRecv" in e["name"]), key=lambda e: e["ts"])
 
 
 @pytest.fixture(scope="module")
@@ -72,9 +81,15 @@ def test_gloo_files_parse_with_kineto_layout(skew_run, tmp_path):
         assert list(doc) == KEY_ORDER
         di = doc["distributedInfo"]
         assert (di["backend"], di["rank"], di["world_size"], di["pg_count"]) == ("gloo", r, 4, 1)
-        assert di["pg_config"] == [{"pg_name": "0", "pg_desc": "default_pg",
-                                    "backend_config": "cpu:gloo,cuda:gloo", "pg_size": 4,
-                                    "ranks": [0, 1, 2, 3]}]
+        assert di["pg_config"] == [
+            {
+                "pg_name": "0",
+                "pg_desc": "default_pg",
+                "backend_config": "cpu:gloo,cuda:gloo",
+                "pg_size": 4,
+                "ranks": [0, 1, 2, 3],
+            }
+        ]
         assert doc["baseTimeNanoseconds"] == sk.BASE_TIME_NS
         assert doc["traceName"] == f"rank{r}.pt.trace.json"
     # uncompressed variant: every ts / dur is written with exactly 3 decimals, µs since the base
@@ -87,7 +102,7 @@ def test_gloo_files_parse_with_kineto_layout(skew_run, tmp_path):
 
 def test_region_nesting_and_split_sizes(skew_run):
     H = sk.HIDDEN
-    for r, doc in enumerate(skew_run):
+    for _r, doc in enumerate(skew_run):
         main = [e for e in xs(doc) if e["tid"] == doc["traceEvents"][0]["pid"]]
         steps = [e for e in main if e["name"].startswith("decode_step_")]
         layers = [e for e in main if e["name"].startswith("moe_layer_")]
@@ -98,14 +113,24 @@ def test_region_nesting_and_split_sizes(skew_run):
             inside = [e for e in main if lay["ts"] < e["ts"] and e["ts"] + e["dur"] <= lay["ts"] + lay["dur"]]
             regions = [e for e in inside if e["name"] in REGIONS]
             assert [e["name"] for e in sorted(regions, key=lambda e: e["ts"])] == [
-                "MoeGatingTopK", "MoeDistributeDispatch", "GroupedMatmul", "MoeDistributeCombine"]
+                "MoeGatingTopK",
+                "MoeDistributeDispatch",
+                "GroupedMatmul",
+                "MoeDistributeCombine",
+            ]
             disp = next(e for e in regions if e["name"] == "MoeDistributeDispatch")
             comb = next(e for e in regions if e["name"] == "MoeDistributeCombine")
             gmm = next(e for e in regions if e["name"] == "GroupedMatmul")
 
             def within(reg, name):
-                return sorted((e for e in inside if e["name"] == name and reg["ts"] <= e["ts"]
-                               and e["ts"] + e["dur"] <= reg["ts"] + reg["dur"]), key=lambda e: e["ts"])
+                return sorted(
+                    (
+                        e
+                        for e in inside  # noqa: B023 (called in this iteration)
+                        if e["name"] == name and reg["ts"] <= e["ts"] and e["ts"] + e["dur"] <= reg["ts"] + reg["dur"]
+                    ),
+                    key=lambda e: e["ts"],
+                )
 
             count_x, data_x = within(disp, "c10d::alltoall_base_")
             assert count_x["args"]["Concrete Inputs"][3:5] == ["[]", "[]"]
@@ -131,7 +156,7 @@ def test_event_counts_match_docstring(tmp_path):
             ph = collections.Counter(e["ph"] for e in doc["traceEvents"])
             a = len([e for e in by_name(doc, "aten::mm") if e["args"]["Input Dims"][1] == [256, 256]]) // 2
             per = sk.ep_event_counts(style, 4)
-            assert a == 2 * 2 * 4                                  # every expert got rows, 4 blocks
+            assert a == 2 * 2 * 4  # every expert got rows, 4 blocks
             n_blocks = 4
             x = 1 + 2 + n_blocks * (per["main_X"] + per["gloo_X"] + per["kernel_X"])
             assert ph["X"] == x
@@ -186,17 +211,18 @@ def test_token_skew_slow_rank_has_most_rows_and_shortest_combine(skew_run):
     mean_dur = [statistics.mean(e["dur"] for e in c) for c in comb]
     assert min(range(4), key=mean_dur.__getitem__) == 1
     assert all(mean_dur[r] > 5 * mean_dur[1] for r in (0, 2, 3))
-    for k in range(len(comb[0])):                           # rank 1 arrives last at every combine
+    for k in range(len(comb[0])):  # rank 1 arrives last at every combine
         assert max(range(4), key=lambda r: comb[r][k]["ts"]) == 1
 
 
 @pytest.mark.parametrize("scenario", ["balanced", "slow_compute", "slow_link", "noisy", "spike"])
 def test_scenario_signatures(tmp_path, scenario):
     steps, layers = 3, 3
-    docs = [load(p) for p in sk.write_ep_run(tmp_path, scenario=scenario, steps=steps, layers=layers,
-                                             slow_rank=2, seed=1)]
+    docs = [
+        load(p) for p in sk.write_ep_run(tmp_path, scenario=scenario, steps=steps, layers=layers, slow_rank=2, seed=1)
+    ]
     rows = [gmm_rows(d) for d in docs]
-    assert max(rows) < 1.1 * min(rows)                     # routing is even in all of these
+    assert max(rows) < 1.1 * min(rows)  # routing is even in all of these
     gmm = [[e["dur"] for e in by_name(d, "GroupedMatmul")] for d in docs]
     mean_gmm = [statistics.mean(g) for g in gmm]
     others = [r for r in range(4) if r != 2]
@@ -216,7 +242,7 @@ def test_scenario_signatures(tmp_path, scenario):
         big = [i for i, d in enumerate(gmm[2]) if d > 3 * med]
         assert big == [s * layers + l]
         assert all(max(gmm[r]) < 1.3 * statistics.median(gmm[r]) for r in others)
-    else:   # balanced / noisy: no persistent anomaly
+    else:  # balanced / noisy: no persistent anomaly
         assert max(mean_gmm) < 1.15 * min(mean_gmm)
         assert max(comb) < 3 * min(comb)
         spread = [max(g) / min(g) for g in gmm]
@@ -281,8 +307,11 @@ def test_events_per_rank_padding(tmp_path):
     for doc in docs:
         n = len(doc["traceEvents"])
         assert 3000 <= n <= 3000 + 2
-        fill = [e for e in xs(doc) if e["name"] in sk.FILLER_NAMES
-                and e["args"]["Input Dims"] == [[256, 256], [256, 256], []]]
+        fill = [
+            e
+            for e in xs(doc)
+            if e["name"] in sk.FILLER_NAMES and e["args"]["Input Dims"] == [[256, 256], [256, 256], []]
+        ]
         assert len(fill) > 2500
         layers = by_name(doc, "moe_layer_0") + by_name(doc, "moe_layer_1")
         assert all(any(l["ts"] < f["ts"] and f["ts"] + f["dur"] < l["ts"] + l["dur"] for l in layers) for f in fill)
@@ -325,8 +354,8 @@ def test_header_variants(tmp_path):
         mem = next(e for e in ev if e.get("name") == "[memory]")
         cpy = next(e for e in ev if e.get("cat") == "gpu_memcpy")
         assert mem["args"]["Bytes"] == 4096 and cpy["args"]["bytes"] == 1048576
-        assert mem["args"]["Addr"] > 2 ** 64
-        assert by_name(doc, "record_param_comms")[0]["args"]["Comms Id"] > 2 ** 64
+        assert mem["args"]["Addr"] > 2**64
+        assert by_name(doc, "record_param_comms")[0]["args"]["Comms Id"] > 2**64
         pids = {e.get("pid") for e in ev}
         assert {"Spans", "Traces", ""} <= pids
         f = next(e for e in ev if e["ph"] == "f")
@@ -392,15 +421,23 @@ def test_bench_generator_single_file(tmp_path, capsys):
     assert list(doc)[0] == "schemaVersion" and list(doc)[-1] == "traceName"
     assert doc["distributedInfo"]["rank"] == 0 and doc["distributedInfo"]["world_size"] == 4
     ev = doc["traceEvents"]
-    assert 200 < len(raw) / len(ev) < 400                  # ~300 B/event
+    assert 200 < len(raw) / len(ev) < 400  # ~300 B/event
     cats = collections.Counter(e.get("cat") for e in ev)
-    for c in ("python_function", "cpu_op", "cuda_runtime", "kernel", "gpu_memcpy", "ac2g",
-              "cpu_instant_event", "user_annotation"):
+    for c in (
+        "python_function",
+        "cpu_op",
+        "cuda_runtime",
+        "kernel",
+        "gpu_memcpy",
+        "ac2g",
+        "cpu_instant_event",
+        "user_annotation",
+    ):
         assert cats[c] > 0, c
     assert {e["name"] for e in xs(doc)} >= REGIONS | {"record_param_comms", "moe_layer_0", "decode_step_0"}
     assert any(ord(ch) > 127 for e in ev for ch in e.get("name", ""))
     rpc = by_name(doc, "record_param_comms")[0]["args"]
-    assert 2 ** 61 <= rpc["Comms Id"] < 2 ** 62 and rpc["Collective name"] == "all_to_allv"
+    assert 2**61 <= rpc["Comms Id"] < 2**62 and rpc["Collective name"] == "all_to_allv"
     assert any(e.get("name") == "[memory]" and "Bytes" in e["args"] for e in ev)
     assert raw.startswith(b'\n  {\n    "schemaVersion": 1,') and b'\n  {\n    "ph": "X", "cat": ' in raw
     # deterministic
@@ -418,6 +455,6 @@ def test_bench_generator_multi_rank(tmp_path, capsys):
         assert 2500 < len(doc["traceEvents"]) < 5500
     ks = [collectives(d, "nccl") for d in docs]
     comb = [[k for i, k in enumerate(x) if i % 2 == 1] for x in ks]
-    for i in range(len(comb[0])):                            # token_skew: rank 1 arrives last
+    for i in range(len(comb[0])):  # token_skew: rank 1 arrives last
         assert max(range(3), key=lambda r: comb[r][i]["ts"]) == 1
         assert {c[i]["args"]["Seq"] for c in comb} == {comb[0][i]["args"]["Seq"]}

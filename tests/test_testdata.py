@@ -18,4 +18,5 @@ def test_committed_examples_match_generator(tmp_path):
         assert committed.exists(), f"{committed} missing: run python tests/make_testdata.py"
         read = gzip.decompress if p.suffix == ".gz" else (lambda b: b)
         assert read(committed.read_bytes()) == read(p.read_bytes()), (
-            f"{committed} differs from its generator: run python tests/make_testdata.py")
+            f"{committed} differs from its generator: run python tests/make_testdata.py"
+        )

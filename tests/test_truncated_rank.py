@@ -74,8 +74,7 @@ def make_run(tmp_path_factory):
             return cache[key]
         if (scenario, style) not in bases:
             d = tmp_path_factory.mktemp(f"base_{scenario}_{style}")
-            synth_kineto.write_ep_run(d, scenario=scenario, style=style, ranks=4, slow_rank=1,
-                                      steps=4, layers=LAYERS)
+            synth_kineto.write_ep_run(d, scenario=scenario, style=style, ranks=4, slow_rank=1, steps=4, layers=LAYERS)
             bases[(scenario, style)] = d
         d = tmp_path_factory.mktemp(f"{scenario}_{style}_{cut}_{rank}")
         shutil.copytree(bases[(scenario, style)], d / "trace")
@@ -111,12 +110,18 @@ def test_balanced_run_with_a_truncated_rank_passes(make_run, cut, style):
     assert res.status == "PASS", res.summary
     assert res.rows == []
     # not vacuous: layer instances every rank has are still compared (step 0 at least)
-    (n_common,) = sql(db, """SELECT count(*) FROM (SELECT step, layer, occurrence FROM moe_layer_facts
-                             WHERE run = 'r' GROUP BY ALL HAVING count(DISTINCT rank) = 4)""")[0]
+    (n_common,) = sql(
+        db,
+        """SELECT count(*) FROM (SELECT step, layer, occurrence FROM moe_layer_facts
+                             WHERE run = 'r' GROUP BY ALL HAVING count(DISTINCT rank) = 4)""",
+    )[0]
     assert n_common >= 4
     # the truncated rank keeps no layer instance of the step its cut fell in, or later
-    (cut_step, kept_max) = sql(db, """SELECT c.cut_step, (SELECT max(step) FROM moe_layers WHERE rank = 2)
-                                     FROM _layer_cuts c WHERE c.rank = 2""")[0]
+    (cut_step, kept_max) = sql(
+        db,
+        """SELECT c.cut_step, (SELECT max(step) FROM moe_layers WHERE rank = 2)
+                                     FROM _layer_cuts c WHERE c.rank = 2""",
+    )[0]
     assert kept_max < cut_step
     # and no collective view calls it a straggler
     waits = run(db, "rank-waits")
@@ -129,8 +134,13 @@ def test_the_cuts_hit_the_bug_path(make_run):
     calls than the others, the case whose order-numbered matching blamed it before."""
     for cut in ("mid_file", "in_last_combine", "after_dispatch_a2a", "last_lane"):
         db = make_run("balanced", "gloo", cut, rank=2)
-        calls = dict(sql(db, """SELECT rank, count(*) FROM op_classes
-                               WHERE run = 'r' AND op_class = 'collective' GROUP BY rank"""))
+        calls = dict(
+            sql(
+                db,
+                """SELECT rank, count(*) FROM op_classes
+                               WHERE run = 'r' AND op_class = 'collective' GROUP BY rank""",
+            )
+        )
         assert calls[2] < calls[0] == calls[1] == calls[3], (cut, calls)
         # rank 2's calls are left out of the matching, the other ranks are matched among themselves
         matched = dict(sql(db, "SELECT rank, count(*) FROM collective_waits WHERE run = 'r' GROUP BY rank"))
@@ -141,8 +151,11 @@ def test_nccl_seq_numbered_calls_of_a_truncated_rank_still_match(make_run):
     """NCCL kernels carry Seq: a cut in the device stream only unmatches the lost calls."""
     db = make_run("balanced", "nccl", "last_lane", rank=2)
     matched = dict(sql(db, "SELECT rank, count(*) FROM collective_waits WHERE run = 'r' GROUP BY rank"))
-    total = sql(db, """SELECT count(*) FROM op_classes WHERE run = 'r' AND rank = 0
-                       AND op_class = 'collective' AND on_device""")[0][0]
+    total = sql(
+        db,
+        """SELECT count(*) FROM op_classes WHERE run = 'r' AND rank = 0
+                       AND op_class = 'collective' AND on_device""",
+    )[0][0]
     assert set(matched) == {0, 1, 2, 3}
     assert 0 < matched[2] == matched[0] < total
 
@@ -203,7 +216,7 @@ def test_cut_trace_leaves_a_gzip_stream_without_its_end(tmp_path):
     p = synth_kineto.write_ep_run(tmp_path, ranks=2, steps=1, layers=1)[0]
     text = synth_kineto.trace_text(p)
     assert synth_kineto.cut_trace(p, 1000) == 1000
-    with pytest.raises(EOFError):                     # the stream stops before its end marker
+    with pytest.raises(EOFError):  # the stream stops before its end marker
         gzip.decompress(p.read_bytes())
     assert zlib.decompressobj(31).decompress(p.read_bytes()) == text[:1000]
     with pytest.raises(ValueError, match="nothing would be cut"):
@@ -221,7 +234,7 @@ def real_truncated(tmp_path_factory):
     d = tmp_path_factory.mktemp("real_cut")
     (d / "trace").mkdir()
     for p in sorted(src.iterdir()):
-        if p.name.startswith("rank2."):                     # plain JSON, cut at 4/5
+        if p.name.startswith("rank2."):  # plain JSON, cut at 4/5
             text = gzip.decompress(p.read_bytes())
             (d / "trace" / p.name.removesuffix(".gz")).write_bytes(text[: len(text) * 4 // 5])
         else:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import http.server
 import json
 import math
-import os
 import shutil
 import signal
 import socket
@@ -43,11 +42,15 @@ class Sims:
 
     def __init__(self):
         self.procs: list[subprocess.Popen] = []
-        self.started: dict[int, float] = {}     # port -> wall time its simulation clock started
+        self.started: dict[int, float] = {}  # port -> wall time its simulation clock started
 
     def start(self, *args: str, port: int = 0, duration: float = 20.0) -> int:
-        proc = subprocess.Popen([sys.executable, str(SIM), "--port", str(port), "--duration", str(duration), *args],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, str(SIM), "--port", str(port), "--duration", str(duration), *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         self.procs.append(proc)
         got: list[str] = []
         reader = threading.Thread(target=lambda: got.append(proc.stdout.readline()), daemon=True)
@@ -55,7 +58,9 @@ class Sims:
         reader.join(15)
         if not got or not got[0].startswith("PORT "):
             proc.kill()
-            raise RuntimeError(f"exporter did not start: {proc.stderr.read() if proc.poll() is not None else 'no port'}")
+            raise RuntimeError(
+                f"exporter did not start: {proc.stderr.read() if proc.poll() is not None else 'no port'}"
+            )
         port = int(got[0].split()[1])
         self.started[port] = time.time()
         return port
@@ -100,7 +105,7 @@ def statuses(steps, query="dp-metrics-imbalance") -> list[str]:
 # --- pure window arithmetic ------------------------------------------------------------------
 def test_counter_increase_handles_resets():
     assert mx.increase(10.0, 25.0) == (15.0, False)
-    assert mx.increase(100.0, 7.0) == (7.0, True)        # restarted: counts since the restart
+    assert mx.increase(100.0, 7.0) == (7.0, True)  # restarted: counts since the restart
     assert mx.increase(None, 3.0) == (3.0, False)
 
 
@@ -133,8 +138,8 @@ def test_window_rows_rates_quantiles_and_restart():
     assert parse_scrape(_scrape({0: (140, [30, 60, 60]), 1: (8, [8, 8, 8])}), b, m, wanted, "t", 0, None).ok
     rows = {r["dp_rank"]: r for r in mx.window_rows(a, b, m)}
     assert rows[0]["requests_per_s"] == pytest.approx(20.0) and not rows[0]["reset"]
-    assert rows[1]["requests_per_s"] == pytest.approx(4.0) and rows[1]["reset"]    # never negative
-    assert rows[0]["ttft_p50_ms"] == pytest.approx(100.0)          # 20 of 40 new below 0.1 s
+    assert rows[1]["requests_per_s"] == pytest.approx(4.0) and rows[1]["reset"]  # never negative
+    assert rows[0]["ttft_p50_ms"] == pytest.approx(100.0)  # 20 of 40 new below 0.1 s
     inst = rows[None]
     assert inst["requests_per_s"] == pytest.approx(24.0) and inst["reset"]
     assert inst["ttft_p99_ms"] > rows[1]["ttft_p99_ms"]
@@ -209,10 +214,10 @@ def test_exporter_restart_is_not_an_alert(sims, tmp_path):
     steps = []
     for i in range(13):
         t = time.monotonic()
-        if i == 4:      # restart between two scrapes: its counters start again from zero
+        if i == 4:  # restart between two scrapes: its counters start again from zero
             sims.stop(sims.procs[-1])
             sims.start("--engines", "2,3", "--seed", "3", port=p2)
-        if i == 7:      # vanishes for two scrapes, then comes back
+        if i == 7:  # vanishes for two scrapes, then comes back
             sims.stop(sims.procs[-1])
         if i == 9:
             sims.start("--engines", "2,3", "--seed", "4", port=p2)
@@ -221,17 +226,22 @@ def test_exporter_restart_is_not_an_alert(sims, tmp_path):
     assert "FAIL" not in statuses(steps), [s.results["dp-metrics-imbalance"].summary for s in steps]
     assert [s.error for s in steps[7].statuses] == [None, "connection refused"]
     con = duckdb.connect(str(tmp_path / "w.duckdb"), read_only=True)
-    neg = con.execute("SELECT count(*) FROM metric_window_rows WHERE requests_per_s < 0 "
-                      "OR prompt_tokens_per_s < 0 OR generation_tokens_per_s < 0").fetchone()[0]
+    neg = con.execute(
+        "SELECT count(*) FROM metric_window_rows WHERE requests_per_s < 0 "
+        "OR prompt_tokens_per_s < 0 OR generation_tokens_per_s < 0"
+    ).fetchone()[0]
     resets = con.execute("SELECT count(*) FROM metric_window_rows WHERE reset AND dp_rank IN (2, 3)").fetchone()[0]
-    others_reset = con.execute("SELECT count(*) FROM metric_window_rows WHERE reset AND dp_rank IN (0, 1)").fetchone()[0]
+    others_reset = con.execute("SELECT count(*) FROM metric_window_rows WHERE reset AND dp_rank IN (0, 1)").fetchone()[
+        0
+    ]
     peak_restarted, peak_steady = con.execute(
         "SELECT max(requests_per_s) FILTER (WHERE dp_rank IN (2, 3)), max(requests_per_s) FILTER (WHERE dp_rank IN (0, 1)) "
-        "FROM metric_window_rows").fetchone()
+        "FROM metric_window_rows"
+    ).fetchone()
     con.close()
     assert neg == 0
-    assert resets >= 2 and others_reset == 0          # the restart is seen as a counter reset ...
-    assert peak_restarted < 1.5 * peak_steady         # ... and never as a burst of requests
+    assert resets >= 2 and others_reset == 0  # the restart is seen as a counter reset ...
+    assert peak_restarted < 1.5 * peak_steady  # ... and never as a burst of requests
     assert {r["dp_rank"] for r in steps[-1].windows} == {0, 1, 2, 3, None}
 
 
@@ -264,15 +274,19 @@ def _bad_server(mode: str):
 def test_garbage_timeout_and_vanished_endpoints_do_not_stop_the_watch(sims, tmp_path):
     port = sims.start("--engines", "0,1")
     garbage, slow = _bad_server("garbage"), _bad_server("slow")
-    with socket.socket() as s:                    # a port nobody listens on
+    with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         dead = s.getsockname()[1]
     try:
-        urls = [f"http://127.0.0.1:{port}/metrics", f"http://127.0.0.1:{garbage.server_port}/metrics",
-                f"http://127.0.0.1:{slow.server_port}/metrics", f"http://127.0.0.1:{dead}/metrics"]
+        urls = [
+            f"http://127.0.0.1:{port}/metrics",
+            f"http://127.0.0.1:{garbage.server_port}/metrics",
+            f"http://127.0.0.1:{slow.server_port}/metrics",
+            f"http://127.0.0.1:{dead}/metrics",
+        ]
         t0 = time.monotonic()
         steps = watch_steps(tmp_path / "w.duckdb", urls, steps=3, timeout_s=0.5, retention_s=3600)
-        assert time.monotonic() - t0 < 3 * 0.5 + 3 * 1.5       # a slow endpoint costs its timeout only
+        assert time.monotonic() - t0 < 3 * 0.5 + 3 * 1.5  # a slow endpoint costs its timeout only
     finally:
         for srv in (garbage, slow):
             srv.shutdown()
@@ -299,8 +313,9 @@ def test_series_cap_bounds_a_huge_exposition():
 
 def test_retention_bounds_the_stored_windows(sims, tmp_path):
     port = sims.start("--engines", "0")
-    steps = watch_steps(tmp_path / "w.duckdb", [f"http://127.0.0.1:{port}/metrics"], interval_s=0.3, steps=8,
-                        retention_s=1.0)
+    steps = watch_steps(
+        tmp_path / "w.duckdb", [f"http://127.0.0.1:{port}/metrics"], interval_s=0.3, steps=8, retention_s=1.0
+    )
     assert sum(1 for s in steps if s.windows) >= 6
     con = duckdb.connect(str(tmp_path / "w.duckdb"), read_only=True)
     kept = con.execute("SELECT count(DISTINCT ts_ns) FROM metric_window_rows").fetchone()[0]
@@ -314,7 +329,7 @@ def test_hot_expert_top_list_names_concentrated_experts_and_rank(sims, tmp_path)
     res = steps[-1].results["expert-hotspots"]
     assert res.status == "FAIL", res.summary
     flagged = {(r["layer"], r["expert"]) for r in res.rows if r["concentrated_hot_spot"]}
-    assert flagged == {(0, 6), (0, 7), (1, 4)}                    # rank 1 slots 2, 3 and 0 (4 slots a rank)
+    assert flagged == {(0, 6), (0, 7), (1, 4)}  # rank 1 slots 2, 3 and 0 (4 slots a rank)
     assert {r["ep_rank"] for r in res.rows if r["concentrated_hot_spot"]} == {1}
     assert all(r["layer_hot_ranks"] == 1 for r in res.rows if r["concentrated_hot_spot"])
 
@@ -326,9 +341,23 @@ def test_cli_once_for_cron_with_exec_on_change(sims, tmp_path):
     runner = CliRunner()
     codes, outs = [], []
     for _ in range(5):
-        r = runner.invoke(app, ["watch", "--scrape", f"http://127.0.0.1:{port}/metrics", "--once",
-                                "--interval", "0.4s", "--db", str(db), "--run", "cron",
-                                "--exec", f'echo "$SLOWCARD_QUERY $SLOWCARD_BEFORE $SLOWCARD_STATUS" >> {log}'])
+        r = runner.invoke(
+            app,
+            [
+                "watch",
+                "--scrape",
+                f"http://127.0.0.1:{port}/metrics",
+                "--once",
+                "--interval",
+                "0.4s",
+                "--db",
+                str(db),
+                "--run",
+                "cron",
+                "--exec",
+                f'echo "$SLOWCARD_QUERY $SLOWCARD_BEFORE $SLOWCARD_STATUS" >> {log}',
+            ],
+        )
         codes.append(r.exit_code)
         outs.append(r.output)
     assert codes[-1] == 1 and codes[0] == 0, (codes, outs)
@@ -337,7 +366,7 @@ def test_cli_once_for_cron_with_exec_on_change(sims, tmp_path):
     con = duckdb.connect(str(db), read_only=True)
     windows = con.execute("SELECT count(DISTINCT ts_ns) FROM metric_windows WHERE run = 'cron'").fetchone()[0]
     con.close()
-    assert windows >= 5                               # each cron run adds its window(s)
+    assert windows >= 5  # each cron run adds its window(s)
 
 
 class _Hook(http.server.BaseHTTPRequestHandler):
@@ -356,8 +385,12 @@ def test_webhook_gets_the_change_with_its_evidence(sims, tmp_path):
     hook.got = []
     threading.Thread(target=hook.serve_forever, daemon=True).start()
     try:
-        steps = watch_steps(tmp_path / "w.duckdb", [f"http://127.0.0.1:{port}/metrics"], steps=7,
-                            webhook=f"http://127.0.0.1:{hook.server_port}/alert")
+        steps = watch_steps(
+            tmp_path / "w.duckdb",
+            [f"http://127.0.0.1:{port}/metrics"],
+            steps=7,
+            webhook=f"http://127.0.0.1:{hook.server_port}/alert",
+        )
     finally:
         hook.shutdown()
         hook.server_close()
@@ -384,19 +417,39 @@ def test_scrape_url_dp_mapping():
     from slowcard.cli_watch import _pairs
 
     assert _pairs(["http://h:8000/metrics=3", "http://h:8001/metrics", "http://h/metrics?x=1"], "--scrape", True) == [
-        ("http://h:8000/metrics", 3), ("http://h:8001/metrics", None), ("http://h/metrics?x=1", None)]
+        ("http://h:8000/metrics", 3),
+        ("http://h:8001/metrics", None),
+        ("http://h/metrics?x=1", None),
+    ]
 
 
 def test_ctrl_c_leaves_whole_windows(sims, tmp_path):
     port = sims.start("--engines", "0,1,2")
     db = tmp_path / "int.duckdb"
-    proc = subprocess.Popen([sys.executable, "-m", "slowcard", "watch", "--scrape", f"http://127.0.0.1:{port}/metrics",
-                             "--interval", "0.2s", "--duration", "20s", "--db", str(db)],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "slowcard",
+            "watch",
+            "--scrape",
+            f"http://127.0.0.1:{port}/metrics",
+            "--interval",
+            "0.2s",
+            "--duration",
+            "20s",
+            "--db",
+            str(db),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 15
         lines = 0
-        while lines < 6 and time.monotonic() < deadline:     # interrupt mid-watch, after a few windows
+        while lines < 6 and time.monotonic() < deadline:  # interrupt mid-watch, after a few windows
             if proc.stdout.readline():
                 lines += 1
         proc.send_signal(signal.SIGINT)
@@ -407,10 +460,10 @@ def test_ctrl_c_leaves_whole_windows(sims, tmp_path):
             proc.wait(5)
     assert proc.returncode in (0, 1), err
     assert "interrupted" in err
-    con = store.open_db(db)            # write-open: nothing pending to clean, every window whole
+    con = store.open_db(db)  # write-open: nothing pending to clean, every window whole
     try:
         per_ts = con.execute("SELECT ts_ns, count(*) FROM metric_window_rows GROUP BY ts_ns").fetchall()
-        assert len(per_ts) >= 4 and {n for _, n in per_ts} == {4}      # 3 domains + the instance row
+        assert len(per_ts) >= 4 and {n for _, n in per_ts} == {4}  # 3 domains + the instance row
         assert con.execute("SELECT count(*) FROM pending_sources").fetchone()[0] == 0
         kept = con.execute("SELECT rows_kept FROM sources WHERE format = 'metrics_scrape'").fetchone()[0]
         assert kept == 4 * len(per_ts)
@@ -422,20 +475,32 @@ def test_ctrl_c_leaves_whole_windows(sims, tmp_path):
 PROMETHEUS = shutil.which("prometheus")
 
 
-@pytest.mark.skipif(PROMETHEUS is None, reason="the `prometheus` binary is not installed (Debian package prometheus; .ci/run installs it)")
+@pytest.mark.skipif(
+    PROMETHEUS is None,
+    reason="the `prometheus` binary is not installed (Debian package prometheus; .ci/run installs it)",
+)
 def test_prometheus_backfill_then_follow_flags_the_hot_domain(sims, tmp_path):
     port = sims.start("--hot-engine", "1", "--hot-from", "0", duration=40)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         prom_port = s.getsockname()[1]
     cfg = tmp_path / "prometheus.yml"
-    cfg.write_text("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n"
-                   f"  - job_name: vllm\n    static_configs:\n      - targets: ['127.0.0.1:{port}']\n")
-    prom = subprocess.Popen([PROMETHEUS, f"--config.file={cfg}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                             f"--web.listen-address=127.0.0.1:{prom_port}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    cfg.write_text(
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n"
+        f"  - job_name: vllm\n    static_configs:\n      - targets: ['127.0.0.1:{port}']\n"
+    )
+    prom = subprocess.Popen(
+        [
+            PROMETHEUS,
+            f"--config.file={cfg}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{prom_port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
-        deadline = time.monotonic() + 25   # until the server holds 6 scrapes of 1 s
+        deadline = time.monotonic() + 25  # until the server holds 6 scrapes of 1 s
         scrapes = 0
         while scrapes < 6 and time.monotonic() < deadline:
             assert prom.poll() is None, prom.stderr.read().decode()[-500:]
@@ -448,16 +513,17 @@ def test_prometheus_backfill_then_follow_flags_the_hot_domain(sims, tmp_path):
         assert scrapes >= 6, "the Prometheus server did not scrape the exporter"
         source = PrometheusSource(f"http://127.0.0.1:{prom_port}", mx.Mapping(), step_s=1.0, backfill_s=60)
         w = Watcher(tmp_path / "p.duckdb", "prom", source)
-        first = w.step()                   # backfill
+        first = w.step()  # backfill
         assert len({r["ts_ns"] for r in first.windows}) >= 3, [s.error for s in first.statuses]
         assert first.results["dp-metrics-imbalance"].status == "FAIL", first.results["dp-metrics-imbalance"].summary
         assert [r["dp_rank"] for r in first.results["dp-metrics-imbalance"].rows] == [1]
         time.sleep(2.5)
-        second = w.step()                  # follow: only the new steps
+        second = w.step()  # follow: only the new steps
         assert second.windows and min(r["ts_ns"] for r in second.windows) > max(r["ts_ns"] for r in first.windows)
         con = duckdb.connect(str(tmp_path / "p.duckdb"), read_only=True)
-        dup = con.execute("SELECT count(*) FROM (SELECT ts_ns, dp_rank FROM metric_window_rows "
-                          "GROUP BY ALL HAVING count(*) > 1)").fetchone()[0]
+        dup = con.execute(
+            "SELECT count(*) FROM (SELECT ts_ns, dp_rank FROM metric_window_rows GROUP BY ALL HAVING count(*) > 1)"
+        ).fetchone()[0]
         con.close()
         assert dup == 0
     finally:

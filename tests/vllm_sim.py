@@ -58,14 +58,22 @@ def main(argv=None) -> int:
     gen = Counter("vllm:generation_tokens", "Generated tokens.", lab, registry=reg)
     buckets = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0)
     ttft = Histogram("vllm:time_to_first_token_seconds", "TTFT.", lab, buckets=buckets, registry=reg)
-    e2e = Histogram("vllm:e2e_request_latency_seconds", "E2E latency.", lab,
-                    buckets=(0.5, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 20.0, 40.0), registry=reg)
+    e2e = Histogram(
+        "vllm:e2e_request_latency_seconds",
+        "E2E latency.",
+        lab,
+        buckets=(0.5, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 20.0, 40.0),
+        registry=reg,
+    )
     hot_slots = set()
     for spec in filter(None, a.hot_experts.split(",")):
         layer, rank, slot = (int(x) for x in spec.split(":"))
         hot_slots.add((layer, rank, slot))
-    experts = Counter("vllm:expert_tokens", "Tokens routed to each expert slot.", ["layer", "rank", "slot"],
-                      registry=reg) if hot_slots else None
+    experts = (
+        Counter("vllm:expert_tokens", "Tokens routed to each expert slot.", ["layer", "rank", "slot"], registry=reg)
+        if hot_slots
+        else None
+    )
 
     server, _thread = start_http_server(a.port, addr="127.0.0.1", registry=reg)
     print(f"PORT {server.server_port}", flush=True)

@@ -17,11 +17,10 @@ import stat
 import threading
 import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import duckdb
 
@@ -32,8 +31,16 @@ from . import _known
 from .base import GZIP_MAGIC, Context, IngestOptions, Outcome, Reader
 
 # Formats whose files belong to one rank; a file of these without a rank is reported.
-RANKED_FORMATS = {"kineto", "ascend_trace", "chrome_array", "kernel_details", "op_summary",
-                  "step_trace", "communication", "comm_matrix"}
+RANKED_FORMATS = {
+    "kineto",
+    "ascend_trace",
+    "chrome_array",
+    "kernel_details",
+    "op_summary",
+    "step_trace",
+    "communication",
+    "comm_matrix",
+}
 # Companion files that carry metadata for other files and are not ingested themselves.
 COMPANION = _known.COMPANION
 
@@ -78,12 +85,14 @@ def read_head(path: Path, n: int = 1 << 16) -> bytes:
 
 
 # Leading bytes of what a file may really be when no reader claims it (a .gz that is not gzip).
-_OTHER_CONTENT = ((b"BZh", "bzip2-compressed: decompress it with bunzip2"),
-                  (b"\xfd7zXZ\x00", "xz-compressed: decompress it with unxz"),
-                  (b"\x28\xb5\x2f\xfd", "zstd-compressed: decompress it with unzstd"),
-                  (b"PK\x03\x04", "a zip archive: unzip it"),
-                  (b"\xff\xfe", "UTF-16 text: convert it with iconv -f UTF-16 -t UTF-8"),
-                  (b"\xfe\xff", "UTF-16 text: convert it with iconv -f UTF-16 -t UTF-8"))
+_OTHER_CONTENT = (
+    (b"BZh", "bzip2-compressed: decompress it with bunzip2"),
+    (b"\xfd7zXZ\x00", "xz-compressed: decompress it with unxz"),
+    (b"\x28\xb5\x2f\xfd", "zstd-compressed: decompress it with unzstd"),
+    (b"PK\x03\x04", "a zip archive: unzip it"),
+    (b"\xff\xfe", "UTF-16 text: convert it with iconv -f UTF-16 -t UTF-8"),
+    (b"\xfe\xff", "UTF-16 text: convert it with iconv -f UTF-16 -t UTF-8"),
+)
 
 
 def content_hint(path: Path) -> str:
@@ -117,11 +126,17 @@ def _detect(path: Path) -> tuple[Reader | None, str | None, bytes]:
     try:
         head = read_head(path)
     except (OSError, EOFError, zlib.error) as exc:
-        raise InputError(path, f"cannot read the file ({exc})",
-                         hint="if it is gzip, the archive is corrupt: re-copy or re-compress it") from None
+        raise InputError(
+            path,
+            f"cannot read the file ({exc})",
+            hint="if it is gzip, the archive is corrupt: re-copy or re-compress it",
+        ) from None
     if not head.strip():
-        raise InputError(path, "the file is empty; expected a Chrome trace JSON, an operator CSV or "
-                         "another supported format (see README, Input formats)")
+        raise InputError(
+            path,
+            "the file is empty; expected a Chrome trace JSON, an operator CSV or "
+            "another supported format (see README, Input formats)",
+        )
     for reader in readers():
         fmt = reader.sniff(path, head)
         if fmt:
@@ -141,7 +156,7 @@ class FileResult:
 
     path: str
     format: str | None
-    status: str              # ok | salvaged | truncated | failed | skipped
+    status: str  # ok | salvaged | truncated | failed | skipped
     rank: int | None = None
     rank_source: str | None = None
     rows_kept: int = 0
@@ -173,8 +188,9 @@ class Walked(str):
     unknown format there is skipped, not failed. ``run_batches`` hands root files on this way."""
 
 
-def run_batches(paths: list[str | Path], run: str | None,
-                per_folder: bool) -> tuple[list[tuple[str | None, list]], list[str]]:
+def run_batches(
+    paths: list[str | Path], run: str | None, per_folder: bool
+) -> tuple[list[tuple[str | None, list]], list[str]]:
     """((run name, paths) batches, notes) for ``ingest``: one batch, or with ``per_folder`` one
     per sub-folder of each root, named after it. Files at a root itself (beside the run folders)
     are not dropped: they make a run of their own, named after the root (a note says so)."""
@@ -197,8 +213,9 @@ def run_batches(paths: list[str | Path], run: str | None,
             if name in {s.name for s in subs}:
                 name = f"{name} (root files)"
             batches.append((name, [Walked(f) for f in files]))
-            notes.append(f"{raw}: {len(files)} file(s) at the top level, beside the run folders, "
-                         f"are ingested as run {name!r}")
+            notes.append(
+                f"{raw}: {len(files)} file(s) at the top level, beside the run folders, are ingested as run {name!r}"
+            )
     return batches, notes
 
 
@@ -249,7 +266,7 @@ def expand_paths(paths: list[str | Path]) -> list[tuple[Path, bool]]:
                             seen.add(x[0])
                             out.append(x)
         elif os.path.lexists(p):
-            add(p, True)                     # a FIFO, device, dangling link or loop: ingest_file says which
+            add(p, True)  # a FIFO, device, dangling link or loop: ingest_file says which
         else:
             raise UsageError(f"{raw}: no such file or folder")
     return out
@@ -274,9 +291,15 @@ def file_problem(path: Path) -> str | None:
         if not os.access(path, os.R_OK):
             return "cannot be read (permission denied)"
         return None
-    kind = ("a named pipe (FIFO)" if stat.S_ISFIFO(st.st_mode) else
-            "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else
-            "a socket" if stat.S_ISSOCK(st.st_mode) else "not a file")
+    kind = (
+        "a named pipe (FIFO)"
+        if stat.S_ISFIFO(st.st_mode)
+        else "a device"
+        if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)
+        else "a socket"
+        if stat.S_ISSOCK(st.st_mode)
+        else "not a file"
+    )
     return f"{kind}, not a regular file; copy its content to a file and ingest that"
 
 
@@ -301,8 +324,14 @@ class _Progress:
     def __init__(self, fn: ProgressFn | None, total_files: int, total_bytes: int):
         self.fn = fn
         self.lock = threading.Lock()
-        self.state = {"files_done": 0, "files_total": total_files, "bytes_done": 0,
-                      "bytes_total": total_bytes, "events": 0, "current": None}
+        self.state = {
+            "files_done": 0,
+            "files_total": total_files,
+            "bytes_done": 0,
+            "bytes_total": total_bytes,
+            "events": 0,
+            "current": None,
+        }
 
     def update(self, **kw):
         if not self.fn:
@@ -336,10 +365,17 @@ def prepare_batch(paths, run, rank_pattern, rank_map):
     return files, run, rmap
 
 
-def ingest_paths(db_path: str | Path, paths: Sequence[str | Path], run: str | None = None,
-                 jobs: int = 1, rank_pattern: str | None = None, rank_map: str | Path | None = None,
-                 options: IngestOptions | None = None, progress: ProgressFn | None = None,
-                 con: duckdb.DuckDBPyConnection | None = None) -> IngestReport:
+def ingest_paths(
+    db_path: str | Path,
+    paths: Sequence[str | Path],
+    run: str | None = None,
+    jobs: int = 1,
+    rank_pattern: str | None = None,
+    rank_map: str | Path | None = None,
+    options: IngestOptions | None = None,
+    progress: ProgressFn | None = None,
+    con: duckdb.DuckDBPyConnection | None = None,
+) -> IngestReport:
     """Ingest files, folders or globs into one database under one run name.
 
     Each file is one commit: it appears whole or not at all; ingesting the same path into the
@@ -357,7 +393,7 @@ def ingest_paths(db_path: str | Path, paths: Sequence[str | Path], run: str | No
         stopping = threading.Event()
         work = [(p, explicit, sizes[p]) for p, explicit in files]
 
-        cursors: set = set()            # of the files being ingested, to interrupt on Ctrl-C
+        cursors: set = set()  # of the files being ingested, to interrupt on Ctrl-C
 
         def one(item):
             p, explicit, size = item
@@ -365,8 +401,8 @@ def ingest_paths(db_path: str | Path, paths: Sequence[str | Path], run: str | No
                 raise KeyboardInterrupt
             cur = con.cursor()
             cursors.add(cur)
-            cur.execute("SET enable_progress_bar = false")   # a cursor has its own settings; stdout is ours
-            seen = [0]          # bytes of this file already reported by its reader's threads
+            cur.execute("SET enable_progress_bar = false")  # a cursor has its own settings; stdout is ours
+            seen = [0]  # bytes of this file already reported by its reader's threads
             seen_lock = threading.Lock()
 
             def on_bytes(n: int) -> None:
@@ -413,8 +449,17 @@ def ingest_paths(db_path: str | Path, paths: Sequence[str | Path], run: str | No
     return report
 
 
-def ingest_file(con, path: Path, run: str, explicit: bool, size: int, opts: IngestOptions,
-                rank_pattern: str | None = None, rank_map=None, on_bytes=None) -> FileResult:
+def ingest_file(
+    con,
+    path: Path,
+    run: str,
+    explicit: bool,
+    size: int,
+    opts: IngestOptions,
+    rank_pattern: str | None = None,
+    rank_map=None,
+    on_bytes=None,
+) -> FileResult:
     """Ingest one file; never raises for bad input (the FileResult says what happened)."""
     t0 = time.perf_counter()
     result = FileResult(path=str(path), format=None, status="failed", size_bytes=size)
@@ -436,15 +481,17 @@ def ingest_file(con, path: Path, run: str, explicit: bool, size: int, opts: Inge
         result.status, result.message = "skipped", note
         return result
     if reader is None:
-        msg = (f"{path}: unknown format; expected a Chrome trace JSON (.json/.json.gz), an Ascend "
-               "kernel_details/op_summary CSV, an msServiceProfiler CSV, an msprof-analyze cluster "
-               "output, an Ascend step_trace_time.csv / communication(_matrix).json or expert-load data "
-               "(README, Input formats)")
+        msg = (
+            f"{path}: unknown format; expected a Chrome trace JSON (.json/.json.gz), an Ascend "
+            "kernel_details/op_summary CSV, an msServiceProfiler CSV, an msprof-analyze cluster "
+            "output, an Ascend step_trace_time.csv / communication(_matrix).json or expert-load data "
+            "(README, Input formats)"
+        )
         hint = content_hint(path)
         result.status = "failed" if explicit else "skipped"
         result.message = f"{msg}; {hint}" if hint else msg
         return result
-    assert fmt is not None                  # a reader that claims a file names its format
+    assert fmt is not None  # a reader that claims a file names its format
     result.format = fmt
     guess = getattr(reader, "guess_note", None)
     guess = guess(path, head, fmt) if guess else None
@@ -456,37 +503,51 @@ def ingest_file(con, path: Path, run: str, explicit: bool, size: int, opts: Inge
                 outcome.message = f"{outcome.message}; {guess}" if outcome.message else guess
             info = ranks_mod.resolve(path, outcome.rank_hints, rank_pattern, rank_map)
             rec = store.SourceRecord(
-                format=fmt, rows_seen=outcome.rows_seen, rows_kept=outcome.rows_kept,
-                rows_dropped=outcome.rows_dropped, status=outcome.status, message=outcome.message,
-                metadata=outcome.metadata, base_time_ns=outcome.base_time_ns, rank=info.rank,
-                rank_source=info.source, dp_rank=info.dp_rank, tp_rank=info.tp_rank,
-                pp_rank=info.pp_rank, ep_rank=info.ep_rank, world_size=info.world_size, host=info.host,
+                format=fmt,
+                rows_seen=outcome.rows_seen,
+                rows_kept=outcome.rows_kept,
+                rows_dropped=outcome.rows_dropped,
+                status=outcome.status,
+                message=outcome.message,
+                metadata=outcome.metadata,
+                base_time_ns=outcome.base_time_ns,
+                rank=info.rank,
+                rank_source=info.source,
+                dp_rank=info.dp_rank,
+                tp_rank=info.tp_rank,
+                pp_rank=info.pp_rank,
+                ep_rank=info.ep_rank,
+                world_size=info.world_size,
+                host=info.host,
             )
-            store.commit_source(con, sid, run, str(path), size, store.fingerprint_file(path, size),
-                                rec, outcome.drops)
+            store.commit_source(con, sid, run, str(path), size, store.fingerprint_file(path, size), rec, outcome.drops)
     except InputError as exc:
         result.message = str(exc)
         return result
     except duckdb.InterruptException:
-        raise KeyboardInterrupt from None       # Ctrl-C inside DuckDB: stop the batch, not this file
+        raise KeyboardInterrupt from None  # Ctrl-C inside DuckDB: stop the batch, not this file
     except duckdb.Error as exc:
         result.message = f"{path}: the database refused the rows ({str(exc).splitlines()[0]})"
         return result
     except Exception as exc:
         if isinstance(exc, RuntimeError) and str(exc) == "Query interrupted":
-            raise KeyboardInterrupt from None   # how DuckDB reports a Ctrl-C that reached it
+            raise KeyboardInterrupt from None  # how DuckDB reports a Ctrl-C that reached it
         # A reader bug or an input nobody foresaw: fail this file, name it, and go on with the
         # others (never a traceback that loses the whole run).
-        result.message = (f"{path}: could not be read ({type(exc).__name__}: {exc}); "
-                          "the other files were ingested; please report this file")
+        result.message = (
+            f"{path}: could not be read ({type(exc).__name__}: {exc}); "
+            "the other files were ingested; please report this file"
+        )
         return result
     result.status = outcome.status
     result.rank, result.rank_source = info.rank, info.source
     result.rows_kept, result.rows_dropped = outcome.rows_kept, outcome.rows_dropped
     result.message = outcome.message
     if info.rank is None and fmt in RANKED_FORMATS:
-        note = ("no rank: no distributedInfo.rank, profiler_info, vLLM folder name, --rank-pattern "
-                "or --rank-map entry names it; stored with rank NULL")
+        note = (
+            "no rank: no distributedInfo.rank, profiler_info, vLLM folder name, --rank-pattern "
+            "or --rank-map entry names it; stored with rank NULL"
+        )
         result.message = f"{result.message}; {note}" if result.message else note
     result.seconds = time.perf_counter() - t0
     return result
@@ -498,12 +559,14 @@ def run_checks(con, run: str) -> list[str]:
     fmts = ", ".join(f"'{f}'" for f in sorted(RANKED_FORMATS))
     for fmt, rank, n in con.execute(
         f"""SELECT format, rank, count(*) FROM sources WHERE run = ? AND rank IS NOT NULL
-            AND format IN ({fmts}) GROUP BY ALL HAVING count(*) > 1 ORDER BY 1, 2""", [run]
+            AND format IN ({fmts}) GROUP BY ALL HAVING count(*) > 1 ORDER BY 1, 2""",
+        [run],
     ).fetchall():
         warnings.append(f"run {run!r}: rank {rank} appears in {n} {fmt} files (duplicate rank)")
     for fmt, ws, have in con.execute(
         f"""SELECT format, max(world_size), list(DISTINCT rank ORDER BY rank) FROM sources
-            WHERE run = ? AND format IN ({fmts}) AND rank IS NOT NULL GROUP BY format""", [run]
+            WHERE run = ? AND format IN ({fmts}) AND rank IS NOT NULL GROUP BY format""",
+        [run],
     ).fetchall():
         if ws and len(have) < ws:
             # Never build the set of all ranks: a header saying world_size 1e9 would take GBs.
@@ -516,8 +579,7 @@ def run_checks(con, run: str) -> list[str]:
                     first.append(r)
                 r += 1
             shown = ", ".join(map(str, first[:20])) + (" …" if n_missing > 20 else "")
-            warnings.append(f"run {run!r}: {fmt} world_size is {ws} but {n_missing} ranks are "
-                            f"missing ({shown})")
+            warnings.append(f"run {run!r}: {fmt} world_size is {ws} but {n_missing} ranks are missing ({shown})")
     n_null = con.execute(
         f"SELECT count(*) FROM sources WHERE run = ? AND rank IS NULL AND format IN ({fmts})", [run]
     ).fetchone()[0]

@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import gzip
 import io
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Protocol
 
 import duckdb
 
@@ -44,11 +45,11 @@ def max_event_bytes_from_env() -> int:
 class IngestOptions:
     """User options that reach the format modules."""
 
-    tmp_dir: Path | None = None          # where part files go (default: /dev/shm or the system tmp)
-    part_bytes: int = 64 << 20           # target size of one JSON part handed to DuckDB
-    threads: int = 2                     # DuckDB threads / parts per wave
-    memory_limit: str = "512MB"          # DuckDB's buffer pool while ingesting (it caches what it writes)
-    max_event_bytes: int = field(default_factory=max_event_bytes_from_env)   # one event / value at most
+    tmp_dir: Path | None = None  # where part files go (default: /dev/shm or the system tmp)
+    part_bytes: int = 64 << 20  # target size of one JSON part handed to DuckDB
+    threads: int = 2  # DuckDB threads / parts per wave
+    memory_limit: str = "512MB"  # DuckDB's buffer pool while ingesting (it caches what it writes)
+    max_event_bytes: int = field(default_factory=max_event_bytes_from_env)  # one event / value at most
 
 
 @dataclass
@@ -56,7 +57,7 @@ class Context:
     """One file being ingested."""
 
     path: Path
-    format: str               # what sniff() returned
+    format: str  # what sniff() returned
     source_id: int
     run: str
     con: duckdb.DuckDBPyConnection
@@ -81,11 +82,11 @@ class Outcome:
     rows_seen: int
     rows_kept: int
     rows_dropped: int = 0
-    status: str = "ok"                    # ok | salvaged | truncated
+    status: str = "ok"  # ok | salvaged | truncated
     message: str = ""
-    drops: list[tuple[str, str, int]] = field(default_factory=list)   # (reason, position, n)
-    metadata: dict = field(default_factory=dict)                       # header keys worth keeping
-    rank_hints: dict = field(default_factory=dict)                     # rank, world_size, dp_rank, host, … from content
+    drops: list[tuple[str, str, int]] = field(default_factory=list)  # (reason, position, n)
+    metadata: dict = field(default_factory=dict)  # header keys worth keeping
+    rank_hints: dict = field(default_factory=dict)  # rank, world_size, dp_rank, host, … from content
     base_time_ns: int = 0
 
 

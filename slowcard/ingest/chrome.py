@@ -37,17 +37,17 @@ from ..store import scalar
 from .base import GZIP_MAGIC, Context, Outcome, is_gzip, strip_bom
 
 READ_BYTES = 8 << 20
-HEADER_LIMIT = 64 << 20      # header keys before traceEvents larger than this are not a trace
-TAIL_BYTES = 1 << 20         # at most this much after the last part is left to the tail parser
-BOUNDARY_WINDOW = 4 << 20    # how far back from a part's target end an event boundary is looked for
+HEADER_LIMIT = 64 << 20  # header keys before traceEvents larger than this are not a trace
+TAIL_BYTES = 1 << 20  # at most this much after the last part is left to the tail parser
+BOUNDARY_WINDOW = 4 << 20  # how far back from a part's target end an event boundary is looked for
 # Parts are sized so that a file splits into groups of 2 x threads parts of about this many bytes,
 # the batches of the fallback path. Every INSERT after the first makes DuckDB 1.5 rewrite partly
 # filled row groups at checkpoint (4 statements on 300 MB: +0.55 s, a 90% larger file), hence one
 # statement per file wherever the input allows.
 BATCH_BYTES = 256 << 20
-MAX_PIPES = 512              # more parts than this go through part files in batches instead
-PIPE_STALL_S = 120.0         # a .gz part DuckDB has not read by then: give up the one-statement path
-SAMPLE_BYTES = 1 << 16       # head of each part inspected to choose how its ts is read
+MAX_PIPES = 512  # more parts than this go through part files in batches instead
+PIPE_STALL_S = 120.0  # a .gz part DuckDB has not read by then: give up the one-statement path
+SAMPLE_BYTES = 1 << 16  # head of each part inspected to choose how its ts is read
 _WS = b" \t\r\n"
 
 
@@ -121,16 +121,15 @@ def _double_exact(text: str) -> bool:
     except (InvalidOperation, ValueError):
         return False
     if not math.isfinite(f) or abs(f) >= 1e17:
-        return True      # out of range either way: DuckDB fails the part, the exact path drops it
-    return ((exact * 1000).quantize(_ONE, ROUND_HALF_UP)
-            == (Decimal(f) * 1000).quantize(_ONE, ROUND_HALF_UP))
+        return True  # out of range either way: DuckDB fails the part, the exact path drops it
+    return (exact * 1000).quantize(_ONE, ROUND_HALF_UP) == (Decimal(f) * 1000).quantize(_ONE, ROUND_HALF_UP)
 
 
 def _ts_mode(sample: bytes) -> str:
     """How to read ts in a part whose first bytes are ``sample``: 'DOUBLE', 'VARCHAR' or 'exact'
     (see _COLUMNS)."""
     if _BOOL_TIME.search(sample):
-        return "exact"       # DuckDB would read true/false as 1/0 µs; the exact path drops them
+        return "exact"  # DuckDB would read true/false as 1/0 µs; the exact path drops them
     strings = False
     for m in _TS_TEXT.finditer(sample):
         if m.group(1):
@@ -138,7 +137,7 @@ def _ts_mode(sample: bytes) -> str:
             continue
         text = m.group(2)
         if text.strip(b"-0123456789") and not _double_exact(text.decode("ascii")):
-            return "exact"                      # a fraction or exponent a double cannot hold
+            return "exact"  # a fraction or exponent a double cannot hold
     return "VARCHAR" if strings else "DOUBLE"
 
 
@@ -148,12 +147,14 @@ _KINETO_KEYS = (b'"schemaVersion"', b'"deviceProperties"', b'"distributedInfo"')
 # process labels "<host>,dp<N>".
 _SERVICE_MARKERS = re.compile(
     rb'"tid"\s*:\s*"(?:Schedule|Request|Execute|KVCache|BatchSchedule|ReqState|ReqEnQueue|ReqDeQueue|modelExec'
-    rb'|httpReq|httpRes|deviceKvCache|hostKvCache)'
-    rb'|KVCache|batchFrameworkProcessing|"labels"\s*:\s*"[^"]*,\s*dp[0-9]+"')
+    rb"|httpReq|httpRes|deviceKvCache|hostKvCache)"
+    rb'|KVCache|batchFrameworkProcessing|"labels"\s*:\s*"[^"]*,\s*dp[0-9]+"'
+)
 # Ascend PyTorch Profiler / msprof trace_view.json: string ts, its process names, "NPU" labels.
 _ASCEND_MARKERS = re.compile(
     rb'"ts"\s*:\s*"|"name"\s*:\s*"(?:Ascend Hardware|CANN|AscendCL|Overlap Analysis|AI Core Freq|HBM|LLC'
-    rb'|Stars Soc Info|Acc PMU|NPU MEM)"|"labels"\s*:\s*"NPU(?:\s+[0-9]+)?"')
+    rb'|Stars Soc Info|Acc PMU|NPU MEM)"|"labels"\s*:\s*"NPU(?:\s+[0-9]+)?"'
+)
 
 
 def _dialect(head: bytes) -> str | None:
@@ -193,12 +194,16 @@ class ChromeReader:
         """The per-file table says when the dialect is a default, not recognised from markers."""
         h = strip_bom(head).lstrip(_WS)
         if fmt == "kineto" and not any(k in head for k in _KINETO_KEYS):
-            return ("format guessed: a {\"traceEvents\": [...]} trace without Kineto's header keys "
-                    "(schemaVersion, deviceProperties, distributedInfo) nor Ascend / msServiceProfiler "
-                    "markers in its first 64 KiB; read as a generic Kineto trace")
+            return (
+                'format guessed: a {"traceEvents": [...]} trace without Kineto\'s header keys '
+                "(schemaVersion, deviceProperties, distributedInfo) nor Ascend / msServiceProfiler "
+                "markers in its first 64 KiB; read as a generic Kineto trace"
+            )
         if fmt == "chrome_array" and h[1:].lstrip(_WS)[:1] == b"{":
-            return ("format guessed: a JSON array of trace events without Ascend / msServiceProfiler markers "
-                    "in its first 64 KiB; read as a generic Chrome trace")
+            return (
+                "format guessed: a JSON array of trace events without Ascend / msServiceProfiler markers "
+                "in its first 64 KiB; read as a generic Chrome trace"
+            )
         return None
 
     def ingest(self, ctx: Context) -> Outcome:
@@ -224,7 +229,7 @@ class _Stream:
         except OSError as exc:
             raise InputError(path, f"cannot open the file ({exc})") from None
         self.z = zlib.decompressobj(31) if self.gz else None
-        self.buf = bytearray()     # appended to in place: no copy of the whole window per read
+        self.buf = bytearray()  # appended to in place: no copy of the whole window per read
         self.base = 0
         self.eof = False
         self.error: str | None = None
@@ -234,7 +239,7 @@ class _Stream:
         try:
             while len(out) < n:
                 z = self.z
-                assert z is not None       # only called for gzip files (self.gz)
+                assert z is not None  # only called for gzip files (self.gz)
                 if z.unconsumed_tail:
                     data = z.unconsumed_tail
                 else:
@@ -245,7 +250,7 @@ class _Stream:
                         if not z.eof:
                             self.error = "the compressed stream ends before its end marker (the tail was cut)"
                         break
-                    if z.eof:            # another gzip member follows (or padding)
+                    if z.eof:  # another gzip member follows (or padding)
                         if not data.strip(b"\x00"):
                             break
                         z = self.z = zlib.decompressobj(31)
@@ -266,7 +271,7 @@ class _Stream:
             self.eof = True
             return False
         if self.error:
-            self.eof = True          # keep what decompressed; nothing more will come
+            self.eof = True  # keep what decompressed; nothing more will come
         self.buf += data
         return True
 
@@ -291,12 +296,12 @@ def _decode_at(stream: _Stream, i: int):
 
     Returns (value, end_index). Raises ValueError when the bytes there are not JSON.
     """
-    span = 1 << 16       # decode a window, not the whole buffer, for every header key
+    span = 1 << 16  # decode a window, not the whole buffer, for every header key
     while True:
         avail = len(stream.buf) - i
         # surrogateescape keeps one character per undecodable byte, so the end offset maps back
         # to the right byte (with errors="replace" it would drift by 2 bytes per bad byte).
-        text = stream.buf[i:i + span].decode("utf-8", errors="surrogateescape")
+        text = stream.buf[i : i + span].decode("utf-8", errors="surrogateescape")
         try:
             value, end = _DECODER.raw_decode(text)
             # a number cut by the window edge decodes too: only trust a value that ends inside
@@ -344,8 +349,7 @@ def _copy_range(src: int, dst: int, offset: int, count: int) -> None:
         count -= n
 
 
-def _feed_pipe(fd: int, offset: int, length: int, pipe: str, head: bytes = b"[", end: bytes = b"]",
-               done=None) -> None:
+def _feed_pipe(fd: int, offset: int, length: int, pipe: str, head: bytes = b"[", end: bytes = b"]", done=None) -> None:
     """Write head + the file's bytes + end into a named pipe (blocks until DuckDB opens it);
     then ``done(length)``."""
     try:
@@ -353,7 +357,7 @@ def _feed_pipe(fd: int, offset: int, length: int, pipe: str, head: bytes = b"[",
     except OSError:
         return
     try:
-        store.fault_point("feed")           # crash tests: DuckDB is reading the pipes here
+        store.fault_point("feed")  # crash tests: DuckDB is reading the pipes here
         os.write(out, head)
         _copy_range(fd, out, offset, length)
         if end:
@@ -361,7 +365,7 @@ def _feed_pipe(fd: int, offset: int, length: int, pipe: str, head: bytes = b"[",
         if done:
             done(length)
     except OSError:
-        pass          # DuckDB stopped reading (the statement failed): the fallback re-reads the file
+        pass  # DuckDB stopped reading (the statement failed): the fallback re-reads the file
     finally:
         os.close(out)
 
@@ -443,15 +447,15 @@ class _Ingest:
         self.trailer: dict = {}
         self.kept = 0
         self.seen = 0
-        self.drops: dict[str, list] = {}     # reason -> [first event index, count]
+        self.drops: dict[str, list] = {}  # reason -> [first event index, count]
         self.status = "ok"
         self.notes: list[str] = []
         self.base_ns = 0
-        self.carry = ""                       # unparsed text after a failed part (a split event)
+        self.carry = ""  # unparsed text after a failed part (a split event)
         self.carry_index = 0
-        self.part_info: dict[str, tuple[bytes, str]] = {}   # part file -> (stripped separator, ts mode)
+        self.part_info: dict[str, tuple[bytes, str]] = {}  # part file -> (stripped separator, ts mode)
         self.max_abs_us = Decimal((1 << 63) - 1) / 1000
-        self.oversize: int | None = None     # byte where an event over options.max_event_bytes starts
+        self.oversize: int | None = None  # byte where an event over options.max_event_bytes starts
 
     # -- bookkeeping -------------------------------------------------------------------------
     def _drop(self, reason: str, index: int, n: int = 1) -> None:
@@ -462,32 +466,39 @@ class _Ingest:
     # -- phase 1: header -----------------------------------------------------------------------
     def _find_events(self, s: _Stream) -> int:
         """Parse header keys; return the buffer index just after the '[' of the events array."""
-        s.more(1 << 20)       # a first look; more comes as the header needs it
+        s.more(1 << 20)  # a first look; more comes as the header needs it
         if not s.buf:
             if s.error:
-                raise InputError(self.path, f"cannot read the compressed stream ({s.error})",
-                                 hint="re-copy or re-compress the file")
-            raise InputError(self.path, "the file is empty; expected a Chrome trace (JSON object with "
-                             "'traceEvents' or a JSON array of events)")
+                raise InputError(
+                    self.path, f"cannot read the compressed stream ({s.error})", hint="re-copy or re-compress the file"
+                )
+            raise InputError(
+                self.path,
+                "the file is empty; expected a Chrome trace (JSON object with 'traceEvents' or a JSON array of events)",
+            )
         i = 3 if s.buf.startswith(b"\xef\xbb\xbf") else 0
         i = _skip_ws(s.buf, i)
         if i >= len(s.buf):
             raise InputError(self.path, "the file holds only whitespace; expected a Chrome trace")
-        first = s.buf[i:i + 1]
+        first = s.buf[i : i + 1]
         if first == b"[":
             return i + 1
         if first != b"{":
-            raise InputError(self.path, "expected a JSON object with 'traceEvents' or a JSON array of "
-                             f"events, found {s.buf[i:i + 20]!r}", position="byte 0")
+            raise InputError(
+                self.path,
+                f"expected a JSON object with 'traceEvents' or a JSON array of events, found {s.buf[i : i + 20]!r}",
+                position="byte 0",
+            )
         i += 1
         while True:
             i = _skip_ws(s.buf, i)
             while i >= len(s.buf) and s.more():
                 i = _skip_ws(s.buf, i)
-            c = s.buf[i:i + 1]
+            c = s.buf[i : i + 1]
             if c == b"}" or not c:
-                raise InputError(self.path, "the JSON object has no 'traceEvents' list",
-                                 hint="is this a Chrome/Kineto trace?")
+                raise InputError(
+                    self.path, "the JSON object has no 'traceEvents' list", hint="is this a Chrome/Kineto trace?"
+                )
             if c == b",":
                 i += 1
                 continue
@@ -496,27 +507,31 @@ class _Ingest:
             except ValueError:
                 key = None
             if not isinstance(key, str):
-                raise InputError(self.path, "malformed header: expected a key string",
-                                 position=f"byte {s.base + i}")
+                raise InputError(self.path, "malformed header: expected a key string", position=f"byte {s.base + i}")
             i = _skip_ws(s.buf, i)
-            if s.buf[i:i + 1] != b":":
-                raise InputError(self.path, f"malformed header after key {key!r}: expected ':'",
-                                 position=f"byte {s.base + i}")
+            if s.buf[i : i + 1] != b":":
+                raise InputError(
+                    self.path, f"malformed header after key {key!r}: expected ':'", position=f"byte {s.base + i}"
+                )
             i = _skip_ws(s.buf, i + 1)
             while i >= len(s.buf) and s.more():
                 i = _skip_ws(s.buf, i)
             if key == "traceEvents":
                 if i >= len(s.buf):
-                    raise InputError(self.path, "the file ends right after 'traceEvents' (file cut before "
-                                     "any event)", position=f"byte {s.base + i}")
-                if s.buf[i:i + 1] != b"[":
+                    raise InputError(
+                        self.path,
+                        "the file ends right after 'traceEvents' (file cut before any event)",
+                        position=f"byte {s.base + i}",
+                    )
+                if s.buf[i : i + 1] != b"[":
                     raise InputError(self.path, "'traceEvents' is not a list", position=f"byte {s.base + i}")
                 return i + 1
             try:
                 value, i = _decode_at(s, i)
             except ValueError:
-                raise InputError(self.path, f"malformed header value for key {key!r}",
-                                 position=f"byte {s.base + i}") from None
+                raise InputError(
+                    self.path, f"malformed header value for key {key!r}", position=f"byte {s.base + i}"
+                ) from None
             self.header[key] = _clean(value)
 
     # -- phase 2: parts ---------------------------------------------------------------------------
@@ -546,10 +561,10 @@ class _Ingest:
                     if s.eof and hi >= len(s.buf):
                         break
                     if want - target >= self.ctx.options.max_event_bytes:
-                        self.oversize = s.base         # stop here: memory stays bounded
+                        self.oversize = s.base  # stop here: memory stays bounded
                         s.drop(len(s.buf))
                         break
-                    want += target     # no boundary before the target (one huge event): take more
+                    want += target  # no boundary before the target (one huge event): take more
                     continue
                 want = target
                 buf = s.buf
@@ -559,11 +574,11 @@ class _Ingest:
                     f.write(b"[")
                     f.write(mv[:end])
                     f.write(b"]")
-                info = (bytes(buf[end:cut]), _ts_mode(bytes(buf[:min(end, SAMPLE_BYTES)])))
+                info = (bytes(buf[end:cut]), _ts_mode(bytes(buf[: min(end, SAMPLE_BYTES)])))
                 n += 1
                 del buf
                 s.drop(cut)
-                read = s.f.tell()           # compressed bytes consumed so far
+                read = s.f.tell()  # compressed bytes consumed so far
                 self.ctx.read_bytes(read - reported)
                 reported = read
                 out.put((part, info))
@@ -586,16 +601,16 @@ class _Ingest:
             lo = max(0, hi - BOUNDARY_WINDOW)
             window = os.pread(fd, hi - lo, pos + lo) if hi else b""
             cut = _last_boundary(window, 0) if window else -1
-            if cut < 0 and lo > 0:             # one event larger than the window
+            if cut < 0 and lo > 0:  # one event larger than the window
                 lo, window = 0, os.pread(fd, hi, pos)
                 cut = _last_boundary(window, 0)
             if cut + lo <= 0:
                 if hi >= size - pos:
                     break
                 if want - target >= self.ctx.options.max_event_bytes:
-                    self.oversize = pos                # stop here: memory stays bounded
+                    self.oversize = pos  # stop here: memory stays bounded
                     break
-                want += target     # no boundary before the target (one huge event): take more
+                want += target  # no boundary before the target (one huge event): take more
                 continue
             want = target
             end = _separator_start(window, cut)
@@ -611,13 +626,18 @@ class _Ingest:
         they can share one (no copy on disk, no per-statement cost), else as part files in
         batches, each batch (then each part) falling back to the exact path on its own."""
         modes = {p[3] for p in parts}
-        if (1 < len(parts) <= MAX_PIPES and len(modes) == 1 and "exact" not in modes
-                and hasattr(os, "mkfifo") and self._insert_through_pipes(fd, parts)):
+        if (
+            1 < len(parts) <= MAX_PIPES
+            and len(modes) == 1
+            and "exact" not in modes
+            and hasattr(os, "mkfifo")
+            and self._insert_through_pipes(fd, parts)
+        ):
             return
         cap = self._batch_parts()
         for b in range(0, len(parts), cap):
             files = []
-            for offset, length, sep, mode in parts[b:b + cap]:
+            for offset, length, sep, mode in parts[b : b + cap]:
                 part = os.path.join(self.tmpdir, f"part{offset:015d}.json")
                 with open(part, "wb") as f:
                     f.write(b"[")
@@ -632,7 +652,7 @@ class _Ingest:
                 for part in files:
                     os.unlink(part)
                     del self.part_info[part]
-            self.ctx.read_bytes(sum(length for _, length, _, _ in parts[b:b + cap]))
+            self.ctx.read_bytes(sum(length for _, length, _, _ in parts[b : b + cap]))
 
     def _insert_through_pipes(self, fd: int, parts: list[tuple[int, int, bytes, str]]) -> bool:
         """One INSERT over one named pipe per part, each fed from the file by its own thread
@@ -644,8 +664,12 @@ class _Ingest:
                 pipe = os.path.join(self.tmpdir, f"pipe{i:05d}.json")
                 os.mkfifo(pipe)
                 pipes.append(pipe)
-                t = threading.Thread(target=_feed_pipe, args=(fd, offset, length, pipe),
-                                     kwargs={"done": self.ctx.read_bytes}, daemon=True)
+                t = threading.Thread(
+                    target=_feed_pipe,
+                    args=(fd, offset, length, pipe),
+                    kwargs={"done": self.ctx.read_bytes},
+                    daemon=True,
+                )
                 t.start()
                 feeders.append(t)
             try:
@@ -701,11 +725,11 @@ class _Ingest:
             again = _Stream(self.path)
             try:
                 tail = self._insert_stream(again, self._find_events(again), pipes=False)
-                s.error = again.error      # the first pass may have stopped before the damage
+                s.error = again.error  # the first pass may have stopped before the damage
                 return tail
             finally:
                 again.close()
-        assert end is not None             # set by the pipes or the waves when not restarting
+        assert end is not None  # set by the pipes or the waves when not restarting
         tail = end[1]
         if isinstance(tail, BaseException):
             raise tail
@@ -855,7 +879,7 @@ class _Ingest:
                 self.seen += n
                 return
             except duckdb.Error:
-                pass   # some part is bad: go part by part below; DuckDB rolled the statement back
+                pass  # some part is bad: go part by part below; DuckDB rolled the statement back
         for f in files:
             if not self.carry and modes[f] != "exact":
                 try:
@@ -866,7 +890,7 @@ class _Ingest:
                 except duckdb.Error:
                     pass
             with open(f, "rb") as fh:
-                raw = fh.read()[1:-1] + self.part_info[f][0]   # drop our '[' ']', restore ', '
+                raw = fh.read()[1:-1] + self.part_info[f][0]  # drop our '[' ']', restore ', '
             self._fallback(raw)
 
     # -- exact per-event path -------------------------------------------------------------------
@@ -930,7 +954,7 @@ class _Ingest:
                     break
                 self._drop(reason, index)
                 index += 1
-                i = max(end, i + 1)          # always move on, whatever the bytes are
+                i = max(end, i + 1)  # always move on, whatever the bytes are
                 continue
             i = end
             row, why = _normalise(ev, self.max_abs_us)
@@ -948,7 +972,7 @@ class _Ingest:
                 f.write("[")
                 f.write(",".join(good))
                 f.write("]")
-            self.kept += self._insert_files([tmp], "VARCHAR")   # _normalise writes ts as exact text
+            self.kept += self._insert_files([tmp], "VARCHAR")  # _normalise writes ts as exact text
             os.unlink(tmp)
         return i, closed
 
@@ -996,17 +1020,19 @@ class _Ingest:
                     self.status = "truncated"
                 return
             if text[i] == "}":
-                rest = text[i + 1:].strip(" \t\r\n\x00")
+                rest = text[i + 1 :].strip(" \t\r\n\x00")
                 if rest:
                     # JSON allows nothing after the top-level value: say so instead of ignoring it
-                    self.notes.append(f"{len(rest.encode('utf-8'))} bytes after the closing '}}' "
-                                      f"ignored (starting {rest[:20]!r}): not part of the trace")
+                    self.notes.append(
+                        f"{len(rest.encode('utf-8'))} bytes after the closing '}}' "
+                        f"ignored (starting {rest[:20]!r}): not part of the trace"
+                    )
                 return
             try:
                 key, i = _DECODER.raw_decode(text, i)
                 while i < n and text[i] in " \t\r\n":
                     i += 1
-                if text[i:i + 1] != ":" or not isinstance(key, str):
+                if text[i : i + 1] != ":" or not isinstance(key, str):
                     raise json.JSONDecodeError("expected a key and ':'", text, i)
                 i += 1
                 while i < n and text[i] in " \t\r\n":
@@ -1049,7 +1075,7 @@ class _Ingest:
                 plain_parts, tail_at = self._plain_parts(fd, s.base + start, size)
                 self._insert_plain(fd, plain_parts)
                 tail = os.pread(fd, size - tail_at, tail_at) if self.oversize is None else b""
-            store.fault_point("parts")           # crash tests: the temp folder exists here
+            store.fault_point("parts")  # crash tests: the temp folder exists here
             # Trailer keys can change the time base only if they come after the events
             # (on-demand Kineto): re-base what was inserted.
             if self.oversize is None:
@@ -1060,7 +1086,8 @@ class _Ingest:
                 self.notes.append(
                     f"no event boundary within {self.ctx.options.max_event_bytes >> 20} MB after byte "
                     f"{self.oversize} (one event or value that large, or a run of padding): the file "
-                    "was read up to there; SLOWCARD_MAX_EVENT_MB raises the limit")
+                    "was read up to there; SLOWCARD_MAX_EVENT_MB raises the limit"
+                )
             if s.error:
                 self.status = "truncated"
                 self.notes.append(f"{s.error}; kept what decompressed")
@@ -1119,7 +1146,7 @@ def _complete_events_end(text: str) -> int:
     n = len(text)
     while True:
         sep = _SEPARATOR.match(text, i)
-        assert sep is not None             # the pattern matches the empty string
+        assert sep is not None  # the pattern matches the empty string
         i = sep.end()
         if i >= n or text[i] != "{":
             return last
@@ -1139,7 +1166,7 @@ def _base_ns(meta: dict) -> int:
     v = meta.get("baseTimeNanoseconds")
     try:
         base = int(v) if v is not None else 0
-    except (TypeError, ValueError, OverflowError):     # Infinity, NaN, a string, a list
+    except (TypeError, ValueError, OverflowError):  # Infinity, NaN, a string, a list
         return 0
     # Outside int64 it cannot be stored nor added to a ts: treated like any other unusable value.
     return base if -(1 << 63) <= base < (1 << 63) else 0
@@ -1161,7 +1188,7 @@ def _rank_hints(meta: dict) -> dict:
 
 
 _ONE = Decimal(1)
-_ENC = json.JSONEncoder(ensure_ascii=False, allow_nan=False)   # built once: json.dumps(**kw) is slow
+_ENC = json.JSONEncoder(ensure_ascii=False, allow_nan=False)  # built once: json.dumps(**kw) is slow
 _ENC_NAN = json.JSONEncoder(ensure_ascii=False)
 _SURROGATE_NOTE = "lone UTF-16 surrogate escapes replaced by '?'"
 _MS = Decimal("0.001")
@@ -1183,7 +1210,7 @@ def _value_end(text: str, i: int) -> int:
     for m in _TOKEN.finditer(text, i):
         tok = m.group()
         if tok == '"':
-            return -1                           # a string that never closes
+            return -1  # a string that never closes
         c = tok[0]
         if c == '"':
             continue
@@ -1191,7 +1218,7 @@ def _value_end(text: str, i: int) -> int:
             stack.append(c)
         elif c == ",":
             if not stack:
-                return m.start()                # end of a bare scalar / garbage value
+                return m.start()  # end of a bare scalar / garbage value
         else:
             if not stack or stack[-1] != _CLOSE[c]:
                 # Mismatched brackets: the value is broken; resume at the next event boundary.

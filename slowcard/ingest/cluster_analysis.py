@@ -43,7 +43,7 @@ import pyarrow as pa
 from ..errors import InputError
 from .base import Context, Outcome, arrow_view, open_bytes, strip_bom
 
-MAX_DROP_ENTRIES = 100          # drops listed one each; the rest are summed per reason
+MAX_DROP_ENTRIES = 100  # drops listed one each; the rest are summed per reason
 
 
 def _norm(name: str) -> str:
@@ -88,8 +88,15 @@ _INTEGER = re.compile(r"[+-]?[0-9]+")
 _NULLS = ("", "N/A", "NA", "None", "null")
 
 _STEP_SCHEMA = pa.schema(
-    [("source_id", pa.int32()), ("line_no", pa.int64()), ("step", pa.string()), ("step_id", pa.int32()),
-     ("type", pa.string()), ("index", pa.string()), ("rank", pa.int32())]
+    [
+        ("source_id", pa.int32()),
+        ("line_no", pa.int64()),
+        ("step", pa.string()),
+        ("step_id", pa.int32()),
+        ("type", pa.string()),
+        ("index", pa.string()),
+        ("rank", pa.int32()),
+    ]
     + [(c, pa.float64()) for c, (_, kind) in _STEP_FIELDS.items() if kind == "us"]
     + [(c, pa.int32()) for c, (_, kind) in _STEP_FIELDS.items() if kind == "int"]
 )
@@ -98,7 +105,7 @@ _STEP_SCHEMA = pa.schema(
 def _first_line(head: bytes) -> str:
     head = strip_bom(head)
     m = re.search(rb"[\r\n]", head)
-    return (head if m is None else head[:m.start()]).decode("utf-8", errors="replace")
+    return (head if m is None else head[: m.start()]).decode("utf-8", errors="replace")
 
 
 def _parse_header(line: str) -> list[str] | None:
@@ -117,8 +124,9 @@ def _is_step_header(names: list[str]) -> bool:
 
 def _is_rank_step_header(names: list[str]) -> bool:
     keys = {_norm(n) for n in names}
-    return (_RANK_STEP_SIGNATURE <= keys and bool(keys & _RANK_STEP_ONE_OF)
-            and not keys & {_norm("Type"), _norm("Index")})
+    return (
+        _RANK_STEP_SIGNATURE <= keys and bool(keys & _RANK_STEP_ONE_OF) and not keys & {_norm("Type"), _norm("Index")}
+    )
 
 
 def _cell(text: str) -> str | None:
@@ -147,11 +155,11 @@ def _int(text: str | None, header: str) -> int | None:
         return None
     if _INTEGER.fullmatch(text):
         v = int(text)
-    elif _NUMBER.fullmatch(text) and float(text).is_integer():     # "3.0"
+    elif _NUMBER.fullmatch(text) and float(text).is_integer():  # "3.0"
         v = int(float(text))
     else:
         raise _BadValue(f"{header} value {text[:40]!r} is not an integer")
-    if not -2**31 <= v < 2**31:
+    if not -(2**31) <= v < 2**31:
         raise _BadValue(f"{header} value {text[:40]!r} is out of range")
     return v
 
@@ -201,8 +209,12 @@ def _ingest_step_trace(ctx: Context) -> Outcome:
     except csv.Error as exc:
         raise InputError(path, f"a CSV header line, found one that does not parse ({exc})", position="line 1") from None
     if not header or not any(h.strip() for h in header):
-        raise InputError(path, f"a {what} header line, found an empty first line",
-                         position="line 1", hint="re-run the profiler's analysis to write the file again")
+        raise InputError(
+            path,
+            f"a {what} header line, found an empty first line",
+            position="line 1",
+            hint="re-run the profiler's analysis to write the file again",
+        )
     names = [n.strip() for n in header]
     index: dict[str, int] = {}
     for i, n in enumerate(names):
@@ -211,13 +223,18 @@ def _ingest_step_trace(ctx: Context) -> Outcome:
     missing = [_STEP_FIELDS[c][0] for c in required if c not in mapped]
     if missing:
         raise InputError(
-            path, f"missing required column(s) {', '.join(f'`{m}`' for m in missing)}; the header found is: "
-                  f"{','.join(names)}",
+            path,
+            f"missing required column(s) {', '.join(f'`{m}`' for m in missing)}; the header found is: "
+            f"{','.join(names)}",
             position="line 1",
-            hint=("expected an Ascend step_trace_time.csv (Step,Computing,Communication(Not Overlapped),Overlapped,"
-                  "Communication,Free,Stage,Bubble,...)" if per_rank else
-                  "expected an msprof-analyze cluster_step_trace_time.csv (Step,Type,Index,Computing,"
-                  "Communication(Not Overlapped),Overlapped,Communication,Free,Stage,Bubble,...)"))
+            hint=(
+                "expected an Ascend step_trace_time.csv (Step,Computing,Communication(Not Overlapped),Overlapped,"
+                "Communication,Free,Stage,Bubble,...)"
+                if per_rank
+                else "expected an msprof-analyze cluster_step_trace_time.csv (Step,Type,Index,Computing,"
+                "Communication(Not Overlapped),Overlapped,Communication,Free,Stage,Bubble,...)"
+            ),
+        )
 
     cols: dict[str, list] = {f.name: [] for f in _STEP_SCHEMA}
     drops: list[tuple[str, int]] = []
@@ -230,12 +247,15 @@ def _ingest_step_trace(ctx: Context) -> Outcome:
         except StopIteration:
             break
         except csv.Error as exc:
-            raise InputError(path, f"a readable CSV row, the CSV reader failed ({exc})",
-                             position=f"line {reader.line_num}",
-                             hint="check that the file is a complete CSV export") from None
+            raise InputError(
+                path,
+                f"a readable CSV row, the CSV reader failed ({exc})",
+                position=f"line {reader.line_num}",
+                hint="check that the file is a complete CSV export",
+            ) from None
         line, prev = prev + 1, reader.line_num
         if not row or (len(row) == 1 and not row[0].strip()):
-            continue                                  # blank line: not a row
+            continue  # blank line: not a row
         if len(row) != n_fields:
             drops.append((f"ragged row, {len(row)} fields where the header has {n_fields}", line))
             continue
@@ -271,7 +291,7 @@ def _ingest_step_trace(ctx: Context) -> Outcome:
     if kept + n_dropped == 0:
         message = "header only: no step trace rows"
     elif n_dropped:
-        message = (f"{n_dropped} of {kept + n_dropped} rows dropped (first: {drops[0][0]}, line {drops[0][1]})")
+        message = f"{n_dropped} of {kept + n_dropped} rows dropped (first: {drops[0][0]}, line {drops[0][1]})"
     ranks = sorted({r for r in cols["rank"] if r is not None})
     metadata = {
         "columns": len(names),
@@ -283,9 +303,15 @@ def _ingest_step_trace(ctx: Context) -> Outcome:
         "steps": len(set(cols["step"])),
         "extra_columns": [n for i, n in enumerate(names) if i not in set(mapped.values())],
     }
-    return Outcome(rows_seen=kept + n_dropped, rows_kept=kept, rows_dropped=n_dropped,
-                   status="salvaged" if n_dropped else "ok", message=message,
-                   drops=drop_entries, metadata=metadata)
+    return Outcome(
+        rows_seen=kept + n_dropped,
+        rows_kept=kept,
+        rows_dropped=n_dropped,
+        status="salvaged" if n_dropped else "ok",
+        message=message,
+        drops=drop_entries,
+        metadata=metadata,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -325,8 +351,15 @@ _LINK_FIELDS: dict[str, tuple[str, ...]] = {
 _SIZE_DISTRIBUTION = "Size Distribution"
 
 _COMM_SCHEMA = pa.schema(
-    [("source_id", pa.int32()), ("rank_set", pa.string()), ("step", pa.string()), ("step_id", pa.int32()),
-     ("op_name", pa.string()), ("group_name", pa.string()), ("rank", pa.int32())]
+    [
+        ("source_id", pa.int32()),
+        ("rank_set", pa.string()),
+        ("step", pa.string()),
+        ("step_id", pa.int32()),
+        ("op_name", pa.string()),
+        ("group_name", pa.string()),
+        ("rank", pa.int32()),
+    ]
     + [(c, pa.float64()) for c in _TIME_FIELDS]
     + [(f"{link.lower()}_{suffix}", pa.float64()) for link in _LINKS for suffix in _LINK_FIELDS]
     + [("size_distribution", pa.string()), ("other_links", pa.string()), ("comm_type", pa.string())]
@@ -368,9 +401,12 @@ def _load_json(path: Path) -> tuple[object, bool]:
     try:
         return json.loads(data.decode("utf-8-sig"), parse_constant=lambda _c: None), True
     except (ValueError, UnicodeDecodeError, RecursionError):
-        raise InputError(path, f"not valid JSON ({first})",
-                         position=f"byte {getattr(first, 'pos', '?')}",
-                         hint="the file is cut or corrupt: re-run the profiler analysis (or msprof-analyze cluster) to write it again") from None
+        raise InputError(
+            path,
+            f"not valid JSON ({first})",
+            position=f"byte {getattr(first, 'pos', '?')}",
+            hint="the file is cut or corrupt: re-run the profiler analysis (or msprof-analyze cluster) to write it again",
+        ) from None
 
 
 def _kind(value) -> str:
@@ -387,25 +423,27 @@ def _kind(value) -> str:
 
 def _shape_error(path: Path, where: str, found, expected: str) -> InputError:
     kind = _kind(found)
-    return InputError(path, f"{expected}, found {kind}",
-                      position="document" if where == "document" else f"key {where}",
-                      hint="expected msprof-analyze's cluster_communication.json: {\"(rank set)\": {step: "
-                           "{\"op@group\": {rank: {\"Communication Time Info\": {...}, "
-                           "\"Communication Bandwidth Info\": {...}}}}}}")
+    return InputError(
+        path,
+        f"{expected}, found {kind}",
+        position="document" if where == "document" else f"key {where}",
+        hint='expected msprof-analyze\'s cluster_communication.json: {"(rank set)": {step: '
+        '{"op@group": {rank: {"Communication Time Info": {...}, '
+        '"Communication Bandwidth Info": {...}}}}}}',
+    )
 
 
 def _comm_row(info: dict, out: dict) -> None:
     """Fill one row's value columns from a rank leaf; raises _BadValue."""
     time_info = info.get(_TIME_INFO)
     if not isinstance(time_info, dict):
-        raise _BadValue(f"no \"{_TIME_INFO}\" object" if time_info is None
-                        else f"\"{_TIME_INFO}\" is not an object")
+        raise _BadValue(f'no "{_TIME_INFO}" object' if time_info is None else f'"{_TIME_INFO}" is not an object')
     for col, aliases in _TIME_FIELDS.items():
         _found, v = _lookup(time_info, aliases)
         out[col] = _number(v, f"{aliases[0]}")
     bw = info.get(_BANDWIDTH_INFO)
     if bw is not None and not isinstance(bw, dict):
-        raise _BadValue(f"\"{_BANDWIDTH_INFO}\" is not an object")
+        raise _BadValue(f'"{_BANDWIDTH_INFO}" is not an object')
     sizes: dict = {}
     others: dict = {}
     for link, block in (bw or {}).items():
@@ -440,7 +478,7 @@ def _comm_leaves(path: Path, doc: dict, per_rank: bool):
         if per_rank:
             step = top
             if not isinstance(level1, dict):
-                raise _shape_error(path, step, level1, "an object keyed by \"collective\" / \"p2p\"")
+                raise _shape_error(path, step, level1, 'an object keyed by "collective" / "p2p"')
             for ctype, ops in level1.items():
                 if not isinstance(ops, dict):
                     raise _shape_error(path, f"{step} / {ctype}", ops, "an object keyed by communication op")
@@ -449,9 +487,12 @@ def _comm_leaves(path: Path, doc: dict, per_rank: bool):
             continue
         rank_set = top
         if not (_RANK_SET_RE.fullmatch(rank_set.strip()) or rank_set.strip() in _COMM_TYPES):
-            raise InputError(path, f"top-level key {rank_set[:60]!r} is not a rank set like \"(0, 1)\" or \"p2p\"",
-                             position="document",
-                             hint="this is not an msprof-analyze cluster_communication.json")
+            raise InputError(
+                path,
+                f'top-level key {rank_set[:60]!r} is not a rank set like "(0, 1)" or "p2p"',
+                position="document",
+                hint="this is not an msprof-analyze cluster_communication.json",
+            )
         # "p2p" (and "collective") hold every rank's ops of that kind; a rank-set key is a
         # collective communication domain.
         ctype = rank_set.strip() if rank_set.strip() in _COMM_TYPES else "collective"
@@ -475,15 +516,19 @@ def _ingest_communication(ctx: Context) -> Outcome:
     per_rank = ctx.format == "communication"
     doc, lenient = _load_json(path)
     if not isinstance(doc, dict):
-        raise _shape_error(path, "document", doc, "a JSON object keyed by step" if per_rank
-                           else "a JSON object keyed by rank sets like \"(0, 1)\"")
+        raise _shape_error(
+            path,
+            "document",
+            doc,
+            "a JSON object keyed by step" if per_rank else 'a JSON object keyed by rank sets like "(0, 1)"',
+        )
     cols: dict[str, list] = {f.name: [] for f in _COMM_SCHEMA}
     value_cols = [f.name for f in _COMM_SCHEMA][7:-1]
     drops: list[tuple[str, str]] = []
     kept = 0
     for rank_set, ctype, step, op, rank_key, info, where in _comm_leaves(path, doc, per_rank):
         if not isinstance(info, dict):
-            raise _shape_error(path, where, info, f"an object with \"{_TIME_INFO}\" and \"{_BANDWIDTH_INFO}\"")
+            raise _shape_error(path, where, info, f'an object with "{_TIME_INFO}" and "{_BANDWIDTH_INFO}"')
         op_name, sep, group = op.rpartition("@")
         if not sep:
             op_name, group = op, None
@@ -507,8 +552,12 @@ def _ingest_communication(ctx: Context) -> Outcome:
             cols[c].append(row.get(c))
     n_dropped = len(drops)
     if n_dropped and not kept:
-        raise InputError(path, f"no usable communication entry: {drops[0][0]}", position=f"key {drops[0][1]}",
-                         hint="each rank entry needs a \"Communication Time Info\" object of numbers")
+        raise InputError(
+            path,
+            f"no usable communication entry: {drops[0][0]}",
+            position=f"key {drops[0][1]}",
+            hint='each rank entry needs a "Communication Time Info" object of numbers',
+        )
     if kept:
         _insert(ctx, "comm_summary_rows", pa.table(cols, schema=_COMM_SCHEMA))
     message = "" if kept else "no communication entries"
@@ -524,9 +573,15 @@ def _ingest_communication(ctx: Context) -> Outcome:
         "has_total_op_info": _TOTAL_OP in cols["op_name"],
         "nan_as_null": lenient,
     }
-    return Outcome(rows_seen=kept + n_dropped, rows_kept=kept, rows_dropped=n_dropped,
-                   status="salvaged" if n_dropped else "ok", message=message,
-                   drops=_drop_list(drops, "key"), metadata=metadata)
+    return Outcome(
+        rows_seen=kept + n_dropped,
+        rows_kept=kept,
+        rows_dropped=n_dropped,
+        status="salvaged" if n_dropped else "ok",
+        message=message,
+        drops=_drop_list(drops, "key"),
+        metadata=metadata,
+    )
 
 
 class ClusterAnalysisReader:

@@ -30,8 +30,18 @@ import pyarrow as pa
 
 from ..errors import InputError
 from .base import Context, Outcome, arrow_view, strip_bom
-from .cluster_analysis import (_COMM_TYPES, _PER_RANK_KEY, _RANK_SET_KEY, _RANK_SET_RE, _BadValue, _drop_list,
-                               _load_json, _lookup, _number, _step_id)
+from .cluster_analysis import (
+    _COMM_TYPES,
+    _PER_RANK_KEY,
+    _RANK_SET_KEY,
+    _RANK_SET_RE,
+    _BadValue,
+    _drop_list,
+    _load_json,
+    _lookup,
+    _number,
+    _step_id,
+)
 
 _TRANSPORT = "Transport Type"
 _LINK_KEY = re.compile(r"\s*([0-9]+)\s*-\s*([0-9]+)\s*")
@@ -43,23 +53,43 @@ _MATRIX_FIELDS = {
     "bandwidth_gbps": ("Bandwidth(GB/s)",),
 }
 _MATRIX_SCHEMA = pa.schema(
-    [("source_id", pa.int32()), ("rank_set", pa.string()), ("comm_type", pa.string()), ("step", pa.string()),
-     ("step_id", pa.int32()), ("op_name", pa.string()), ("group_name", pa.string()), ("src_rank", pa.int32()),
-     ("dst_rank", pa.int32()), ("transport_type", pa.string())]
+    [
+        ("source_id", pa.int32()),
+        ("rank_set", pa.string()),
+        ("comm_type", pa.string()),
+        ("step", pa.string()),
+        ("step_id", pa.int32()),
+        ("op_name", pa.string()),
+        ("group_name", pa.string()),
+        ("src_rank", pa.int32()),
+        ("dst_rank", pa.int32()),
+        ("transport_type", pa.string()),
+    ]
     + [(c, pa.float64()) for c in _MATRIX_FIELDS]
     + [("link_op_name", pa.string())]
 )
 _GROUP_SCHEMA = pa.schema(
-    [("source_id", pa.int32()), ("group_type", pa.string()), ("group_idx", pa.int32()),
-     ("ranks", pa.list_(pa.int32())), ("group_name", pa.string()), ("pg_name", pa.string()), ("info", pa.string())]
+    [
+        ("source_id", pa.int32()),
+        ("group_type", pa.string()),
+        ("group_idx", pa.int32()),
+        ("ranks", pa.list_(pa.int32())),
+        ("group_name", pa.string()),
+        ("pg_name", pa.string()),
+        ("info", pa.string()),
+    ]
 )
 
 
 def _shape(path: Path, where: str, found, expected: str) -> InputError:
     kind = "a list" if isinstance(found, list) else type(found).__name__ if found is not None else "null"
-    return InputError(path, f"{expected}, found {kind}", position="document" if where == "document" else f"key {where}",
-                      hint="expected an Ascend communication_matrix.json {step: {\"collective\"|\"p2p\": {op: "
-                           "{\"src-dst\": {...}}}}} or msprof-analyze's cluster_communication_matrix.json")
+    return InputError(
+        path,
+        f"{expected}, found {kind}",
+        position="document" if where == "document" else f"key {where}",
+        hint='expected an Ascend communication_matrix.json {step: {"collective"|"p2p": {op: '
+        '{"src-dst": {...}}}}} or msprof-analyze\'s cluster_communication_matrix.json',
+    )
 
 
 def _ops(path: Path, doc: dict, cluster: bool):
@@ -69,8 +99,12 @@ def _ops(path: Path, doc: dict, cluster: bool):
             raise _shape(path, top, level1, "an object")
         if cluster:
             if not (_RANK_SET_RE.fullmatch(top.strip()) or top.strip() in _COMM_TYPES):
-                raise InputError(path, f"top-level key {top[:60]!r} is not a rank set like \"(0, 1)\" or \"p2p\"",
-                                 position="document", hint="this is not a cluster_communication_matrix.json")
+                raise InputError(
+                    path,
+                    f'top-level key {top[:60]!r} is not a rank set like "(0, 1)" or "p2p"',
+                    position="document",
+                    hint="this is not a cluster_communication_matrix.json",
+                )
             ctype = top.strip() if top.strip() in _COMM_TYPES else "collective"
             for step, ops in level1.items():
                 if not isinstance(ops, dict):
@@ -95,7 +129,7 @@ def _ingest_matrix(ctx: Context) -> Outcome:
     kept = 0
     for rank_set, ctype, step, op, links, where in _ops(path, doc, ctx.format == "cluster_comm_matrix"):
         if not isinstance(links, dict):
-            raise _shape(path, where, links, "an object keyed by \"src-dst\" rank pairs")
+            raise _shape(path, where, links, 'an object keyed by "src-dst" rank pairs')
         op_name, sep, group = op.rpartition("@")
         if not sep:
             op_name, group = op, None
@@ -103,7 +137,7 @@ def _ingest_matrix(ctx: Context) -> Outcome:
             try:
                 m = _LINK_KEY.fullmatch(key)
                 if not m:
-                    raise _BadValue(f"link key {key[:40]!r} is not \"<src rank>-<dst rank>\"")
+                    raise _BadValue(f'link key {key[:40]!r} is not "<src rank>-<dst rank>"')
                 if not isinstance(link, dict):
                     raise _BadValue("link entry is not an object")
                 vals = {c: _number(_lookup(link, a)[1], a[0]) for c, a in _MATRIX_FIELDS.items()}
@@ -113,11 +147,19 @@ def _ingest_matrix(ctx: Context) -> Outcome:
                 drops.append((str(exc), f"{where} / {key}"))
                 continue
             kept += 1
-            for c, v in (("source_id", ctx.source_id), ("rank_set", rank_set), ("comm_type", ctype),
-                         ("step", step), ("step_id", _step_id(step)), ("op_name", op_name),
-                         ("group_name", group), ("src_rank", int(m[1])), ("dst_rank", int(m[2])),
-                         ("transport_type", None if transport is None else str(transport)),
-                         ("link_op_name", None if link_op is None else str(link_op))):
+            for c, v in (
+                ("source_id", ctx.source_id),
+                ("rank_set", rank_set),
+                ("comm_type", ctype),
+                ("step", step),
+                ("step_id", _step_id(step)),
+                ("op_name", op_name),
+                ("group_name", group),
+                ("src_rank", int(m[1])),
+                ("dst_rank", int(m[2])),
+                ("transport_type", None if transport is None else str(transport)),
+                ("link_op_name", None if link_op is None else str(link_op)),
+            ):
                 cols[c].append(v)
             for c, v in vals.items():
                 cols[c].append(v)
@@ -131,11 +173,20 @@ def _ingest_matrix(ctx: Context) -> Outcome:
         message = f"{len(drops)} of {kept + len(drops)} links dropped (first: {drops[0][0]}, key {drops[0][1]})"
     if lenient:
         message = (message + "; " if message else "") + "NaN / Infinity values read as NULL"
-    meta = {"steps": len(set(cols["step"])), "ops": len(set(zip(cols["op_name"], cols["group_name"]))),
-            "transport_types": sorted({t for t in cols["transport_type"] if t})}
-    return Outcome(rows_seen=kept + len(drops), rows_kept=kept, rows_dropped=len(drops),
-                   status="salvaged" if drops else "ok", message=message,
-                   drops=_drop_list(drops, "key"), metadata=meta)
+    meta = {
+        "steps": len(set(cols["step"])),
+        "ops": len(set(zip(cols["op_name"], cols["group_name"]))),
+        "transport_types": sorted({t for t in cols["transport_type"] if t}),
+    }
+    return Outcome(
+        rows_seen=kept + len(drops),
+        rows_kept=kept,
+        rows_dropped=len(drops),
+        status="salvaged" if drops else "ok",
+        message=message,
+        drops=_drop_list(drops, "key"),
+        metadata=meta,
+    )
 
 
 def _ranks(value) -> list[int]:
@@ -151,7 +202,7 @@ def _ingest_groups(ctx: Context) -> Outcome:
     path = ctx.path
     doc, _lenient = _load_json(path)
     if not isinstance(doc, dict):
-        raise _shape(path, "document", doc, "a JSON object with \"collective\" / \"p2p\" rank lists")
+        raise _shape(path, "document", doc, 'a JSON object with "collective" / "p2p" rank lists')
     cols: dict[str, list] = {f.name: [] for f in _GROUP_SCHEMA}
     drops: list[tuple[str, str]] = []
     for gtype, groups in doc.items():
@@ -160,7 +211,7 @@ def _ingest_groups(ctx: Context) -> Outcome:
         for i, g in enumerate(groups):
             where = f"{gtype}[{i}]"
             try:
-                if isinstance(g, dict):        # a comm_group_parallel_info record
+                if isinstance(g, dict):  # a comm_group_parallel_info record
                     ranks = _ranks(g.get("rank_set", g.get("ranks")))
                     name, pg = g.get("group_name"), g.get("pg_name")
                     typ = str(g.get("type") or gtype)
@@ -170,9 +221,15 @@ def _ingest_groups(ctx: Context) -> Outcome:
             except _BadValue as exc:
                 drops.append((str(exc), where))
                 continue
-            for c, v in (("source_id", ctx.source_id), ("group_type", typ), ("group_idx", i), ("ranks", ranks),
-                         ("group_name", None if name is None else str(name)),
-                         ("pg_name", None if pg is None else str(pg)), ("info", info)):
+            for c, v in (
+                ("source_id", ctx.source_id),
+                ("group_type", typ),
+                ("group_idx", i),
+                ("ranks", ranks),
+                ("group_name", None if name is None else str(name)),
+                ("pg_name", None if pg is None else str(pg)),
+                ("info", info),
+            ):
                 cols[c].append(v)
     kept = len(cols["source_id"])
     if drops and not kept:
@@ -180,10 +237,18 @@ def _ingest_groups(ctx: Context) -> Outcome:
     if kept:
         with arrow_view(ctx, "comm_groups", pa.table(cols, schema=_GROUP_SCHEMA)) as name:
             ctx.con.execute(f'INSERT INTO comm_group_rows BY NAME SELECT * REPLACE (info::JSON AS info) FROM "{name}"')
-    message = f"{len(drops)} of {kept + len(drops)} groups dropped (first: {drops[0][0]}, {drops[0][1]})" if drops else ""
-    return Outcome(rows_seen=kept + len(drops), rows_kept=kept, rows_dropped=len(drops),
-                   status="salvaged" if drops else "ok", message=message, drops=_drop_list(drops, "key"),
-                   metadata={"group_types": sorted(set(cols["group_type"]))})
+    message = (
+        f"{len(drops)} of {kept + len(drops)} groups dropped (first: {drops[0][0]}, {drops[0][1]})" if drops else ""
+    )
+    return Outcome(
+        rows_seen=kept + len(drops),
+        rows_kept=kept,
+        rows_dropped=len(drops),
+        status="salvaged" if drops else "ok",
+        message=message,
+        drops=_drop_list(drops, "key"),
+        metadata={"group_types": sorted(set(cols["group_type"]))},
+    )
 
 
 class CommMatrixReader:

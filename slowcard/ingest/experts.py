@@ -79,7 +79,8 @@ _WINDOW_RE = re.compile(r"(?:^|[^a-z])(?:window|win|step|iter|iteration)[_-]?(\d
 _LOAD_KIND_RE = re.compile(rb'"kind"\s*:\s*"expert_load"')
 _BARE_TENSOR_RE = re.compile(rb"^\[(\s*\[){2,}\s*[-+0-9.]")
 _PROM_SAMPLE_RE = re.compile(
-    r"^[a-zA-Z_:][a-zA-Z0-9_:]*(\{.*\})?\s+([-+]?(\d+\.?\d*([eE][-+]?\d+)?|\.\d+)|NaN|[-+]?Inf)(\s+-?\d+)?$")
+    r"^[a-zA-Z_:][a-zA-Z0-9_:]*(\{.*\})?\s+([-+]?(\d+\.?\d*([eE][-+]?\d+)?|\.\d+)|NaN|[-+]?Inf)(\s+-?\d+)?$"
+)
 _SCRAPE_TS_RE = re.compile(r"^#\s*scrape_ts\s*=\s*(\S+)\s*$")
 _HOTSPOT_LINE_RE = re.compile(r"^\s*[0-9]+(?:\s*,\s*[0-9]+)+\s*,?\s*$")
 _HOTSPOT_NAME_RE = re.compile(r"(?:^|[^a-z])(prefill|decode)[_-]?(\d+)\.csv$", re.IGNORECASE)
@@ -87,12 +88,27 @@ _HOTSPOT_CONFIG = "model_gen_config.json"
 
 # CSV header aliases -> canonical column
 _CSV_ALIASES = {
-    "window": "window", "window_idx": "window", "win": "window", "iteration": "window", "step": "window",
-    "layer": "layer", "layer_id": "layer", "moe_layer": "layer",
-    "rank": "ep_rank", "ep_rank": "ep_rank", "device_id": "ep_rank", "device": "ep_rank",
-    "local_expert": "local_slot", "local_slot": "local_slot", "slot": "local_slot",
-    "tokens": "tokens", "load": "tokens", "count": "tokens", "token_count": "tokens",
-    "ts_ns": "ts_ns", "epoch": "epoch",
+    "window": "window",
+    "window_idx": "window",
+    "win": "window",
+    "iteration": "window",
+    "step": "window",
+    "layer": "layer",
+    "layer_id": "layer",
+    "moe_layer": "layer",
+    "rank": "ep_rank",
+    "ep_rank": "ep_rank",
+    "device_id": "ep_rank",
+    "device": "ep_rank",
+    "local_expert": "local_slot",
+    "local_slot": "local_slot",
+    "slot": "local_slot",
+    "tokens": "tokens",
+    "load": "tokens",
+    "count": "tokens",
+    "token_count": "tokens",
+    "ts_ns": "ts_ns",
+    "epoch": "epoch",
 }
 _CSV_REQUIRED = ("layer", "ep_rank", "local_slot", "tokens")
 
@@ -150,8 +166,13 @@ class ExpertsReader:
         samples = [ln for ln in lines[:5] if not ln.startswith("#")]
         # "key: value" notes (msServiceProfiler's cpu_frequency.txt) look like a sample of a metric
         # named "key:"; real metric names never end with the colon.
-        if (samples and all(_PROM_SAMPLE_RE.match(ln) and not re.split(r"[{\s]", ln, maxsplit=1)[0].endswith(":")
-                            for ln in samples) and ("{" in samples[0] or ":" in samples[0])):
+        if (
+            samples
+            and all(
+                _PROM_SAMPLE_RE.match(ln) and not re.split(r"[{\s]", ln, maxsplit=1)[0].endswith(":") for ln in samples
+            )
+            and ("{" in samples[0] or ":" in samples[0])
+        ):
             return "prometheus_text"
         return None
 
@@ -169,8 +190,10 @@ class ExpertsReader:
         """What the per-file table should say when the format was guessed from weak evidence."""
         if fmt == "expert_hotspot":
             how = "its name" if _HOTSPOT_NAME_RE.search(path.name) else f"{_HOTSPOT_CONFIG} beside it"
-            return (f"format guessed from the shape (header-less integer matrix) and {how}: MindIE expert "
-                    "hot-spot dump, rows = MoE layers, columns = local expert slots")
+            return (
+                f"format guessed from the shape (header-less integer matrix) and {how}: MindIE expert "
+                "hot-spot dump, rows = MoE layers, columns = local expert slots"
+            )
         return None
 
     @staticmethod
@@ -202,8 +225,15 @@ class ExpertsReader:
         raise InputError(ctx.path, f"unknown expert format {ctx.format!r}")
 
     # --- load tensors -----------------------------------------------------
-    def _insert_cells(self, ctx: Context, cells: pa.Array, dims: tuple[int, int, int], window: int | None,
-                      ts_ns: int | None, epoch: int | None) -> int:
+    def _insert_cells(
+        self,
+        ctx: Context,
+        cells: pa.Array,
+        dims: tuple[int, int, int],
+        window: int | None,
+        ts_ns: int | None,
+        epoch: int | None,
+    ) -> int:
         """Insert one window's flat C-order cells; returns the rows kept (finite, >= 0)."""
         L, R, S = dims
         if cells.type != pa.float64():
@@ -212,8 +242,10 @@ class ExpertsReader:
         valid = pc.and_(pc.is_finite(cells), pc.greater_equal(cells, 0.0))
         kept = pc.sum(pc.cast(valid, pa.int64())).as_py() or 0
         with arrow_view(ctx, "experts_cells", table) as name:
-            ctx.con.execute(_INSERT_WINDOW.format(name=name), {"sid": ctx.source_id, "win": window, "ts": ts_ns,
-                                                               "epoch": epoch, "R": R, "S": S, "n": len(cells)})
+            ctx.con.execute(
+                _INSERT_WINDOW.format(name=name),
+                {"sid": ctx.source_id, "win": window, "ts": ts_ns, "epoch": epoch, "R": R, "S": S, "n": len(cells)},
+            )
         return kept
 
     def _ingest_npy(self, ctx: Context) -> Outcome:
@@ -230,23 +262,37 @@ class ExpertsReader:
                 (hlen,) = struct.unpack("<I", head[8:10] + f.read(2))
                 start = 12
             else:
-                raise InputError(path, f"unsupported .npy format version {major}", position="byte 6",
-                                 hint="save with numpy.save (format version 1, 2 or 3)")
+                raise InputError(
+                    path,
+                    f"unsupported .npy format version {major}",
+                    position="byte 6",
+                    hint="save with numpy.save (format version 1, 2 or 3)",
+                )
             raw_header = f.read(hlen)
             try:
                 header = ast.literal_eval(raw_header.decode("latin-1"))
                 descr, fortran, shape = header["descr"], header["fortran_order"], tuple(header["shape"])
             except Exception:
-                raise InputError(path, "unreadable .npy header (expected a dict with descr, fortran_order, shape)",
-                                 position=f"byte {start}") from None
+                raise InputError(
+                    path,
+                    "unreadable .npy header (expected a dict with descr, fortran_order, shape)",
+                    position=f"byte {start}",
+                ) from None
             dtype = self._npy_dtype(path, descr)
             if fortran:
-                raise InputError(path, "Fortran-ordered .npy arrays are not supported", position="header",
-                                 hint="save numpy.ascontiguousarray(load) instead")
+                raise InputError(
+                    path,
+                    "Fortran-ordered .npy arrays are not supported",
+                    position="header",
+                    hint="save numpy.ascontiguousarray(load) instead",
+                )
             if len(shape) not in (3, 4) or any(not isinstance(d, int) for d in shape):
-                raise InputError(path, f"expert load tensor has {len(shape)} dimensions {list(shape)}; expected 3 "
-                                 "[moe_layers, ep_ranks, local_experts] or 4 [window, moe_layers, ep_ranks, local_experts]",
-                                 position="header shape")
+                raise InputError(
+                    path,
+                    f"expert load tensor has {len(shape)} dimensions {list(shape)}; expected 3 "
+                    "[moe_layers, ep_ranks, local_experts] or 4 [window, moe_layers, ep_ranks, local_experts]",
+                    position="header shape",
+                )
             arrow_type, item = dtype
             if len(shape) == 3:
                 n_win, dims = 1, shape
@@ -270,9 +316,17 @@ class ExpertsReader:
                     n_keep = (n_avail // block) * block
                     if n_keep:
                         cells = pa.Array.from_buffers(arrow_type, n_keep, [None, pa.py_buffer(data[: n_keep * item])])
-                        kept += self._insert_cells(ctx, cells, (n_keep // block, dims[1], dims[2]), windows[w], None, epoch)
+                        kept += self._insert_cells(
+                            ctx, cells, (n_keep // block, dims[1], dims[2]), windows[w], None, epoch
+                        )
                     lost = seen - (w * per_win) - n_keep
-                    drops.append(("truncated tail: incomplete layer block", f"window {windows[w]}, byte {start + hlen + (w * per_win + n_keep) * item}", lost))
+                    drops.append(
+                        (
+                            "truncated tail: incomplete layer block",
+                            f"window {windows[w]}, byte {start + hlen + (w * per_win + n_keep) * item}",
+                            lost,
+                        )
+                    )
                     status = "truncated"
                     break
                 cells = pa.Array.from_buffers(arrow_type, per_win, [None, pa.py_buffer(data)])
@@ -283,26 +337,46 @@ class ExpertsReader:
             drops.append(("negative, NaN or infinite token count", "values", bad_values))
             status = "salvaged" if status == "ok" else status
         if kept == 0:
-            raise InputError(path, "no usable expert-load cell (file truncated inside the first layer block, "
-                             "or every count negative/NaN)", position=drops[0][1] if drops else None)
-        return Outcome(rows_seen=seen, rows_kept=kept, rows_dropped=seen - kept, status=status,
-                       message=self._drop_message(drops), drops=drops,
-                       metadata={"shape": list(shape), "dtype": descr, "epoch": epoch})
+            raise InputError(
+                path,
+                "no usable expert-load cell (file truncated inside the first layer block, or every count negative/NaN)",
+                position=drops[0][1] if drops else None,
+            )
+        return Outcome(
+            rows_seen=seen,
+            rows_kept=kept,
+            rows_dropped=seen - kept,
+            status=status,
+            message=self._drop_message(drops),
+            drops=drops,
+            metadata={"shape": list(shape), "dtype": descr, "epoch": epoch},
+        )
 
     @staticmethod
     def _npy_dtype(path: Path, descr) -> tuple[pa.DataType, int]:
         if not isinstance(descr, str) or len(descr) < 3:
-            raise InputError(path, f"unsupported .npy dtype {descr!r}", position="header descr",
-                             hint="save the load as int32, int64, float32 or float64")
+            raise InputError(
+                path,
+                f"unsupported .npy dtype {descr!r}",
+                position="header descr",
+                hint="save the load as int32, int64, float32 or float64",
+            )
         order, code = descr[0], descr[1:]
         native_little = sys.byteorder == "little"
         if order == ">" or (order == "=" and not native_little):
-            raise InputError(path, f"big-endian .npy dtype {descr!r} is not supported", position="header descr",
-                             hint="save load.astype('<i8') (little-endian) instead")
+            raise InputError(
+                path,
+                f"big-endian .npy dtype {descr!r} is not supported",
+                position="header descr",
+                hint="save load.astype('<i8') (little-endian) instead",
+            )
         if order not in "<=|" or code not in _NPY_TYPES:
-            raise InputError(path, f"unsupported .npy dtype {descr!r}; expected little-endian int32, int64, "
-                             "float32 or float64", position="header descr",
-                             hint="save load.astype('<i8') or load.astype('<f8')")
+            raise InputError(
+                path,
+                f"unsupported .npy dtype {descr!r}; expected little-endian int32, int64, float32 or float64",
+                position="header descr",
+                hint="save load.astype('<i8') or load.astype('<f8')",
+            )
         return _NPY_TYPES[code]
 
     def _ingest_load_json(self, ctx: Context) -> Outcome:
@@ -326,7 +400,7 @@ class ExpertsReader:
         for pos, item, default_window, top_epoch in items:
             try:
                 if not isinstance(item, dict):
-                    raise InputError(path, "window entry is not an object with a \"load\" tensor", position=pos)
+                    raise InputError(path, 'window entry is not an object with a "load" tensor', position=pos)
                 window = _opt_int(item.get("window", default_window), "window", path, pos)
                 ts_ns = _opt_int(item.get("ts_ns"), "ts_ns", path, pos)
                 epoch = _opt_int(item.get("epoch", top_epoch), "epoch", path, pos)
@@ -336,8 +410,9 @@ class ExpertsReader:
                 if dims0 is None:
                     dims0 = dims
                 elif dims != dims0:
-                    raise InputError(path, f"tensor shape {list(dims)} differs from the first window's {list(dims0)}",
-                                     position=pos)
+                    raise InputError(
+                        path, f"tensor shape {list(dims)} differs from the first window's {list(dims0)}", position=pos
+                    )
             except InputError as exc:
                 bad_windows += 1
                 n_cells = self._count_cells(item.get("load") if isinstance(item, dict) else None)
@@ -353,16 +428,25 @@ class ExpertsReader:
                 drops.append(("negative, NaN or infinite token count", pos, n - k))
         if windows_kept == 0:
             first = drops[0] if drops else ("no window with a load tensor", "document", 0)
-            raise InputError(path, first[0], position=first[1],
-                             hint="expected {\"kind\": \"expert_load\", \"windows\": [{\"load\": [layer][rank][slot]}]} "
-                                  "or a bare 3-D/4-D list of token counts")
+            raise InputError(
+                path,
+                first[0],
+                position=first[1],
+                hint='expected {"kind": "expert_load", "windows": [{"load": [layer][rank][slot]}]} '
+                "or a bare 3-D/4-D list of token counts",
+            )
         status = "truncated" if truncated else ("salvaged" if drops else "ok")
         # rows_seen counts cells; a bad window whose size cannot be known counts as one row
         seen = max(seen, kept + sum(n for _, _, n in drops))
-        return Outcome(rows_seen=seen, rows_kept=kept, rows_dropped=seen - kept, status=status,
-                       message=self._drop_message(drops), drops=drops,
-                       metadata={"windows": windows_kept, "bad_windows": bad_windows,
-                                 "shape": list(dims0) if dims0 else None})
+        return Outcome(
+            rows_seen=seen,
+            rows_kept=kept,
+            rows_dropped=seen - kept,
+            status=status,
+            message=self._drop_message(drops),
+            drops=drops,
+            metadata={"windows": windows_kept, "bad_windows": bad_windows, "shape": list(dims0) if dims0 else None},
+        )
 
     @staticmethod
     def _count_cells(load) -> int:
@@ -392,20 +476,24 @@ class ExpertsReader:
                 return [(f"window {i}", {"load": w}, i, None) for i, w in enumerate(doc)]
             if depth == 3:
                 return [("tensor", {"load": doc}, _name_int(_WINDOW_RE, path) or 0, None)]
-            raise InputError(path, f"expert load tensor has {depth} dimensions; expected 3 [moe_layers, ep_ranks, "
-                             "local_experts] or 4 [window, moe_layers, ep_ranks, local_experts]", position="document")
+            raise InputError(
+                path,
+                f"expert load tensor has {depth} dimensions; expected 3 [moe_layers, ep_ranks, "
+                "local_experts] or 4 [window, moe_layers, ep_ranks, local_experts]",
+                position="document",
+            )
         if not isinstance(doc, dict):
             raise InputError(path, "expected a JSON object or a nested list of token counts", position="document")
         top_epoch = _opt_int(doc.get("epoch"), "epoch", path, "document")
         if "windows" in doc:
             wins = doc["windows"]
             if not isinstance(wins, list):
-                raise InputError(path, "\"windows\" must be a list", position="windows")
+                raise InputError(path, '"windows" must be a list', position="windows")
             return [(f"windows[{i}]", w, i, top_epoch) for i, w in enumerate(wins)]
         if "load" in doc:
             item = {k: doc[k] for k in ("load", "window", "ts_ns") if k in doc}
             return [("load", item, _name_int(_WINDOW_RE, path) or 0, top_epoch)]
-        raise InputError(path, "expert_load object has neither \"windows\" nor \"load\"", position="document")
+        raise InputError(path, 'expert_load object has neither "windows" nor "load"', position="document")
 
     def _salvage_windows(self, path: Path, data: bytes):
         """Windows that parse before a cut/corrupt spot of a JSON file (the error path only)."""
@@ -417,7 +505,7 @@ class ExpertsReader:
         if body.startswith("{"):
             m = re.search(r'"windows"\s*:\s*\[', body)
             if not m:
-                raise InputError(path, "JSON is cut or corrupt before the \"windows\" list", position="document")
+                raise InputError(path, 'JSON is cut or corrupt before the "windows" list', position="document")
             i = m.end()
             prefix = body[: m.start()]
             em = re.search(r'"epoch"\s*:\s*(-?\d+)', prefix)
@@ -440,8 +528,12 @@ class ExpertsReader:
             except ValueError:
                 break
             if n == 0 and body.startswith("[") and self._depth(obj) < 3:
-                raise InputError(path, "the 3-D tensor is cut or corrupt; a single window cannot be salvaged",
-                                 position=f"byte {offset + i}", hint="re-export the expert load")
+                raise InputError(
+                    path,
+                    "the 3-D tensor is cut or corrupt; a single window cannot be salvaged",
+                    position=f"byte {offset + i}",
+                    hint="re-export the expert load",
+                )
             items.append((label.format(n), make(obj), n, top_epoch))
             n += 1
             i = end
@@ -451,14 +543,19 @@ class ExpertsReader:
     def _tensor3(path: Path, load, pos: str) -> tuple[pa.Array, tuple[int, int, int]]:
         """Validate one window's [layer][rank][slot] list; return flat C-order cells and dims."""
         if not isinstance(load, list) or not load:
-            raise InputError(path, "\"load\" must be a non-empty 3-D list [moe_layers][ep_ranks][local_experts]",
-                             position=pos)
+            raise InputError(
+                path, '"load" must be a non-empty 3-D list [moe_layers][ep_ranks][local_experts]', position=pos
+            )
         try:
             arr = pa.array(load, type=pa.list_(pa.list_(pa.float64())))
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
             depth = ExpertsReader._depth(load)
-            raise InputError(path, f"tensor of the wrong rank or with non-numbers (found depth {depth}); expected 3 "
-                             "dimensions [moe_layers][ep_ranks][local_experts] of token counts", position=pos) from None
+            raise InputError(
+                path,
+                f"tensor of the wrong rank or with non-numbers (found depth {depth}); expected 3 "
+                "dimensions [moe_layers][ep_ranks][local_experts] of token counts",
+                position=pos,
+            ) from None
         ranks = pc.list_value_length(arr)
         flat1 = pc.list_flatten(arr)
         slots = pc.list_value_length(flat1)
@@ -470,14 +567,19 @@ class ExpertsReader:
         bad = pc.indices_nonzero(pc.not_equal(ranks, R))
         if len(bad) or not R:
             i = bad[0].as_py() if len(bad) else 0
-            raise InputError(path, f"ragged tensor: layer {i} has {ranks[i].as_py()} ranks, layer 0 has {R}",
-                             position=pos)
+            raise InputError(
+                path, f"ragged tensor: layer {i} has {ranks[i].as_py()} ranks, layer 0 has {R}", position=pos
+            )
         S = slots[0].as_py()
         bad = pc.indices_nonzero(pc.not_equal(slots, S))
         if len(bad) or not S:
             j = bad[0].as_py() if len(bad) else 0
-            raise InputError(path, f"ragged tensor: layer {j // R} rank {j % R} has {slots[j].as_py()} local experts, "
-                             f"layer 0 rank 0 has {S}", position=pos)
+            raise InputError(
+                path,
+                f"ragged tensor: layer {j // R} rank {j % R} has {slots[j].as_py()} local experts, "
+                f"layer 0 rank 0 has {S}",
+                position=pos,
+            )
         return cells, (L, R, S)
 
     def _ingest_csv(self, ctx: Context) -> Outcome:
@@ -486,13 +588,17 @@ class ExpertsReader:
             first = strip_bom(f.readline()).decode("utf-8", errors="replace").strip()
         found = self._csv_columns(first)
         if found is None:
-            raise InputError(path, "expected a header with layer, rank, local_expert and tokens columns", position="line 1")
+            raise InputError(
+                path, "expected a header with layer, rank, local_expert and tokens columns", position="line 1"
+            )
         delim, canon = found
         # Every line as one string with its exact line number; split and cast in SQL so that a
         # bad line (too few/many fields, a non-number) is dropped and counted, never the file.
         # Trailing delimiters are cut first: Ascend tools end numbers with a stray tab.
-        src = ("read_csv($path, columns={'line': 'VARCHAR'}, header=false, delim='\x1f', quote='', escape='', "
-               "auto_detect=false, strict_mode=false, compression=$comp) WITH ORDINALITY")
+        src = (
+            "read_csv($path, columns={'line': 'VARCHAR'}, header=false, delim='\x1f', quote='', escape='', "
+            "auto_detect=false, strict_mode=false, compression=$comp) WITH ORDINALITY"
+        )
         idx = {name: i + 1 for i, name in enumerate(canon) if name is not None}
 
         def col(name: str) -> str:
@@ -501,21 +607,22 @@ class ExpertsReader:
         ncol = len(canon)
         con = ctx.con
         tmp = f"_experts_csv_{ctx.source_id}"
-        con.execute(f"""
+        con.execute(
+            f"""
             CREATE OR REPLACE TEMP TABLE {tmp} AS
             WITH raw AS (
                 SELECT ordinality AS line_no, string_split(rtrim(line, chr(13) || ' ' || $delim), $delim) AS f
                 FROM {src} WHERE ordinality > 1 AND line IS NOT NULL AND trim(line) <> ''
             ), typed AS (
                 SELECT line_no, len(f) AS nf,
-                       {"TRY_CAST(" + col('window') + " AS INTEGER)" if 'window' in idx else '0'} AS window_idx,
-                       TRY_CAST({col('ts_ns')} AS BIGINT) AS ts_ns,
-                       TRY_CAST({col('epoch')} AS INTEGER) AS epoch,
-                       TRY_CAST({col('layer')} AS INTEGER) AS layer,
-                       TRY_CAST({col('ep_rank')} AS INTEGER) AS ep_rank,
-                       TRY_CAST({col('local_slot')} AS INTEGER) AS local_slot,
-                       TRY_CAST({col('tokens')} AS DOUBLE) AS tokens,
-                       {col('ts_ns')} AS ts_raw, {col('epoch')} AS epoch_raw
+                       {"TRY_CAST(" + col("window") + " AS INTEGER)" if "window" in idx else "0"} AS window_idx,
+                       TRY_CAST({col("ts_ns")} AS BIGINT) AS ts_ns,
+                       TRY_CAST({col("epoch")} AS INTEGER) AS epoch,
+                       TRY_CAST({col("layer")} AS INTEGER) AS layer,
+                       TRY_CAST({col("ep_rank")} AS INTEGER) AS ep_rank,
+                       TRY_CAST({col("local_slot")} AS INTEGER) AS local_slot,
+                       TRY_CAST({col("tokens")} AS DOUBLE) AS tokens,
+                       {col("ts_ns")} AS ts_raw, {col("epoch")} AS epoch_raw
                 FROM raw
             )
             SELECT *, CASE
@@ -530,21 +637,32 @@ class ExpertsReader:
                 WHEN epoch IS NULL AND epoch_raw IS NOT NULL AND epoch_raw <> '' THEN 'epoch is not an integer'
               END AS reason
             FROM typed
-        """, {"path": str(path), "comp": "gzip" if is_gzip(path) else "none", "delim": delim})
+        """,
+            {"path": str(path), "comp": "gzip" if is_gzip(path) else "none", "delim": delim},
+        )
         try:
             file_epoch = _name_int(_EPOCH_RE, path)
-            con.execute(f"""
+            con.execute(
+                f"""
                 INSERT INTO expert_load_rows (source_id, window_idx, ts_ns, epoch, layer, ep_rank, local_slot, tokens)
                 SELECT $sid, window_idx, ts_ns, COALESCE(epoch, $epoch), layer, ep_rank, local_slot, tokens
                 FROM {tmp} WHERE reason IS NULL
-            """, {"sid": ctx.source_id, "epoch": file_epoch})
-            seen, kept = one_row(con,
-                f"SELECT count(*), count(*) FILTER (WHERE reason IS NULL) FROM {tmp}")
-            drops = [(r, f"line {ln}", n) for r, ln, n in con.execute(
-                f"SELECT reason, min(line_no), count(*) FROM {tmp} WHERE reason IS NOT NULL "
-                "GROUP BY reason ORDER BY 2").fetchall()]
-            dup = scalar(con, f"""SELECT count(*) FROM (SELECT 1 FROM {tmp} WHERE reason IS NULL
-                                 GROUP BY window_idx, layer, ep_rank, local_slot HAVING count(*) > 1)""")
+            """,
+                {"sid": ctx.source_id, "epoch": file_epoch},
+            )
+            seen, kept = one_row(con, f"SELECT count(*), count(*) FILTER (WHERE reason IS NULL) FROM {tmp}")
+            drops = [
+                (r, f"line {ln}", n)
+                for r, ln, n in con.execute(
+                    f"SELECT reason, min(line_no), count(*) FROM {tmp} WHERE reason IS NOT NULL "
+                    "GROUP BY reason ORDER BY 2"
+                ).fetchall()
+            ]
+            dup = scalar(
+                con,
+                f"""SELECT count(*) FROM (SELECT 1 FROM {tmp} WHERE reason IS NULL
+                                 GROUP BY window_idx, layer, ep_rank, local_slot HAVING count(*) > 1)""",
+            )
         finally:
             con.execute(f"DROP TABLE IF EXISTS {tmp}")
         if seen and kept == 0:
@@ -554,9 +672,18 @@ class ExpertsReader:
         meta = {"duplicate_cells": dup} if dup else {}
         msg = self._drop_message(drops)
         if dup:
-            msg = (msg + "; " if msg else "") + f"{dup} (window, layer, rank, slot) cells appear more than once (summed by the views)"
-        return Outcome(rows_seen=seen, rows_kept=kept, rows_dropped=seen - kept,
-                       status="salvaged" if drops else "ok", message=msg, drops=drops, metadata=meta)
+            msg = (
+                msg + "; " if msg else ""
+            ) + f"{dup} (window, layer, rank, slot) cells appear more than once (summed by the views)"
+        return Outcome(
+            rows_seen=seen,
+            rows_kept=kept,
+            rows_dropped=seen - kept,
+            status="salvaged" if drops else "ok",
+            message=msg,
+            drops=drops,
+            metadata=meta,
+        )
 
     # --- MindIE hot-spot dumps --------------------------------------------
     def _ingest_hotspot(self, ctx: Context) -> Outcome:
@@ -568,9 +695,13 @@ class ExpertsReader:
         elif nums:
             stage, rank = "unknown", int(nums[-1])
         else:
-            raise InputError(path, "an expert hot-spot dump names its rank in the file name (prefill_<rank>.csv, "
-                             "decode_<rank>.csv); this name has no number", position="file name",
-                             hint="rename the file <stage>_<rank>.csv as MindIE writes it")
+            raise InputError(
+                path,
+                "an expert hot-spot dump names its rank in the file name (prefill_<rank>.csv, "
+                "decode_<rank>.csv); this name has no number",
+                position="file name",
+                hint="rename the file <stage>_<rank>.csv as MindIE writes it",
+            )
         with open_bytes(path) as f:
             text = strip_bom(f.read()).decode("utf-8", errors="replace")
         lines = [(no, ln.strip()) for no, ln in enumerate(text.splitlines(), start=1) if ln.strip()]
@@ -580,8 +711,14 @@ class ExpertsReader:
         layer_lines = lines
         if n_layers_cfg is not None and len(lines) > n_layers_cfg:
             extra = len(lines) - n_layers_cfg
-            drops.append((f"{extra} line(s) before the last num_moe_layers={n_layers_cfg} of {_HOTSPOT_CONFIG} "
-                          "(not MoE layers)", f"line {lines[0][0]}", extra))
+            drops.append(
+                (
+                    f"{extra} line(s) before the last num_moe_layers={n_layers_cfg} of {_HOTSPOT_CONFIG} "
+                    "(not MoE layers)",
+                    f"line {lines[0][0]}",
+                    extra,
+                )
+            )
             layer_lines = lines[extra:]
         cols: dict[str, list] = {"layer": [], "local_slot": [], "tokens": []}
         for layer, (no, ln) in enumerate(layer_lines):
@@ -600,24 +737,44 @@ class ExpertsReader:
             cols["local_slot"].extend(range(width))
             cols["tokens"].extend(float(v) for v in vals)
         if not cols["layer"]:
-            raise InputError(path, drops[0][0] if drops else "no line of token counts", position=drops[0][1] if drops else None)
+            raise InputError(
+                path, drops[0][0] if drops else "no line of token counts", position=drops[0][1] if drops else None
+            )
         n = len(cols["layer"])
-        table = pa.table({"layer": pa.array(cols["layer"], pa.int32()), "local_slot": pa.array(cols["local_slot"], pa.int32()),
-                          "tokens": pa.array(cols["tokens"], pa.float64())})
+        table = pa.table(
+            {
+                "layer": pa.array(cols["layer"], pa.int32()),
+                "local_slot": pa.array(cols["local_slot"], pa.int32()),
+                "tokens": pa.array(cols["tokens"], pa.float64()),
+            }
+        )
         series = f"{stage}@{path.parent}"
         with arrow_view(ctx, "experts_hotspot", table) as name:
-            ctx.con.execute(f"""INSERT INTO expert_load_rows (source_id, window_idx, ts_ns, epoch, layer, ep_rank,
+            ctx.con.execute(
+                f"""INSERT INTO expert_load_rows (source_id, window_idx, ts_ns, epoch, layer, ep_rank,
                                 local_slot, tokens, series)
                                 SELECT $sid, 0, NULL, NULL, layer, $rank, local_slot, tokens, $series FROM "{name}" """,
-                            {"sid": ctx.source_id, "rank": rank, "series": series})
+                {"sid": ctx.source_id, "rank": rank, "series": series},
+            )
         # rows are cells, like the other load formats; a dropped line counts its slots
         dropped = sum(n_ for _, _, n_ in drops) * (width or 1)
         seen = n + dropped
-        return Outcome(rows_seen=seen, rows_kept=n, rows_dropped=dropped,
-                       status="salvaged" if drops else "ok", message=self._drop_message(drops),
-                       drops=[(r, pos, n_ * (width or 1)) for r, pos, n_ in drops],
-                       metadata={"stage": stage, "ep_rank": rank, "layers": len(set(cols["layer"])),
-                                 "slots": width, "num_moe_layers": n_layers_cfg, "series": series})
+        return Outcome(
+            rows_seen=seen,
+            rows_kept=n,
+            rows_dropped=dropped,
+            status="salvaged" if drops else "ok",
+            message=self._drop_message(drops),
+            drops=[(r, pos, n_ * (width or 1)) for r, pos, n_ in drops],
+            metadata={
+                "stage": stage,
+                "ep_rank": rank,
+                "layers": len(set(cols["layer"])),
+                "slots": width,
+                "num_moe_layers": n_layers_cfg,
+                "series": series,
+            },
+        )
 
     @staticmethod
     def _hotspot_layers(config: Path) -> int | None:
@@ -637,10 +794,14 @@ class ExpertsReader:
         try:
             doc = orjson.loads(data)
         except orjson.JSONDecodeError as exc:
-            raise InputError(path, f"expert map is not valid JSON ({exc})", position="document",
-                             hint="an expert map must be one complete JSON object") from None
+            raise InputError(
+                path,
+                f"expert map is not valid JSON ({exc})",
+                position="document",
+                hint="an expert map must be one complete JSON object",
+            ) from None
         if not isinstance(doc, dict) or not isinstance(doc.get("layer_list"), list):
-            raise InputError(path, "expected an expert map object with a \"layer_list\" list", position="document")
+            raise InputError(path, 'expected an expert map object with a "layer_list" list', position="document")
         epoch = _opt_int(doc.get("epoch"), "epoch", path, "document")
         if epoch is None:
             epoch = _name_int(_EPOCH_RE, path)
@@ -663,10 +824,10 @@ class ExpertsReader:
         drops: list[tuple[str, str, int]] = []
         seen = 0
         layer_ids: set[int] = set()
-        for li, pos, rows, err, n in parsed:
+        for _li, pos, rows, err, n in parsed:
             seen += max(n, 1)
             if err is None:
-                assert rows is not None        # _map_layer gives rows whenever it gives no error
+                assert rows is not None  # _map_layer gives rows whenever it gives no error
                 lid = rows[0][0]
                 experts = {e for _, _, _, e in rows}
                 missing = sorted(set(range(n_experts)) - experts)
@@ -676,8 +837,10 @@ class ExpertsReader:
                 elif extra:
                     err = f"layer {lid}: expert ids {extra[:8]} beyond the {n_experts} logical experts of the other layers"
                 elif missing:
-                    err = (f"layer {lid}: logical experts {missing[:8]}{'…' if len(missing) > 8 else ''} are not placed "
-                           f"on any device (expected all of 0..{n_experts - 1})")
+                    err = (
+                        f"layer {lid}: logical experts {missing[:8]}{'…' if len(missing) > 8 else ''} are not placed "
+                        f"on any device (expected all of 0..{n_experts - 1})"
+                    )
             if err is not None:
                 drops.append((err, pos, max(n, 1)))
                 continue
@@ -686,11 +849,22 @@ class ExpertsReader:
             out.extend((ctx.source_id, epoch, ts_ns, lid, dev, slot, e) for lid, dev, slot, e in rows)
         if not out:
             first = drops[0] if drops else ("no layer in layer_list", "layer_list", 0)
-            raise InputError(path, first[0], position=first[1],
-                             hint="each layer needs device_list[].device_expert covering every logical expert")
-        table = pa.table({k: pa.array(v, type=t) for k, v, t in zip(
-            ["source_id", "epoch", "ts_ns", "layer", "ep_rank", "local_slot", "expert"],
-            zip(*out), [pa.int32(), pa.int32(), pa.int64(), pa.int32(), pa.int32(), pa.int32(), pa.int32()])})
+            raise InputError(
+                path,
+                first[0],
+                position=first[1],
+                hint="each layer needs device_list[].device_expert covering every logical expert",
+            )
+        table = pa.table(
+            {
+                k: pa.array(v, type=t)
+                for k, v, t in zip(
+                    ["source_id", "epoch", "ts_ns", "layer", "ep_rank", "local_slot", "expert"],
+                    zip(*out),
+                    [pa.int32(), pa.int32(), pa.int64(), pa.int32(), pa.int32(), pa.int32(), pa.int32()],
+                )
+            }
+        )
         with arrow_view(ctx, "experts_map", table) as name:
             ctx.con.execute(f'INSERT INTO expert_map_rows SELECT * FROM "{name}"')
         kept = len(out)
@@ -700,16 +874,33 @@ class ExpertsReader:
         placed = Counter((r[3], r[4], r[6]) for r in out)
         same_dev = sum(c - 1 for c in placed.values())
         dup_layers = len({k[0] for k, c in placed.items() if c > 1})
-        meta = {"epoch": epoch, "ts_ns": ts_ns, "moe_layer_count": declared, "logical_experts": n_experts,
-                "layers": len(layer_ids), "same_device_replicas": same_dev}
+        meta = {
+            "epoch": epoch,
+            "ts_ns": ts_ns,
+            "moe_layer_count": declared,
+            "logical_experts": n_experts,
+            "layers": len(layer_ids),
+            "same_device_replicas": same_dev,
+        }
         msg = self._drop_message(drops)
         if same_dev:
-            msg = (msg + "; " if msg else "") + (f"{same_dev} extra slot(s) in {dup_layers} layer(s) repeat an expert "
-                                                 "already on the same device (kept as replicas)")
+            msg = (msg + "; " if msg else "") + (
+                f"{same_dev} extra slot(s) in {dup_layers} layer(s) repeat an expert "
+                "already on the same device (kept as replicas)"
+            )
         if isinstance(declared, int) and declared != len(layers):
-            msg = (msg + "; " if msg else "") + f"moe_layer_count says {declared} but layer_list has {len(layers)} layers"
-        return Outcome(rows_seen=seen, rows_kept=kept, rows_dropped=seen - kept,
-                       status="salvaged" if drops else "ok", message=msg, drops=drops, metadata=meta)
+            msg = (
+                msg + "; " if msg else ""
+            ) + f"moe_layer_count says {declared} but layer_list has {len(layers)} layers"
+        return Outcome(
+            rows_seen=seen,
+            rows_kept=kept,
+            rows_dropped=seen - kept,
+            status="salvaged" if drops else "ok",
+            message=msg,
+            drops=drops,
+            metadata=meta,
+        )
 
     @staticmethod
     def _map_layer(layer) -> tuple[list[tuple[int, int, int, int]] | None, str | None, int]:
@@ -720,8 +911,14 @@ class ExpertsReader:
         devices = layer.get("device_list")
         if isinstance(lid, bool) or not isinstance(lid, int) or not isinstance(devices, list) or not devices:
             return None, "layer needs an integer layer_id and a non-empty device_list", 1
-        n = sum(len(d["device_expert"]) for d in devices
-                if isinstance(d, dict) and isinstance(d.get("device_expert"), list)) or 1
+        n = (
+            sum(
+                len(d["device_expert"])
+                for d in devices
+                if isinstance(d, dict) and isinstance(d.get("device_expert"), list)
+            )
+            or 1
+        )
         count = layer.get("device_count")
         if count is not None and count != len(devices):
             return None, f"layer {lid}: device_count {count} but device_list has {len(devices)} devices", n
@@ -750,8 +947,11 @@ class ExpertsReader:
         try:
             from prometheus_client.parser import text_string_to_metric_families  # noqa: F401 (error early)
         except ImportError:
-            raise InputError(path, "reading Prometheus scrapes needs the optional package prometheus_client",
-                             hint="pip install -e .[metrics]") from None
+            raise InputError(
+                path,
+                "reading Prometheus scrapes needs the optional package prometheus_client",
+                hint="pip install -e .[metrics]",
+            ) from None
         with open_bytes(path) as f:
             text = strip_bom(f.read()).decode("utf-8", errors="replace")
         lines = text.splitlines()
@@ -789,24 +989,42 @@ class ExpertsReader:
             drops.extend(block_drops)
         kept = len(rows)
         if seen and kept == 0:
-            raise InputError(path, "no Prometheus sample line parses", position=drops[0][1] if drops else None,
-                             hint="expected lines like `name{label=\"v\"} 1.0 [timestamp_ms]`")
+            raise InputError(
+                path,
+                "no Prometheus sample line parses",
+                position=drops[0][1] if drops else None,
+                hint='expected lines like `name{label="v"} 1.0 [timestamp_ms]`',
+            )
         if rows:
             cols = list(zip(*rows))
-            table = pa.table({
-                "source_id": pa.array(cols[0], pa.int32()), "scrape": pa.array(cols[1], pa.int32()),
-                "ts_ns": pa.array(cols[2], pa.int64()), "family": pa.array(cols[3], pa.string()),
-                "type": pa.array(cols[4], pa.string()), "name": pa.array(cols[5], pa.string()),
-                "labels": pa.array(cols[6], pa.string()), "value": pa.array(cols[7], pa.float64()),
-            })
+            table = pa.table(
+                {
+                    "source_id": pa.array(cols[0], pa.int32()),
+                    "scrape": pa.array(cols[1], pa.int32()),
+                    "ts_ns": pa.array(cols[2], pa.int64()),
+                    "family": pa.array(cols[3], pa.string()),
+                    "type": pa.array(cols[4], pa.string()),
+                    "name": pa.array(cols[5], pa.string()),
+                    "labels": pa.array(cols[6], pa.string()),
+                    "value": pa.array(cols[7], pa.float64()),
+                }
+            )
             with arrow_view(ctx, "experts_prom", table) as name:
-                ctx.con.execute("INSERT INTO metric_sample_rows SELECT source_id, scrape, ts_ns, family, type, "
-                                f'name, labels::JSON, value FROM "{name}"')
+                ctx.con.execute(
+                    "INSERT INTO metric_sample_rows SELECT source_id, scrape, ts_ns, family, type, "
+                    f'name, labels::JSON, value FROM "{name}"'
+                )
         dropped = sum(n for _, _, n in drops)
         seen = max(seen, kept + dropped)
-        return Outcome(rows_seen=seen, rows_kept=kept, rows_dropped=seen - kept,
-                       status="salvaged" if drops else "ok", message=self._drop_message(drops), drops=drops,
-                       metadata={"scrapes": len(scrapes)})
+        return Outcome(
+            rows_seen=seen,
+            rows_kept=kept,
+            rows_dropped=seen - kept,
+            status="salvaged" if drops else "ok",
+            message=self._drop_message(drops),
+            drops=drops,
+            metadata={"scrapes": len(scrapes)},
+        )
 
     @staticmethod
     def _sample_row(sid: int, scrape: int, ts_s: float | None, family: str, typ: str, s) -> tuple:
@@ -858,8 +1076,9 @@ def parse_exposition(block: list[str], start: int = 1) -> tuple[list[tuple], lis
                 types[parts[2]] = parts[3]
             continue
         base = re.split(r"[{\s]", st, maxsplit=1)[0]
-        fam_name = next((n for n in (base, re.sub(r"_(bucket|sum|count|total|created)$", "", base))
-                         if n in types), None)
+        fam_name = next(
+            (n for n in (base, re.sub(r"_(bucket|sum|count|total|created)$", "", base)) if n in types), None
+        )
         snippet = (f"# TYPE {fam_name} {types[fam_name]}\n" if fam_name else "") + st + "\n"
         try:
             for fam in text_string_to_metric_families(snippet):

@@ -34,9 +34,9 @@ from ..errors import InputError
 from ..store import one_row, scalar
 from .base import Context, Outcome, is_gzip, open_bytes, strip_bom
 
-HEADER_LIMIT = 1 << 20          # a first line longer than this is not an operator CSV header
+HEADER_LIMIT = 1 << 20  # a first line longer than this is not an operator CSV header
 READ_BYTES = 8 << 20
-MAX_DROP_ENTRIES = 100           # drops listed one line each; the rest are summed per reason
+MAX_DROP_ENTRIES = 100  # drops listed one line each; the rest are summed per reason
 # Temp tables of the ingest connection, dropped after each file (their names keep them apart
 # from other readers' rejects tables on the same connection).
 _REJ = "_op_csv_rejects"
@@ -97,12 +97,13 @@ def _clean(col: str, light: bool = False) -> str:
     # Literal TAB / CR characters inside the SQL strings: chr(9) || ... costs planning time,
     # which matters with ~45 columns x several expressions.
     ws = "' \t\r'"
-    test = (f"ends_with({col}, '\t')" if light else
-            f"ends_with({col}, '\t') OR ends_with({col}, ' ') OR starts_with({col}, ' ') "
-            f"OR ends_with({col}, '\r')")
+    test = (
+        f"ends_with({col}, '\t')"
+        if light
+        else f"ends_with({col}, '\t') OR ends_with({col}, ' ') OR starts_with({col}, ' ') OR ends_with({col}, '\r')"
+    )
     trimmed = f"trim({col}, {ws})"
-    return (f"CASE WHEN {test} THEN (CASE WHEN {trimmed} IN ('', 'N/A') THEN NULL ELSE {trimmed} END) "
-            f"ELSE {col} END")
+    return f"CASE WHEN {test} THEN (CASE WHEN {trimmed} IN ('', 'N/A') THEN NULL ELSE {trimmed} END) ELSE {col} END"
 
 
 def _value_sql(kind: str, col: str) -> str:
@@ -116,10 +117,12 @@ def _value_sql(kind: str, col: str) -> str:
         # 0.25 us steps there). The usual form, digits with up to 3 decimals, becomes ns by moving
         # the point as text: 20x faster than a VARCHAR -> DECIMAL(22+) cast in DuckDB 1.5 (18 s
         # vs 1 s for 0.5 M values). Other forms (exponent, more decimals) take the DECIMAL path.
-        return (f"CASE WHEN regexp_full_match({v}, '-?[0-9]+(\\.[0-9]{{0,3}})?') "
-                f"THEN TRY_CAST(split_part({v}, '.', 1) || rpad(split_part({v}, '.', 2), 3, '0') AS BIGINT) "
-                f"WHEN abs(TRY_CAST({v} AS DOUBLE)) < 9e15 "      # else * 1000 overflows DECIMAL(38,9)
-                f"THEN TRY_CAST(round(TRY_CAST({v} AS DECIMAL(38,9)) * 1000) AS BIGINT) END")
+        return (
+            f"CASE WHEN regexp_full_match({v}, '-?[0-9]+(\\.[0-9]{{0,3}})?') "
+            f"THEN TRY_CAST(split_part({v}, '.', 1) || rpad(split_part({v}, '.', 2), 3, '0') AS BIGINT) "
+            f"WHEN abs(TRY_CAST({v} AS DOUBLE)) < 9e15 "  # else * 1000 overflows DECIMAL(38,9)
+            f"THEN TRY_CAST(round(TRY_CAST({v} AS DECIMAL(38,9)) * 1000) AS BIGINT) END"
+        )
     if kind == "shape":
         # Written """81920,4096;8192,512""": after CSV unquoting one pair of quotes is left.
         return f"nullif(trim({v}, '\"'), '')"
@@ -130,7 +133,7 @@ def _first_line(head: bytes) -> tuple[str, bool]:
     """The first line of the content (BOM and line end removed) and whether it ended."""
     head = strip_bom(head)
     m = re.search(rb"[\r\n]", head)
-    line = head if m is None else head[:m.start()]
+    line = head if m is None else head[: m.start()]
     return line.decode("utf-8", errors="replace"), m is not None
 
 
@@ -151,20 +154,30 @@ def _header(path: Path) -> list[str]:
         head = f.read(HEADER_LIMIT + 1)
     text, ended = _first_line(head)
     if not ended and len(head) > HEADER_LIMIT:
-        raise InputError(path, f"a CSV header line, found a first line longer than {HEADER_LIMIT} bytes",
-                         position="line 1", hint="this is not an Ascend kernel_details / op_summary CSV")
+        raise InputError(
+            path,
+            f"a CSV header line, found a first line longer than {HEADER_LIMIT} bytes",
+            position="line 1",
+            hint="this is not an Ascend kernel_details / op_summary CSV",
+        )
     if not text.strip():
         raise InputError(
             path,
-            "a CSV header line, found an empty file" if not strip_bom(head).strip()
+            "a CSV header line, found an empty file"
+            if not strip_bom(head).strip()
             else "a CSV header line, found an empty first line",
             position="line 1",
             hint="the profiler wrote no operator table; re-run the export "
-                 "(torch_npu.profiler.profiler.analyse / msprof --export=on)")
+            "(torch_npu.profiler.profiler.analyse / msprof --export=on)",
+        )
     names = _parse_names(text)
     if names is None:
-        raise InputError(path, "a CSV header line, found a first line that does not parse as CSV",
-                         position="line 1", hint="this is not an Ascend kernel_details / op_summary CSV")
+        raise InputError(
+            path,
+            "a CSV header line, found a first line that does not parse as CSV",
+            position="line 1",
+            hint="this is not an Ascend kernel_details / op_summary CSV",
+        )
     return names
 
 
@@ -185,8 +198,11 @@ def _mixed(names: list[str]) -> bool:
     column (so that a CSV that merely has Name / Start / Duration columns is not taken)."""
     keys = {_norm(n) for n in names}
     mapped, _extra = _map_columns(names)
-    return (all(f in mapped for f in _REQUIRED) and bool(keys & {_norm("Op Name"), _norm("Task Duration(us)")})
-            and bool(keys & {_norm(k) for k in ("Task ID", "Stream ID", "Task Type", "Accelerator Core")}))
+    return (
+        all(f in mapped for f in _REQUIRED)
+        and bool(keys & {_norm("Op Name"), _norm("Task Duration(us)")})
+        and bool(keys & {_norm(k) for k in ("Task ID", "Stream ID", "Task Type", "Accelerator Core")})
+    )
 
 
 def _map_columns(names: list[str]) -> tuple[dict[str, int], list[tuple[str, int]]]:
@@ -209,7 +225,7 @@ def _map_columns(names: list[str]) -> tuple[dict[str, int], list[tuple[str, int]
             continue
         key = n or f"column_{i + 1}"
         seen[key] = seen.get(key, 0) + 1
-        if seen[key] > 1:                       # a repeated header name: keep every copy
+        if seen[key] > 1:  # a repeated header name: keep every copy
             key = f"{key}_{seen[key]}"
         extra.append((key, i))
     return mapped, extra
@@ -218,7 +234,7 @@ def _map_columns(names: list[str]) -> tuple[dict[str, int], list[tuple[str, int]
 def _count_lines(path: Path) -> int:
     """Physical lines up to the last one with content (trailing empty lines do not count)."""
     total = 0
-    tail = 0          # newlines in the run of \r / \n at the end of what was read so far
+    tail = 0  # newlines in the run of \r / \n at the end of what was read so far
     last_content = False
     with open_bytes(path) as f:
         while chunk := f.read(READ_BYTES):
@@ -250,8 +266,7 @@ class OpCsvReader:
         names = _parse_names(_first_line(head)[0]) or []
         keys = {_norm(n) for n in names}
         if not (_KERNEL_DETAILS_KEYS <= keys or _OP_SUMMARY_KEYS <= keys):
-            return ("format guessed: the header mixes kernel_details and op_summary column names; "
-                    "columns read by name")
+            return "format guessed: the header mixes kernel_details and op_summary column names; columns read by name"
         return None
 
     def ingest(self, ctx: Context) -> Outcome:
@@ -262,17 +277,19 @@ class OpCsvReader:
         if missing:
             wanted = ", ".join(" or ".join(f"`{a}`" for a in _FIELDS[f][0]) for f in missing)
             raise InputError(
-                path, f"missing required column(s) {wanted}; the header found is: {','.join(names)}",
+                path,
+                f"missing required column(s) {wanted}; the header found is: {','.join(names)}",
                 position="line 1",
                 hint="expected an Ascend kernel_details.csv or msprof op_summary_*.csv, which have "
-                     "Name, Start Time(us) and Duration(us) columns")
+                "Name, Start Time(us) and Duration(us) columns",
+            )
         metadata = {
             "header_variant": _variant(names) or ctx.format,
             "columns": len(names),
             "block_column": names[mapped["block_num"]] if "block_num" in mapped else None,
             "has_step_id": "step_id" in mapped,
             "has_device_id": "device_id" in mapped,
-            "level0": "task_id" not in mapped,   # Level0 has no Task ID / Stream ID / PMU columns
+            "level0": "task_id" not in mapped,  # Level0 has no Task ID / Stream ID / PMU columns
             "extra_columns": [k for k, _ in extra],
         }
         try:
@@ -286,12 +303,17 @@ class OpCsvReader:
                 for t in _TEMPS:
                     con.execute(f"DROP TABLE IF EXISTS {t}")
             except duckdb.Error:
-                pass   # the transaction failed: its rollback drops them, and the first error matters
+                pass  # the transaction failed: its rollback drops them, and the first error matters
         metadata["line_no_exact"] = exact
         if "device_id" in mapped:
-            devs = [r[0] for r in con.execute(
-                "SELECT DISTINCT device_id FROM op_rows WHERE source_id = ? AND device_id IS NOT NULL "
-                "ORDER BY 1 LIMIT 65", [sid]).fetchall()]
+            devs = [
+                r[0]
+                for r in con.execute(
+                    "SELECT DISTINCT device_id FROM op_rows WHERE source_id = ? AND device_id IS NOT NULL "
+                    "ORDER BY 1 LIMIT 65",
+                    [sid],
+                ).fetchall()
+            ]
             metadata["device_ids"] = devs[:64]
             if len(devs) == 1:
                 outcome.rank_hints["device_id"] = devs[0]
@@ -308,10 +330,12 @@ class OpCsvReader:
         cols = [f"c{i}" for i in range(len(names))]
         # Layers, so that each cell is cleaned once and each value cast once:
         # raw cells -> cleaned text (c0..cN) -> typed columns + extra -> drop reason.
-        values = {f: (_value_sql(kind, cols[mapped[f]]) if f in mapped else "NULL")
-                  for f, (_aliases, kind) in _FIELDS.items()}
-        extra_sql = ("json_object(" + ", ".join(f"{_sql_str(k)}, {cols[i]}" for k, i in extra) + ")"
-                     if extra else "'{}'::JSON")
+        values = {
+            f: (_value_sql(kind, cols[mapped[f]]) if f in mapped else "NULL") for f, (_aliases, kind) in _FIELDS.items()
+        }
+        extra_sql = (
+            "json_object(" + ", ".join(f"{_sql_str(k)}, {cols[i]}" for k, i in extra) + ")" if extra else "'{}'::JSON"
+        )
         checks = []
         for f in _REQUIRED:
             raw, label = cols[mapped[f]], _sql_str(names[mapped[f]])
@@ -322,16 +346,16 @@ class OpCsvReader:
         used = set(mapped.values())
         columns = "{" + ", ".join(f"'{c}': 'VARCHAR'" for c in cols) + "}"
         sql = f"""
-            INSERT INTO op_rows (source_id, line_no, {', '.join(_FIELDS)}, extra)
-            SELECT $sid, k + 1, {', '.join(_FIELDS)},
+            INSERT INTO op_rows (source_id, line_no, {", ".join(_FIELDS)}, extra)
+            SELECT $sid, k + 1, {", ".join(_FIELDS)},
                    CASE WHEN drop_reason IS NULL THEN extra ELSE json_object('_drop', drop_reason) END
             FROM (
-                SELECT *, CASE {' '.join(checks)} END AS drop_reason
+                SELECT *, CASE {" ".join(checks)} END AS drop_reason
                 FROM (
-                    SELECT k, {', '.join(f'{values[f]} AS {f}' for f in _FIELDS)},
+                    SELECT k, {", ".join(f"{values[f]} AS {f}" for f in _FIELDS)},
                            {extra_sql} AS extra, {required_raw}
                     FROM (
-                        SELECT k, {', '.join(f'{_clean(c, i not in used)} AS {c}' for i, c in enumerate(cols))}
+                        SELECT k, {", ".join(f"{_clean(c, i not in used)} AS {c}" for i, c in enumerate(cols))}
                         FROM (
                             SELECT row_number() OVER () AS k, *
                             FROM read_csv($path, columns = {columns}, header = true, auto_detect = false,
@@ -346,8 +370,11 @@ class OpCsvReader:
         try:
             return scalar(ctx.con, sql, {"sid": ctx.source_id, "path": str(ctx.path)})
         except duckdb.Error as exc:
-            raise InputError(ctx.path, f"a readable CSV file, DuckDB's CSV reader failed: {exc}",
-                             hint="check that the file is a complete, UTF-8 CSV export") from None
+            raise InputError(
+                ctx.path,
+                f"a readable CSV file, DuckDB's CSV reader failed: {exc}",
+                hint="check that the file is a complete, UTF-8 CSV export",
+            ) from None
 
     def _fix_line_numbers(self, ctx: Context, n_parsed: int) -> tuple[int, bool]:
         """Turn the provisional ``line_no`` (row ordinal + 1) into physical line numbers and build
@@ -368,15 +395,15 @@ class OpCsvReader:
                            -- dropped line then counted as kept (issue 16)
                            coalesce(column_idx, -1)) AS reason
             FROM {_REJ} GROUP BY line, line_byte_position""")
-        n_rejected, unknown = one_row(con,
-            f"SELECT count(*), count(*) FILTER (WHERE rec IS NULL) FROM {_EXC}")
+        n_rejected, unknown = one_row(con, f"SELECT count(*), count(*) FILTER (WHERE rec IS NULL) FROM {_EXC}")
         con.execute(f"CREATE TEMP TABLE {_MULTI} (rec_open BIGINT, cum BIGINT)")
         lines = _count_lines(ctx.path)
         exact = unknown == 0
         if lines != 1 + n_parsed + n_rejected:
             exact = exact and self._scan_raw_lines(ctx, lines, n_parsed + n_rejected)
         if n_rejected or lines != 1 + n_parsed + n_rejected:
-            con.execute(f"""
+            con.execute(
+                f"""
                 UPDATE op_rows SET line_no = m.new_line
                 FROM (
                     SELECT d.old_line, d.rec + coalesce(mm.cum, 0) AS new_line
@@ -393,7 +420,9 @@ class OpCsvReader:
                     ) d
                     ASOF LEFT JOIN {_MULTI} mm ON d.rec > mm.rec_open
                 ) m
-                WHERE op_rows.source_id = $sid AND op_rows.line_no = m.old_line""", {"sid": sid})
+                WHERE op_rows.source_id = $sid AND op_rows.line_no = m.old_line""",
+                {"sid": sid},
+            )
         return n_rejected, exact
 
     def _scan_raw_lines(self, ctx: Context, lines: int, n_records: int) -> bool:
@@ -412,7 +441,7 @@ class OpCsvReader:
         lns: list[int] = []
         blanks: list[bool] = []
         odds: list[bool] = []
-        quoted: list[bool] = []       # inside a quoted field when the line starts
+        quoted: list[bool] = []  # inside a quoted field when the line starts
         inside = False
         with open_bytes(ctx.path) as f:
             for ln, line in enumerate(f, 1):
@@ -424,12 +453,15 @@ class OpCsvReader:
                     odds.append(odd)
                     quoted.append(inside)
                     inside ^= odd
-        con.execute(f"""CREATE TEMP TABLE {_RAW} AS
+        con.execute(
+            f"""CREATE TEMP TABLE {_RAW} AS
             SELECT unnest($ln::BIGINT[]) AS ln, unnest($blank::BOOLEAN[]) AS blank,
                    unnest($odd::BOOLEAN[]) AS odd, unnest($quoted::BOOLEAN[]) AS in_quotes""",
-                    {"ln": lns, "blank": blanks, "odd": odds, "quoted": quoted})
+            {"ln": lns, "blank": blanks, "odd": odds, "quoted": quoted},
+        )
         # A record opens a quote on one line and closes it on the next odd line.
-        con.execute(f"""
+        con.execute(
+            f"""
             INSERT INTO {_MULTI}
             SELECT open_ln - coalesce(sum(extra) OVER w_before, 0), sum(extra) OVER w_incl
             FROM (
@@ -437,7 +469,9 @@ class OpCsvReader:
                 FROM {_RAW} WHERE odd
             ) WHERE NOT in_quotes
             WINDOW w_before AS (ORDER BY open_ln ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING),
-                   w_incl AS (ORDER BY open_ln ROWS UNBOUNDED PRECEDING)""", {"lines": lines})
+                   w_incl AS (ORDER BY open_ln ROWS UNBOUNDED PRECEDING)""",
+            {"lines": lines},
+        )
         con.execute(f"""
             INSERT INTO {_EXC}
             SELECT b.ln - coalesce(m.cum, 0), NULL
@@ -445,30 +479,35 @@ class OpCsvReader:
             ASOF LEFT JOIN (SELECT rec_open + cum AS line_after, cum FROM {_MULTI}) m
               ON b.ln > m.line_after""")
         # Rejected records are numbered by DuckDB; blank ones by us: map both with the same table.
-        n_blank, extra_lines = one_row(con,
-            f"SELECT (SELECT count(*) FROM {_EXC} WHERE reason IS NULL), "
-            f"(SELECT coalesce(max(cum), 0) FROM {_MULTI})")
-        trailing_blank = scalar(con, f"SELECT count(*) FROM {_RAW} WHERE blank AND ln > $lines",
-                                     {"lines": lines})
+        n_blank, extra_lines = one_row(
+            con,
+            f"SELECT (SELECT count(*) FROM {_EXC} WHERE reason IS NULL), (SELECT coalesce(max(cum), 0) FROM {_MULTI})",
+        )
+        trailing_blank = scalar(con, f"SELECT count(*) FROM {_RAW} WHERE blank AND ln > $lines", {"lines": lines})
         return lines + trailing_blank - extra_lines == 1 + n_records + n_blank
 
     def _outcome(self, ctx: Context, n_parsed: int, n_rejected: int, metadata: dict) -> Outcome:
         con, sid = ctx.con, ctx.source_id
-        con.execute(f"""CREATE TEMP TABLE {_DROPS} AS
+        con.execute(
+            f"""CREATE TEMP TABLE {_DROPS} AS
             SELECT e.rec + coalesce(m.cum, 0) AS line, e.reason
             FROM (SELECT * FROM {_EXC} WHERE reason IS NOT NULL) e
             ASOF LEFT JOIN {_MULTI} m ON e.rec > m.rec_open
             UNION ALL
             SELECT line_no, extra->>'_drop' FROM op_rows
-            WHERE source_id = $sid AND (name IS NULL OR ts_ns IS NULL OR dur_ns IS NULL)""", {"sid": sid})
+            WHERE source_id = $sid AND (name IS NULL OR ts_ns IS NULL OR dur_ns IS NULL)""",
+            {"sid": sid},
+        )
         n_invalid = scalar(con, f"SELECT count(*) FROM {_DROPS}") - n_rejected
         if n_invalid:
-            con.execute("DELETE FROM op_rows WHERE source_id = ? AND (name IS NULL OR ts_ns IS NULL "
-                        "OR dur_ns IS NULL)", [sid])
+            con.execute(
+                "DELETE FROM op_rows WHERE source_id = ? AND (name IS NULL OR ts_ns IS NULL OR dur_ns IS NULL)", [sid]
+            )
         drops: list[tuple[str, str, int]] = [
             (reason, f"line {line}" if line is not None else "line ?", 1)
             for reason, line in con.execute(
-                f"SELECT reason, line FROM {_DROPS} ORDER BY line NULLS LAST LIMIT {MAX_DROP_ENTRIES}").fetchall()
+                f"SELECT reason, line FROM {_DROPS} ORDER BY line NULLS LAST LIMIT {MAX_DROP_ENTRIES}"
+            ).fetchall()
         ]
         drops += [
             (reason, f"lines {lo}-{hi} ({n} rows)", n)
@@ -482,9 +521,15 @@ class OpCsvReader:
         message = "header only: no operator rows" if n_parsed + n_rejected == 0 else ""
         if n_dropped:
             message = f"{n_dropped} of {kept + n_dropped} rows dropped (first: {drops[0][0]}, {drops[0][1]})"
-        return Outcome(rows_seen=kept + n_dropped, rows_kept=kept, rows_dropped=n_dropped,
-                       status="salvaged" if n_dropped else "ok", message=message,
-                       drops=drops, metadata=metadata)
+        return Outcome(
+            rows_seen=kept + n_dropped,
+            rows_kept=kept,
+            rows_dropped=n_dropped,
+            status="salvaged" if n_dropped else "ok",
+            message=message,
+            drops=drops,
+            metadata=metadata,
+        )
 
 
 READER = OpCsvReader()

@@ -22,15 +22,26 @@ def run_batches(paths, run: str | None, per_folder: bool) -> tuple[list[tuple[st
     from . import run_batches as batches_of
 
     if per_folder and run:
-        raise UsageError("--run and --run-per-folder exclude each other: with --run-per-folder each "
-                         "sub-folder names its run")
+        raise UsageError(
+            "--run and --run-per-folder exclude each other: with --run-per-folder each sub-folder names its run"
+        )
     return batches_of(paths, run, per_folder)
 
 
-def ingest_runs(db, paths, run: str | None = None, *, run_per_folder: bool = False,
-                taxonomy: str | Path | None = None, executor: str = "local", scheduler: str | None = None,
-                jobs: int = 1, rank_pattern: str | None = None, rank_map: str | Path | None = None,
-                progress=None) -> list:
+def ingest_runs(
+    db,
+    paths,
+    run: str | None = None,
+    *,
+    run_per_folder: bool = False,
+    taxonomy: str | Path | None = None,
+    executor: str = "local",
+    scheduler: str | None = None,
+    jobs: int = 1,
+    rank_pattern: str | None = None,
+    rank_map: str | Path | None = None,
+    progress=None,
+) -> list:
     """Ingest ``paths`` into ``db``; one IngestReport per run.
 
     Args:
@@ -46,7 +57,7 @@ def ingest_runs(db, paths, run: str | None = None, *, run_per_folder: bool = Fal
     if executor not in EXECUTORS:
         raise UsageError(f"--executor {executor!r}: expected one of {', '.join(EXECUTORS)}")
     batches, notes = run_batches(paths, run, run_per_folder)
-    for batch_run, batch_paths in batches:      # usage errors before the database is created
+    for batch_run, batch_paths in batches:  # usage errors before the database is created
         prepare_batch(batch_paths, batch_run, rank_pattern, rank_map)
     if taxonomy:
         con = store.open_db(db)
@@ -59,15 +70,34 @@ def ingest_runs(db, paths, run: str | None = None, *, run_per_folder: bool = Fal
         if executor == "dask":
             from ..distributed import ingest_paths_dask
 
-            reports.append(ingest_paths_dask(db, batch_paths, run=batch_run, scheduler=scheduler,
-                                             rank_pattern=rank_pattern, rank_map=rank_map, progress=progress))
+            reports.append(
+                ingest_paths_dask(
+                    db,
+                    batch_paths,
+                    run=batch_run,
+                    scheduler=scheduler,
+                    rank_pattern=rank_pattern,
+                    rank_map=rank_map,
+                    progress=progress,
+                )
+            )
             continue
         con = store.open_db(db)
         try:
-            reports.append(ingest_paths(db, batch_paths, run=batch_run, jobs=jobs, rank_pattern=rank_pattern,
-                                        rank_map=rank_map, progress=progress, con=con))
+            reports.append(
+                ingest_paths(
+                    db,
+                    batch_paths,
+                    run=batch_run,
+                    jobs=jobs,
+                    rank_pattern=rank_pattern,
+                    rank_map=rank_map,
+                    progress=progress,
+                    con=con,
+                )
+            )
         finally:
             con.close()
     if reports and notes:
-        reports[-1].warnings[:0] = notes          # (the root files' run is the last batch)
+        reports[-1].warnings[:0] = notes  # (the root files' run is the last batch)
     return reports

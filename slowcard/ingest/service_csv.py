@@ -37,18 +37,20 @@ from ..store import one_row, scalar
 from .base import Context, Outcome, is_gzip, open_bytes, strip_bom
 
 BATCHING_NAMES = ("batchFrameworkProcessing", "BatchSchedule")
-SHANGHAI_OFFSET_NS = 8 * 3600 * 1_000_000_000   # UTC+8 all year (no DST since 1991)
-SAMPLE_ROWS = 200                              # rows read in Python to decide time units
-FALLBACK_BATCH = 20_000                        # res_list cells parsed in Python per Arrow batch
-MAX_LINE_BYTES = 16 << 20                      # longest CSV line (a res_list of a huge batch)
+SHANGHAI_OFFSET_NS = 8 * 3600 * 1_000_000_000  # UTC+8 all year (no DST since 1991)
+SAMPLE_ROWS = 200  # rows read in Python to decide time units
+FALLBACK_BATCH = 20_000  # res_list cells parsed in Python per Arrow batch
+MAX_LINE_BYTES = 16 << 20  # longest CSV line (a res_list of a huge batch)
 
 _DATETIME_FORMATS = "['%Y-%m-%d %H:%M:%S:%f', '%Y-%m-%d %H:%M:%S.%f', '%Y-%m-%d %H:%M:%S']"
 # epoch magnitude -> ns per unit: ~1.7e9 s, ~1.7e12 ms, ~1.7e15 µs, ~1.7e18 ns
 _UNITS = ((1e17, "ns", 1), (1e14, "us", 1_000), (1e11, "ms", 1_000_000), (1e8, "s", 1_000_000_000))
 
-_ITEM_SCHEMA = ('[{"rid": "VARCHAR", "iter": "BIGINT", "type": "INTEGER", '
-                '"num_scheduled_tokens": "BIGINT", "num_prompt_tokens": "BIGINT", '
-                '"num_computed_tokens": "BIGINT"}]')
+_ITEM_SCHEMA = (
+    '[{"rid": "VARCHAR", "iter": "BIGINT", "type": "INTEGER", '
+    '"num_scheduled_tokens": "BIGINT", "num_prompt_tokens": "BIGINT", '
+    '"num_computed_tokens": "BIGINT"}]'
+)
 _ITEM_FIELDS = ("iter", "type", "num_scheduled_tokens", "num_prompt_tokens", "num_computed_tokens")
 
 
@@ -134,15 +136,16 @@ class _Csv:
         self.index = {name: i for i, name in reversed(list(enumerate(self.header)))}
         sid = ctx.source_id
         self.rej_table, self.rej_scan = f"_svc_rej_{sid}", f"_svc_rejscan_{sid}"
-        self.rejected: list[tuple[int, str, str]] = []     # (line, error type, message)
+        self.rejected: list[tuple[int, str, str]] = []  # (line, error type, message)
 
     def _read_header(self) -> list[str]:
         with open_bytes(self.path) as f:
             head = f.read(1 << 20)
         cols = _header_of(head)
         if not cols:
-            raise InputError(self.path, f"expected a {self.kind} header line (comma-separated column names)",
-                             position="line 1")
+            raise InputError(
+                self.path, f"expected a {self.kind} header line (comma-separated column names)", position="line 1"
+            )
         return cols
 
     def has(self, col: str) -> bool:
@@ -156,12 +159,18 @@ class _Csv:
         for col in cols:
             if col not in self.index:
                 raise InputError(
-                    self.path, f"{self.kind} has no '{col}' column (header: {','.join(self.header)})",
+                    self.path,
+                    f"{self.kind} has no '{col}' column (header: {','.join(self.header)})",
                     position="line 1",
-                    hint="this column is required; re-export with msserviceprofiler parse or fix the header")
+                    hint="this column is required; re-export with msserviceprofiler parse or fix the header",
+                )
         if any_of and not any(c in self.index for c in any_of):
-            raise InputError(self.path, f"{self.kind} needs one of the columns {', '.join(any_of)}",
-                             position="line 1", hint="re-export with msserviceprofiler parse")
+            raise InputError(
+                self.path,
+                f"{self.kind} needs one of the columns {', '.join(any_of)}",
+                position="line 1",
+                hint="re-export with msserviceprofiler parse",
+            )
 
     def scan(self, store_rejects: bool) -> str:
         """A FROM-clause item reading the file. ``CREATE TABLE AS`` over it keeps the file order
@@ -169,12 +178,17 @@ class _Csv:
         the data row number; a window such as row_number() OVER () would force one thread."""
         cols = ", ".join(f"'c{i}': 'VARCHAR'" for i in range(len(self.header)))
         comp = "gzip" if is_gzip(self.path) else "none"
-        rej = (f"store_rejects = true, rejects_table = '{self.rej_table}', rejects_scan = '{self.rej_scan}'"
-               if store_rejects else "ignore_errors = true")
+        rej = (
+            f"store_rejects = true, rejects_table = '{self.rej_table}', rejects_scan = '{self.rej_scan}'"
+            if store_rejects
+            else "ignore_errors = true"
+        )
         path = str(self.path).replace("'", "''")
-        return (f"read_csv('{path}', header = true, "
-                f"auto_detect = false, columns = {{{cols}}}, delim = ',', quote = '\"', escape = '\"', "
-                f"compression = '{comp}', max_line_size = {MAX_LINE_BYTES}, {rej})")
+        return (
+            f"read_csv('{path}', header = true, "
+            f"auto_detect = false, columns = {{{cols}}}, delim = ',', quote = '\"', escape = '\"', "
+            f"compression = '{comp}', max_line_size = {MAX_LINE_BYTES}, {rej})"
+        )
 
     def numbered(self, table: str) -> str:
         """A FROM-clause item over a staged table: its rows with ``line_no`` (file line)."""
@@ -184,22 +198,23 @@ class _Csv:
         con = self.ctx.con
         try:
             self.rejected = con.execute(
-                f"SELECT line, min(error_type), min(error_message) FROM {self.rej_table} "
-                "GROUP BY line ORDER BY line").fetchall()
+                f"SELECT line, min(error_type), min(error_message) FROM {self.rej_table} GROUP BY line ORDER BY line"
+            ).fetchall()
         finally:
             self.drop_temp()
         if self.rejected:
             # line -> (kept rows before it) lets the line numbers of kept rows skip rejected lines
             con.execute(f"CREATE OR REPLACE TEMP TABLE {self.rej_table}_map (kb BIGINT, k BIGINT)")
-            con.executemany(f"INSERT INTO {self.rej_table}_map VALUES (?, ?)",
-                            [(line - 1 - j, j) for j, (line, _, _) in enumerate(self.rejected, 1)])
+            con.executemany(
+                f"INSERT INTO {self.rej_table}_map VALUES (?, ?)",
+                [(line - 1 - j, j) for j, (line, _, _) in enumerate(self.rejected, 1)],
+            )
 
     def line_expr(self) -> str:
         """SQL for the 1-based file line of a kept row (header = line 1)."""
         if not self.rejected:
             return "(rn + 1)"
-        return (f"(rn + 1 + coalesce((SELECT max(m.k) FROM {self.rej_table}_map m "
-                "WHERE m.kb < rn), 0))")
+        return f"(rn + 1 + coalesce((SELECT max(m.k) FROM {self.rej_table}_map m WHERE m.kb < rn), 0))"
 
     def drop_temp(self) -> None:
         for t in (self.rej_table, self.rej_scan):
@@ -217,8 +232,10 @@ class _Csv:
         by_type: dict[str, list] = {}
         for line, etype, msg in self.rejected:
             by_type.setdefault(etype, []).append((line, msg))
-        return [(f"CSV row rejected ({etype}: {items[0][1]})", _positions([l for l, _ in items]), len(items))
-                for etype, items in by_type.items()]
+        return [
+            (f"CSV row rejected ({etype}: {items[0][1]})", _positions([l for l, _ in items]), len(items))
+            for etype, items in by_type.items()
+        ]
 
     def sample(self, cols: list[str], n: int = SAMPLE_ROWS) -> dict[str, list[str]]:
         """The first n non-empty values of some columns, read in Python (cheap: n rows)."""
@@ -226,7 +243,7 @@ class _Csv:
         out: dict[str, list[str]] = {c: [] for c in idx}
         if not idx:
             return out
-        old_limit = csv.field_size_limit(MAX_LINE_BYTES)     # process-wide: restored below
+        old_limit = csv.field_size_limit(MAX_LINE_BYTES)  # process-wide: restored below
         try:
             with open_bytes(self.path) as raw:
                 text = io.TextIOWrapper(raw, encoding="utf-8-sig", errors="replace", newline="")
@@ -239,7 +256,7 @@ class _Csv:
                         if i < len(row) and row[i].strip():
                             out[c].append(row[i].strip())
         except csv.Error:
-            pass            # a malformed early row: decide from what was read (DuckDB reports the row)
+            pass  # a malformed early row: decide from what was read (DuckDB reports the row)
         finally:
             csv.field_size_limit(old_limit)
         return out
@@ -258,7 +275,7 @@ def _num(ref: str) -> str:
 
 
 def _int(ref: str) -> str:
-    return f"TRY_CAST(round(TRY_CAST({ref} AS DOUBLE)) AS BIGINT)"      # '4.0' -> 4; NaN / inf -> NULL
+    return f"TRY_CAST(round(TRY_CAST({ref} AS DOUBLE)) AS BIGINT)"  # '4.0' -> 4; NaN / inf -> NULL
 
 
 def _text(ref: str) -> str:
@@ -281,16 +298,20 @@ def _epoch_ns(ref: str, factor: int) -> str:
     if factor == 1:
         return f"coalesce(TRY_CAST({ref} AS BIGINT), TRY_CAST(round({d}) AS BIGINT))"
     if factor == 1_000:
-        return (f"CASE WHEN abs({d}) < 9007199254740992 THEN CAST(floor({d}) AS BIGINT) * 1000 "
-                f"+ CAST(round(({d} - floor({d})) * 1000) AS BIGINT) END")
+        return (
+            f"CASE WHEN abs({d}) < 9007199254740992 THEN CAST(floor({d}) AS BIGINT) * 1000 "
+            f"+ CAST(round(({d} - floor({d})) * 1000) AS BIGINT) END"
+        )
     return f"TRY_CAST(round({d} * {factor // 1000}) AS BIGINT) * 1000"
 
 
 def _datetime_ns(ref: str) -> str:
     # coalesce evaluates its second argument only for the rows the first left NULL
-    return (f"(epoch_ns(coalesce(try_strptime({ref}, {_DATETIME_FORMATS}), "
-            f"try_strptime(trim({ref}, ' \t\r'), {_DATETIME_FORMATS}))) "
-            f"- CAST({SHANGHAI_OFFSET_NS} AS BIGINT))")
+    return (
+        f"(epoch_ns(coalesce(try_strptime({ref}, {_DATETIME_FORMATS}), "
+        f"try_strptime(trim({ref}, ' \t\r'), {_DATETIME_FORMATS}))) "
+        f"- CAST({SHANGHAI_OFFSET_NS} AS BIGINT))"
+    )
 
 
 class _Times:
@@ -324,8 +345,7 @@ class _Times:
         for col, unit in self.units.items():
             if not self.f.has(col):
                 continue
-            meta[f"{col} unit"] = (unit[0] if unit else
-                                   "not epoch (relative or empty): datetime columns used instead")
+            meta[f"{col} unit"] = unit[0] if unit else "not epoch (relative or empty): datetime columns used instead"
         return meta
 
     def cross_check(self, numeric: str, datetime: str) -> str | None:
@@ -335,8 +355,8 @@ class _Times:
         if not unit or not nums or not dts:
             return None
         row = self.f.ctx.con.execute(
-            f"SELECT {_epoch_ns('$n', unit[1])} - {_datetime_ns('$d')}",
-            {"n": nums[0], "d": dts[0]}).fetchone()
+            f"SELECT {_epoch_ns('$n', unit[1])} - {_datetime_ns('$d')}", {"n": nums[0], "d": dts[0]}
+        ).fetchone()
         if row is None or row[0] is None:
             return None
         return f"{row[0] / 1e9:+.3f} s"
@@ -352,8 +372,12 @@ class ServiceCsvReader:
         return classify_header(cols) if cols else None
 
     def ingest(self, ctx: Context) -> Outcome:
-        fn = {"service_batch": _ingest_batch, "service_request": _ingest_request,
-              "service_kvcache": _ingest_kvcache, "service_forward": _ingest_forward}.get(ctx.format)
+        fn = {
+            "service_batch": _ingest_batch,
+            "service_request": _ingest_request,
+            "service_kvcache": _ingest_kvcache,
+            "service_forward": _ingest_forward,
+        }.get(ctx.format)
         if fn is None:
             raise InputError(ctx.path, f"unknown service CSV kind {ctx.format!r}")
         return fn(ctx)
@@ -362,8 +386,14 @@ class ServiceCsvReader:
 READER = ServiceCsvReader()
 
 
-def _finish(f: _Csv, kept: int, row_drops: list[tuple[str, str, int]], meta: dict,
-            cell_drops: Sequence[tuple[str, str, int]] = (), note: str = "") -> Outcome:
+def _finish(
+    f: _Csv,
+    kept: int,
+    row_drops: list[tuple[str, str, int]],
+    meta: dict,
+    cell_drops: Sequence[tuple[str, str, int]] = (),
+    note: str = "",
+) -> Outcome:
     """Outcome with rows_seen = kept + rows dropped (CSV rejects + row-level drops)."""
     drops = f.reject_drops() + list(row_drops)
     dropped = sum(n for _, _, n in drops)
@@ -373,13 +403,22 @@ def _finish(f: _Csv, kept: int, row_drops: list[tuple[str, str, int]], meta: dic
         msgs.append(f"{dropped} row(s) dropped: " + "; ".join(f"{r} at {p}" for r, p, _ in drops[:3]))
     if cell_drops:
         n = sum(c for _, _, c in cell_drops)
-        msgs.append(f"{n} res_list cell(s) did not parse (their batch rows are kept without "
-                    "per-request rows): " + "; ".join(f"{r} at {p}" for r, p, _ in cell_drops[:3]))
+        msgs.append(
+            f"{n} res_list cell(s) did not parse (their batch rows are kept without "
+            "per-request rows): " + "; ".join(f"{r} at {p}" for r, p, _ in cell_drops[:3])
+        )
     if note:
         msgs.append(note)
     status = "salvaged" if (dropped or cell_drops) else "ok"
-    return Outcome(rows_seen=kept + dropped, rows_kept=kept, rows_dropped=dropped, status=status,
-                   message="; ".join(msgs), drops=all_drops, metadata=meta)
+    return Outcome(
+        rows_seen=kept + dropped,
+        rows_kept=kept,
+        rows_dropped=dropped,
+        status=status,
+        message="; ".join(msgs),
+        drops=all_drops,
+        metadata=meta,
+    )
 
 
 def _row_drops(con, sql: str) -> list[tuple[str, str, int]]:
@@ -390,12 +429,15 @@ def _row_drops(con, sql: str) -> list[tuple[str, str, int]]:
 def _drop_reasons_sql(f: _Csv, checks: list[tuple[str, str]], src: str) -> str:
     """Rows failing a check, grouped by the first failing reason (with up to 5 example lines)."""
     case = " ".join(f"WHEN NOT coalesce({cond}, false) THEN '{reason}'" for cond, reason in checks)
-    return (f"SELECT reason, list(line_no ORDER BY line_no)[1:5], count(*) FROM ("
-            f"SELECT CASE {case} END AS reason, line_no FROM {src}) WHERE reason IS NOT NULL "
-            "GROUP BY reason ORDER BY min(line_no)")
+    return (
+        f"SELECT reason, list(line_no ORDER BY line_no)[1:5], count(*) FROM ("
+        f"SELECT CASE {case} END AS reason, line_no FROM {src}) WHERE reason IS NOT NULL "
+        "GROUP BY reason ORDER BY min(line_no)"
+    )
 
 
 # ----------------------------------------------------------------------------- batch.csv
+
 
 def _ingest_batch(ctx: Context) -> Outcome:
     f = _Csv(ctx, "batch.csv")
@@ -407,8 +449,10 @@ def _ingest_batch(ctx: Context) -> Outcome:
     rl = r("res_list")
     # A Python-literal cell without '"' or '\' is exact JSON once ' becomes " (module docstring);
     # try() turns a cell that still is not a JSON list into NULL, which sends it to Python.
-    items = (f"CASE WHEN NOT contains({rl}, '\"') AND NOT contains({rl}, '\\') "
-             f"THEN try(from_json(replace({rl}, '\'\'', '\"'), '{_ITEM_SCHEMA}')) END")
+    items = (
+        f"CASE WHEN NOT contains({rl}, '\"') AND NOT contains({rl}, '\\') "
+        f"THEN try(from_json(replace({rl}, '''', '\"'), '{_ITEM_SCHEMA}')) END"
+    )
     try:
         # one pass over the CSV: typed columns + the parsed res_list (the file is never re-read)
         con.execute(f"""
@@ -417,22 +461,22 @@ def _ingest_batch(ctx: Context) -> Outcome:
               SELECT *, CASE WHEN rl IS NULL OR (strlen(rl) < 16 AND trim(rl) = '') THEN 'empty'
                              WHEN items IS NOT NULL THEN 'json' ELSE 'python' END AS rl_state
               FROM (
-                SELECT {_text(r('name'))} AS name,
+                SELECT {_text(r("name"))} AS name,
                        {times.ns("start_time(ms)", "start_datetime")} AS start_ns,
                        {times.ns("end_time(ms)", "end_datetime")} AS end_ns,
-                       {_num(r('during_time(ms)'))} AS during_ms, {_text(r('batch_type'))} AS batch_type,
-                       {_text(r('prof_id'))} AS prof_id, {_num(r('batch_size'))} AS batch_size,
-                       {_int(r('total_blocks'))} AS total_blocks, {_int(r('used_blocks'))} AS used_blocks,
-                       {_int(r('free_blocks'))} AS free_blocks, {_int(r('blocks_allocated'))} AS blocks_allocated,
-                       {_int(r('blocks_freed'))} AS blocks_freed,
-                       {_num(r('kvcache_usage_rate'))} AS kvcache_usage_rate,
-                       {_int(r('prefill_batch_size'))} AS prefill_batch_size,
-                       {_int(r('decode_batch_size'))} AS decode_batch_size,
-                       {_int(r('prefill_scheduled_tokens'))} AS prefill_scheduled_tokens,
-                       {_int(r('decode_scheduled_tokens'))} AS decode_scheduled_tokens,
-                       {_int(r('total_scheduled_tokens'))} AS total_scheduled_tokens,
-                       {_dp(r('dp_rank'))} AS dp_rank, {_num(r('accepted_ratio'))} AS accepted_ratio,
-                       {_text(r('accepted_ratio_per_pos'))} AS accepted_ratio_per_pos,
+                       {_num(r("during_time(ms)"))} AS during_ms, {_text(r("batch_type"))} AS batch_type,
+                       {_text(r("prof_id"))} AS prof_id, {_num(r("batch_size"))} AS batch_size,
+                       {_int(r("total_blocks"))} AS total_blocks, {_int(r("used_blocks"))} AS used_blocks,
+                       {_int(r("free_blocks"))} AS free_blocks, {_int(r("blocks_allocated"))} AS blocks_allocated,
+                       {_int(r("blocks_freed"))} AS blocks_freed,
+                       {_num(r("kvcache_usage_rate"))} AS kvcache_usage_rate,
+                       {_int(r("prefill_batch_size"))} AS prefill_batch_size,
+                       {_int(r("decode_batch_size"))} AS decode_batch_size,
+                       {_int(r("prefill_scheduled_tokens"))} AS prefill_scheduled_tokens,
+                       {_int(r("decode_scheduled_tokens"))} AS decode_scheduled_tokens,
+                       {_int(r("total_scheduled_tokens"))} AS total_scheduled_tokens,
+                       {_dp(r("dp_rank"))} AS dp_rank, {_num(r("accepted_ratio"))} AS accepted_ratio,
+                       {_text(r("accepted_ratio_per_pos"))} AS accepted_ratio_per_pos,
                        {rl} AS rl, {items} AS items
                 FROM {f.scan(store_rejects=True)}))""")
         f.collect_rejects()
@@ -450,10 +494,20 @@ def _ingest_batch(ctx: Context) -> Outcome:
                    CASE rl_state WHEN 'empty' THEN 0 WHEN 'json' THEN len(items) END
             FROM {stage}_v WHERE {ok}""")
         kept = scalar(con, f"SELECT count(*) FROM batch_rows WHERE source_id = {sid}")
-        row_drops = _row_drops(con, _drop_reasons_sql(f, [
-            ("name IS NOT NULL", "empty name"),
-            ("start_ns IS NOT NULL", "no usable start time (start_time(ms) and start_datetime empty or unparseable)"),
-        ], f"{stage}_v"))
+        row_drops = _row_drops(
+            con,
+            _drop_reasons_sql(
+                f,
+                [
+                    ("name IS NOT NULL", "empty name"),
+                    (
+                        "start_ns IS NOT NULL",
+                        "no usable start time (start_time(ms) and start_datetime empty or unparseable)",
+                    ),
+                ],
+                f"{stage}_v",
+            ),
+        )
         # one row per (batch row, request); items without a rid are re-checked in Python below
         con.execute(f"""
             INSERT INTO batch_request_rows
@@ -478,22 +532,38 @@ def _ingest_batch(ctx: Context) -> Outcome:
     check = times.cross_check("start_time(ms)", "start_datetime")
     if check:
         meta["start_time(ms) minus start_datetime (Asia/Shanghai), first row"] = check
-    missing = [c for c in ("dp_rank", "total_scheduled_tokens", "prefill_scheduled_tokens",
-                           "decode_scheduled_tokens", "batch_type", "prof_id") if not f.has(c)]
+    missing = [
+        c
+        for c in (
+            "dp_rank",
+            "total_scheduled_tokens",
+            "prefill_scheduled_tokens",
+            "decode_scheduled_tokens",
+            "batch_type",
+            "prof_id",
+        )
+        if not f.has(c)
+    ]
     if missing:
         meta["missing columns"] = missing
     meta["kv columns"] = f.has("total_blocks")
     meta["speculative columns"] = f.has("accepted_ratio")
-    n_dp = one_row(con, f"SELECT count(*) FILTER (WHERE dp_rank IS NULL), count(DISTINCT dp_rank), "
-                       f"list(line_no ORDER BY line_no) FILTER (WHERE dp_rank IS NULL)[1:5] "
-                       f"FROM batch_rows WHERE source_id = {sid}")
+    n_dp = one_row(
+        con,
+        f"SELECT count(*) FILTER (WHERE dp_rank IS NULL), count(DISTINCT dp_rank), "
+        f"list(line_no ORDER BY line_no) FILTER (WHERE dp_rank IS NULL)[1:5] "
+        f"FROM batch_rows WHERE source_id = {sid}",
+    )
     note = ""
     if kept and n_dp[0] == kept:
-        note = ("no dp_rank in any row (empty or <NA>): the DP queries take a process's domain from "
-                "chrome_tracing.json process_labels, and skip when there is none")
+        note = (
+            "no dp_rank in any row (empty or <NA>): the DP queries take a process's domain from "
+            "chrome_tracing.json process_labels, and skip when there is none"
+        )
     elif n_dp[0]:
-        note = (f"{n_dp[0]} row(s) without dp_rank at {_positions(n_dp[2])}"
-                + (f" (first {len(n_dp[2])} of {n_dp[0]})" if n_dp[0] > len(n_dp[2]) else ""))
+        note = f"{n_dp[0]} row(s) without dp_rank at {_positions(n_dp[2])}" + (
+            f" (first {len(n_dp[2])} of {n_dp[0]})" if n_dp[0] > len(n_dp[2]) else ""
+        )
     meta["dp_ranks"] = n_dp[1]
     unit = times.units.get("start_time(ms)")
     unit_note = f"start_time(ms) holds {unit[0]}" if unit else "times from start_datetime"
@@ -508,26 +578,44 @@ def _python_res_lists(con, sid: int, stage: str) -> list[tuple[str, str, int]]:
     cells that do not parse; their batch rows stay, with res_list_items NULL."""
     failures: dict[str, list[int]] = {}
     for line_no, k in con.execute(
-            f"SELECT line_no, min(item_no) FROM batch_request_rows WHERE source_id = {sid} AND rid IS NULL "
-            "GROUP BY line_no ORDER BY line_no").fetchall():
+        f"SELECT line_no, min(item_no) FROM batch_request_rows WHERE source_id = {sid} AND rid IS NULL "
+        "GROUP BY line_no ORDER BY line_no"
+    ).fetchall():
         failures.setdefault(f"item {k} is not a request dict with a 'rid'", []).append(line_no)
     if failures:
         bad = sorted(x for lines in failures.values() for x in lines)
-        con.execute(f"DELETE FROM batch_request_rows WHERE source_id = {sid} AND line_no IN "
-                    "(SELECT UNNEST($1::BIGINT[]))", [bad])
-        con.execute(f"UPDATE batch_rows SET res_list_items = NULL WHERE source_id = {sid} AND line_no IN "
-                    "(SELECT UNNEST($1::BIGINT[]))", [bad])
+        con.execute(
+            f"DELETE FROM batch_request_rows WHERE source_id = {sid} AND line_no IN (SELECT UNNEST($1::BIGINT[]))",
+            [bad],
+        )
+        con.execute(
+            f"UPDATE batch_rows SET res_list_items = NULL WHERE source_id = {sid} AND line_no IN "
+            "(SELECT UNNEST($1::BIGINT[]))",
+            [bad],
+        )
     last = -1
     while True:
         rows = con.execute(
             f"SELECT line_no, rl_raw FROM {stage}_v WHERE name IS NOT NULL AND start_ns IS NOT NULL "
             f"AND rl_state = 'python' AND line_no > ? ORDER BY line_no LIMIT {FALLBACK_BATCH}",
-            [last]).fetchall()
+            [last],
+        ).fetchall()
         if not rows:
             break
         last = rows[-1][0]
-        cols: dict[str, list] = {k: [] for k in ("line_no", "item_no", "rid", "iter", "req_type", "num_scheduled_tokens",
-                                "num_prompt_tokens", "num_computed_tokens")}
+        cols: dict[str, list] = {
+            k: []
+            for k in (
+                "line_no",
+                "item_no",
+                "rid",
+                "iter",
+                "req_type",
+                "num_scheduled_tokens",
+                "num_prompt_tokens",
+                "num_computed_tokens",
+            )
+        }
         counts_line: list[int] = []
         counts_n: list[int | None] = []
         for line_no, text in rows:
@@ -543,19 +631,24 @@ def _python_res_lists(con, sid: int, stage: str) -> list[tuple[str, str, int]]:
             for k, item in enumerate(items, 1):
                 cols["line_no"].append(line_no)
                 cols["item_no"].append(k)
-                for key, v in zip(("rid", "iter", "req_type", "num_scheduled_tokens",
-                                   "num_prompt_tokens", "num_computed_tokens"), item):
+                for key, v in zip(
+                    ("rid", "iter", "req_type", "num_scheduled_tokens", "num_prompt_tokens", "num_computed_tokens"),
+                    item,
+                ):
                     cols[key].append(v)
-        items_tbl = pa.table({
-            "line_no": pa.array(cols["line_no"], pa.int64()),
-            "item_no": pa.array(cols["item_no"], pa.int32()),
-            "rid": pa.array(cols["rid"], pa.string()),
-            **{k: pa.array(cols[k], pa.int64()) for k in ("iter", "num_scheduled_tokens",
-                                                           "num_prompt_tokens", "num_computed_tokens")},
-            "req_type": pa.array(cols["req_type"], pa.int64()),
-        })
-        counts_tbl = pa.table({"line_no": pa.array(counts_line, pa.int64()),
-                               "n": pa.array(counts_n, pa.int32())})
+        items_tbl = pa.table(
+            {
+                "line_no": pa.array(cols["line_no"], pa.int64()),
+                "item_no": pa.array(cols["item_no"], pa.int32()),
+                "rid": pa.array(cols["rid"], pa.string()),
+                **{
+                    k: pa.array(cols[k], pa.int64())
+                    for k in ("iter", "num_scheduled_tokens", "num_prompt_tokens", "num_computed_tokens")
+                },
+                "req_type": pa.array(cols["req_type"], pa.int64()),
+            }
+        )
+        counts_tbl = pa.table({"line_no": pa.array(counts_line, pa.int64()), "n": pa.array(counts_n, pa.int32())})
         con.register("_svc_items_arrow", items_tbl)
         con.register("_svc_counts_arrow", counts_tbl)
         try:
@@ -567,11 +660,14 @@ def _python_res_lists(con, sid: int, stage: str) -> list[tuple[str, str, int]]:
         finally:
             con.unregister("_svc_items_arrow")
             con.unregister("_svc_counts_arrow")
-    return [(f"res_list cell does not parse: {reason}", _positions(lines), len(lines))
-            for reason, lines in sorted(failures.items(), key=lambda kv: kv[1][0])]
+    return [
+        (f"res_list cell does not parse: {reason}", _positions(lines), len(lines))
+        for reason, lines in sorted(failures.items(), key=lambda kv: kv[1][0])
+    ]
 
 
 # ----------------------------------------------------------------------------- request.csv
+
 
 def _ingest_request(ctx: Context) -> Outcome:
     f = _Csv(ctx, "request.csv")
@@ -582,11 +678,11 @@ def _ingest_request(ctx: Context) -> Outcome:
     try:
         scan = f.scan(store_rejects=True)
         con.execute(f"""CREATE OR REPLACE TEMP TABLE {src}_t AS
-            SELECT {_text(r('http_rid'))} AS rid, {times.ns('start_time(ms)', 'start_datetime')} AS start_ns,
-                   {_int(r('recv_token_size'))} AS input_tokens, {_int(r('reply_token_size'))} AS output_tokens,
-                   {_num(r('execution_time(ms)'))} AS execution_ms, {_num(r('queue_wait_time(ms)'))} AS queue_wait_ms,
-                   {_num(r('first_token_latency(ms)'))} AS first_token_latency_ms,
-                   {_num(r('cache_hit_rate'))} AS cache_hit_rate
+            SELECT {_text(r("http_rid"))} AS rid, {times.ns("start_time(ms)", "start_datetime")} AS start_ns,
+                   {_int(r("recv_token_size"))} AS input_tokens, {_int(r("reply_token_size"))} AS output_tokens,
+                   {_num(r("execution_time(ms)"))} AS execution_ms, {_num(r("queue_wait_time(ms)"))} AS queue_wait_ms,
+                   {_num(r("first_token_latency(ms)"))} AS first_token_latency_ms,
+                   {_num(r("cache_hit_rate"))} AS cache_hit_rate
             FROM {scan}""")
         f.collect_rejects()
         con.execute(f"CREATE OR REPLACE TEMP VIEW {src} AS SELECT * FROM {f.numbered(src + '_t')}")
@@ -595,10 +691,20 @@ def _ingest_request(ctx: Context) -> Outcome:
                         output_tokens, execution_ms, queue_wait_ms, first_token_latency_ms, cache_hit_rate
                         FROM {src} WHERE {ok}""")
         kept = scalar(con, f"SELECT count(*) FROM request_rows WHERE source_id = {sid}")
-        row_drops = _row_drops(con, _drop_reasons_sql(f, [
-            ("rid IS NOT NULL", "empty http_rid"),
-            ("start_ns IS NOT NULL", "no usable start time (start_time(ms) and start_datetime empty or unparseable)"),
-        ], src))
+        row_drops = _row_drops(
+            con,
+            _drop_reasons_sql(
+                f,
+                [
+                    ("rid IS NOT NULL", "empty http_rid"),
+                    (
+                        "start_ns IS NOT NULL",
+                        "no usable start time (start_time(ms) and start_datetime empty or unparseable)",
+                    ),
+                ],
+                src,
+            ),
+        )
     finally:
         f.cleanup(src)
     return _finish(f, kept, row_drops, times.metadata())
@@ -606,13 +712,17 @@ def _ingest_request(ctx: Context) -> Outcome:
 
 # ----------------------------------------------------------------------------- kvcache.csv
 
+
 def _ingest_kvcache(ctx: Context) -> Outcome:
     f = _Csv(ctx, "kvcache.csv")
     f.require("name", "start_time", "kvcache_usage_rate")
     if not (f.has("free_blocks") or f.has("device_kvcache_left") or f.has("used_blocks")):
-        raise InputError(ctx.path, "kvcache.csv has neither free_blocks/used_blocks (vLLM shape) nor "
-                         "device_kvcache_left (MindIE shape)", position="line 1",
-                         hint="re-export with msserviceprofiler parse")
+        raise InputError(
+            ctx.path,
+            "kvcache.csv has neither free_blocks/used_blocks (vLLM shape) nor device_kvcache_left (MindIE shape)",
+            position="line 1",
+            hint="re-export with msserviceprofiler parse",
+        )
     shape = "blocks" if f.has("total_blocks") or f.has("used_blocks") else "device"
     # start_time is a datetime string in this file, but accept epoch numbers as well
     times = _Times(f, ["start_time"], [])
@@ -623,10 +733,10 @@ def _ingest_kvcache(ctx: Context) -> Outcome:
     src = f"_svc_kv_{sid}"
     try:
         con.execute(f"""CREATE OR REPLACE TEMP TABLE {src}_t AS
-            SELECT {_text(r('name'))} AS name, {_text(r('rid'))} AS rid, {ts} AS ts_ns,
-                   {_int(r('total_blocks'))} AS total_blocks, {_int(r('used_blocks'))} AS used_blocks,
-                   {_int(free)} AS free_blocks, {_int(r('blocks_allocated'))} AS blocks_allocated,
-                   {_int(r('blocks_freed'))} AS blocks_freed, {_num(r('kvcache_usage_rate'))} AS kvcache_usage_rate
+            SELECT {_text(r("name"))} AS name, {_text(r("rid"))} AS rid, {ts} AS ts_ns,
+                   {_int(r("total_blocks"))} AS total_blocks, {_int(r("used_blocks"))} AS used_blocks,
+                   {_int(free)} AS free_blocks, {_int(r("blocks_allocated"))} AS blocks_allocated,
+                   {_int(r("blocks_freed"))} AS blocks_freed, {_num(r("kvcache_usage_rate"))} AS kvcache_usage_rate
             FROM {f.scan(store_rejects=True)}""")
         f.collect_rejects()
         con.execute(f"CREATE OR REPLACE TEMP VIEW {src} AS SELECT * FROM {f.numbered(src + '_t')}")
@@ -634,9 +744,19 @@ def _ingest_kvcache(ctx: Context) -> Outcome:
                         used_blocks, free_blocks, blocks_allocated, blocks_freed, kvcache_usage_rate
                         FROM {src} WHERE ts_ns IS NOT NULL""")
         kept = scalar(con, f"SELECT count(*) FROM kvcache_rows WHERE source_id = {sid}")
-        row_drops = _row_drops(con, _drop_reasons_sql(f, [
-            ("ts_ns IS NOT NULL", "no usable start_time (not a datetime YYYY-MM-DD HH:MM:SS:ffffff nor an epoch number)"),
-        ], src))
+        row_drops = _row_drops(
+            con,
+            _drop_reasons_sql(
+                f,
+                [
+                    (
+                        "ts_ns IS NOT NULL",
+                        "no usable start_time (not a datetime YYYY-MM-DD HH:MM:SS:ffffff nor an epoch number)",
+                    ),
+                ],
+                src,
+            ),
+        )
     finally:
         f.cleanup(src)
     meta = {"shape": shape, **times.metadata()}
@@ -644,6 +764,7 @@ def _ingest_kvcache(ctx: Context) -> Outcome:
 
 
 # ----------------------------------------------------------------------------- forward.csv
+
 
 def _ingest_forward(ctx: Context) -> Outcome:
     f = _Csv(ctx, "forward.csv")
@@ -653,12 +774,12 @@ def _ingest_forward(ctx: Context) -> Outcome:
     src = f"_svc_fw_{sid}"
     try:
         con.execute(f"""CREATE OR REPLACE TEMP TABLE {src}_t AS
-            SELECT {_text(r('name'))} AS name, {times.ns('start_time(ms)', 'start_datetime')} AS start_ns,
-                   {times.ns('end_time(ms)', 'end_datetime')} AS end_ns,
-                   {_num(r('relative_start_time(ms)'))} AS relative_start_ms, {_num(r('during_time(ms)'))} AS during_ms,
-                   {_num(r('bubble_time(ms)'))} AS bubble_ms, {_num(r('batch_size'))} AS batch_size,
-                   {_text(r('batch_type'))} AS batch_type, {_int(r('forward_iter'))} AS forward_iter,
-                   {_dp(r('dp_rank'))} AS dp_rank, {_text(r('prof_id'))} AS prof_id, {_text(r('hostname'))} AS hostname
+            SELECT {_text(r("name"))} AS name, {times.ns("start_time(ms)", "start_datetime")} AS start_ns,
+                   {times.ns("end_time(ms)", "end_datetime")} AS end_ns,
+                   {_num(r("relative_start_time(ms)"))} AS relative_start_ms, {_num(r("during_time(ms)"))} AS during_ms,
+                   {_num(r("bubble_time(ms)"))} AS bubble_ms, {_num(r("batch_size"))} AS batch_size,
+                   {_text(r("batch_type"))} AS batch_type, {_int(r("forward_iter"))} AS forward_iter,
+                   {_dp(r("dp_rank"))} AS dp_rank, {_text(r("prof_id"))} AS prof_id, {_text(r("hostname"))} AS hostname
             FROM {f.scan(store_rejects=True)}""")
         f.collect_rejects()
         con.execute(f"CREATE OR REPLACE TEMP VIEW {src} AS SELECT * FROM {f.numbered(src + '_t')}")
@@ -667,9 +788,19 @@ def _ingest_forward(ctx: Context) -> Outcome:
                         during_ms, bubble_ms, batch_size, batch_type, forward_iter, dp_rank, prof_id, hostname
                         FROM {src} WHERE start_ns IS NOT NULL""")
         kept = scalar(con, f"SELECT count(*) FROM forward_rows WHERE source_id = {sid}")
-        row_drops = _row_drops(con, _drop_reasons_sql(f, [
-            ("start_ns IS NOT NULL", "no usable start time (start_time(ms) and start_datetime empty or unparseable)"),
-        ], src))
+        row_drops = _row_drops(
+            con,
+            _drop_reasons_sql(
+                f,
+                [
+                    (
+                        "start_ns IS NOT NULL",
+                        "no usable start time (start_time(ms) and start_datetime empty or unparseable)",
+                    ),
+                ],
+                src,
+            ),
+        )
     finally:
         f.cleanup(src)
     return _finish(f, kept, row_drops, times.metadata())
