@@ -342,15 +342,7 @@ class ExpertsReader:
                 "no usable expert-load cell (file truncated inside the first layer block, or every count negative/NaN)",
                 position=drops[0][1] if drops else None,
             )
-        return Outcome(
-            rows_seen=seen,
-            rows_kept=kept,
-            rows_dropped=seen - kept,
-            status=status,
-            message=self._drop_message(drops),
-            drops=drops,
-            metadata={"shape": list(shape), "dtype": descr, "epoch": epoch},
-        )
+        return self._outcome(seen, kept, drops, {"shape": list(shape), "dtype": descr, "epoch": epoch}, status)
 
     @staticmethod
     def _npy_dtype(path: Path, descr) -> tuple[pa.DataType, int]:
@@ -438,15 +430,8 @@ class ExpertsReader:
         status = "truncated" if truncated else ("salvaged" if drops else "ok")
         # rows_seen counts cells; a bad window whose size cannot be known counts as one row
         seen = max(seen, kept + sum(n for _, _, n in drops))
-        return Outcome(
-            rows_seen=seen,
-            rows_kept=kept,
-            rows_dropped=seen - kept,
-            status=status,
-            message=self._drop_message(drops),
-            drops=drops,
-            metadata={"windows": windows_kept, "bad_windows": bad_windows, "shape": list(dims0) if dims0 else None},
-        )
+        metadata = {"windows": windows_kept, "bad_windows": bad_windows, "shape": list(dims0) if dims0 else None}
+        return self._outcome(seen, kept, drops, metadata, status)
 
     @staticmethod
     def _count_cells(load) -> int:
@@ -670,20 +655,8 @@ class ExpertsReader:
         if seen == 0:
             raise InputError(path, "the CSV has a header but no data rows", position="line 2")
         meta = {"duplicate_cells": dup} if dup else {}
-        msg = self._drop_message(drops)
-        if dup:
-            msg = (
-                msg + "; " if msg else ""
-            ) + f"{dup} (window, layer, rank, slot) cells appear more than once (summed by the views)"
-        return Outcome(
-            rows_seen=seen,
-            rows_kept=kept,
-            rows_dropped=seen - kept,
-            status="salvaged" if drops else "ok",
-            message=msg,
-            drops=drops,
-            metadata=meta,
-        )
+        note = f"{dup} (window, layer, rank, slot) cells appear more than once (summed by the views)" if dup else ""
+        return self._outcome(seen, kept, drops, meta, notes=(note,))
 
     # --- MindIE hot-spot dumps --------------------------------------------
     def _ingest_hotspot(self, ctx: Context) -> Outcome:
@@ -882,25 +855,18 @@ class ExpertsReader:
             "layers": len(layer_ids),
             "same_device_replicas": same_dev,
         }
-        msg = self._drop_message(drops)
-        if same_dev:
-            msg = (msg + "; " if msg else "") + (
-                f"{same_dev} extra slot(s) in {dup_layers} layer(s) repeat an expert "
-                "already on the same device (kept as replicas)"
-            )
-        if isinstance(declared, int) and declared != len(layers):
-            msg = (
-                msg + "; " if msg else ""
-            ) + f"moe_layer_count says {declared} but layer_list has {len(layers)} layers"
-        return Outcome(
-            rows_seen=seen,
-            rows_kept=kept,
-            rows_dropped=seen - kept,
-            status="salvaged" if drops else "ok",
-            message=msg,
-            drops=drops,
-            metadata=meta,
+        replicas = (
+            f"{same_dev} extra slot(s) in {dup_layers} layer(s) repeat an expert already on the same device "
+            "(kept as replicas)"
+            if same_dev
+            else ""
         )
+        count = (
+            f"moe_layer_count says {declared} but layer_list has {len(layers)} layers"
+            if isinstance(declared, int) and declared != len(layers)
+            else ""
+        )
+        return self._outcome(seen, kept, drops, meta, notes=(replicas, count))
 
     @staticmethod
     def _map_layer(layer) -> tuple[list[tuple[int, int, int, int]] | None, str | None, int]:
@@ -1016,15 +982,7 @@ class ExpertsReader:
                 )
         dropped = sum(n for _, _, n in drops)
         seen = max(seen, kept + dropped)
-        return Outcome(
-            rows_seen=seen,
-            rows_kept=kept,
-            rows_dropped=seen - kept,
-            status="salvaged" if drops else "ok",
-            message=self._drop_message(drops),
-            drops=drops,
-            metadata={"scrapes": len(scrapes)},
-        )
+        return self._outcome(seen, kept, drops, {"scrapes": len(scrapes)})
 
     @staticmethod
     def _sample_row(sid: int, scrape: int, ts_s: float | None, family: str, typ: str, s) -> tuple:
@@ -1038,11 +996,27 @@ class ExpertsReader:
         return (sid, scrape, ts_ns, family, typ, s.name, labels, value)
 
     @staticmethod
-    def _drop_message(drops: list[tuple[str, str, int]]) -> str:
-        if not drops:
-            return ""
-        head = "; ".join(f"{pos}: {reason} ({n} dropped)" for reason, pos, n in drops[:3])
-        return head + (f"; +{len(drops) - 3} more" if len(drops) > 3 else "")
+    def _drop_message(drops: list[tuple[str, str, int]], *notes: str) -> str:
+        """The first drops (where, why, how many), then each non-empty note, joined by '; '."""
+        parts = [f"{pos}: {reason} ({n} dropped)" for reason, pos, n in drops[:3]]
+        if len(drops) > 3:
+            parts.append(f"+{len(drops) - 3} more")
+        return "; ".join(parts + [n for n in notes if n])
+
+    @classmethod
+    def _outcome(
+        cls, seen: int, kept: int, drops: list, metadata: dict, status: str | None = None, notes: tuple[str, ...] = ()
+    ) -> Outcome:
+        """A file's outcome: kept and dropped rows, salvaged when something was dropped."""
+        return Outcome(
+            rows_seen=seen,
+            rows_kept=kept,
+            rows_dropped=seen - kept,
+            status=status or ("salvaged" if drops else "ok"),
+            message=cls._drop_message(drops, *notes),
+            drops=drops,
+            metadata=metadata,
+        )
 
 
 def parse_exposition(block: list[str], start: int = 1) -> tuple[list[tuple], list[tuple[str, str, int]]]:
