@@ -120,7 +120,7 @@ def parse_scrape(
     max_series: int = MAX_SERIES,
 ) -> TargetStatus:
     """Add one endpoint's /metrics text to a snapshot: only the mapped families are parsed."""
-    from .ingest.experts import parse_exposition
+    from .ingest.prometheus_text import parse_exposition
 
     fams = _families(wanted)
     keep: list[str] = []
