@@ -438,9 +438,22 @@ def _relation_rows(con, name: str, run: str) -> int | None:
     ).fetchall()
     if not cols:
         return None
-    if ("run",) in cols:
-        return len(con.execute(f'SELECT 1 FROM "{name}" WHERE run = ? LIMIT 1', [run]).fetchall())
-    return len(con.execute(f'SELECT 1 FROM "{name}" LIMIT 1').fetchall())
+    cur = scoped_cursor(con, run)
+    try:
+        if ("run",) in cols:
+            return len(cur.execute(f'SELECT 1 FROM "{name}" WHERE run = ? LIMIT 1', [run]).fetchall())
+        return len(cur.execute(f'SELECT 1 FROM "{name}" LIMIT 1').fetchall())
+    finally:
+        cur.close()
+
+
+def scoped_cursor(con, run: str | None):
+    """A connection of its own whose views read ``run`` only (every run when None): the variable
+    slowcard_scope that ``scoped_sources`` (schema.sql) filters on."""
+    cur = con.cursor()
+    if run is not None:
+        cur.execute("SET VARIABLE slowcard_scope = " + _sql_literal(run, "VARCHAR"))
+    return cur
 
 
 def runs(con) -> list[str]:
@@ -490,7 +503,7 @@ def run_query(con, query: Query, run: str, params: dict | None = None) -> Result
         # Bind exactly the parameters the body uses (DuckDB rejects unused named parameters).
         used = set(_DOLLAR.findall(_strip_comments_and_strings(query.body)))
         bound = {k: v for k, v in {"run": run, **values}.items() if k in used}
-        res.columns, rows = isolated_select(con, query.body, bound)
+        res.columns, rows = isolated_select(con, query.body, bound, scope=run)
         res.rows = [dict(zip(res.columns, _plain(r))) for r in rows]
     except QueryAborted as exc:
         res.status = verdict_mod.Status.ERROR
@@ -525,7 +538,7 @@ def _query_timeout() -> float:
     return value if math.isfinite(value) and value > 0 else 0.0
 
 
-def isolated_select(con, body: str, params: dict) -> tuple[list[str], list]:
+def isolated_select(con, body: str, params: dict, scope: str | None = None) -> tuple[list[str], list]:
     """(columns, rows) of one query body, run so that nothing it does outlives it (issue 16).
 
     - exactly one statement (the contract): a body that also created a temp table, view or macro
@@ -534,6 +547,9 @@ def isolated_select(con, body: str, params: dict) -> tuple[list[str], list]:
       with it; the read-only database, disabled file access and locked configuration hold);
     - in a worker thread, so that Ctrl-C (KeyboardInterrupt in the main thread) and the time
       limit interrupt DuckDB instead of waiting for the statement to finish.
+
+    ``scope`` (a run) makes the views read that run only (see ``scoped_sources`` in schema.sql):
+    the answer for the run is the same, and its cost follows the run's size.
     """
     import threading
 
@@ -543,7 +559,7 @@ def isolated_select(con, body: str, params: dict) -> tuple[list[str], list]:
             f"the query body holds {len(statements)} SQL statements; a query is exactly "
             "one statement, a SELECT (see docs/contract.md)"
         )
-    cur = con.cursor()
+    cur = scoped_cursor(con, scope)
     out: dict = {}
 
     def work():
@@ -648,6 +664,9 @@ def shell_sql(query: Query, run: str | None = None, params: dict | None = None) 
         _sql_literal(run, "VARCHAR") if run is not None else "(SELECT run FROM runs ORDER BY created_at, run LIMIT 1)"
     )
     lines.append(f"SET VARIABLE run = {run_value};")
+    lines.append(
+        "SET VARIABLE slowcard_scope = getvariable('run');  -- views read this run only; RESET VARIABLE slowcard_scope: all"
+    )
     types = {p.name: p.type for p in query.params}
     for name, value in values.items():
         lines.append(f"SET VARIABLE {name} = {_sql_literal(value, types[name])};")
@@ -658,5 +677,6 @@ def shell_sql(query: Query, run: str | None = None, params: dict | None = None) 
         out.append(m.group(0))
         pos = m.end()
     out.append(_DOLLAR.sub(lambda d: f"getvariable('{d.group(1)}')", query.body[pos:]))
-    lines += ["", "".join(out).rstrip() + ";"]
+    # the ';' on a line of its own: a body may end with a -- comment
+    lines += ["", "".join(out).rstrip(), ";"]
     return "\n".join(lines)

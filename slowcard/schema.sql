@@ -46,6 +46,15 @@ CREATE TABLE IF NOT EXISTS sources (
     ingested_at  TIMESTAMP        -- (run, path) is unique: commit_source replaces the old row
 );
 
+-- The sources the views read: every run, or only the run the variable slowcard_scope names
+-- (slowcard sets it on each query's own connection; unset in the duckdb shell: every run). The run
+-- filter then sits under every join, aggregate and window of the views rather than at the top of a
+-- query, so a query's cost follows its own run's size, not the database's (issue 16: diagnose of
+-- a 4-rank run took over twice as long in a database that also held a 4 M-event run).
+CREATE OR REPLACE VIEW scoped_sources AS
+SELECT * FROM sources
+WHERE getvariable('slowcard_scope') IS NULL OR run = getvariable('slowcard_scope');
+
 -- Why rows were dropped, per file (the reconciliation companion of sources.rows_dropped).
 CREATE TABLE IF NOT EXISTS source_drops (
     source_id INTEGER,

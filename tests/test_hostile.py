@@ -504,6 +504,48 @@ def test_12_several_statements_are_refused_and_temp_objects_do_not_survive(tmp_p
         con.close()
 
 
+# --- 17: a query on one run reads that run only -----------------------------------------------
+
+
+def test_17_a_query_reads_only_its_run_and_gives_what_a_database_of_its_own_gives(tmp_path, run4):
+    """The views filter on the query's run at the bottom (scoped_sources), so a query's cost follows
+    its run's size: here the views a query reads hold its run and nothing else, and every built-in
+    query gives one run the same answer beside another run as in a database of its own."""
+    from slowcard import queries
+
+    _, paths = run4
+    both, alone = tmp_path / "both.duckdb", tmp_path / "alone.duckdb"
+    assert _cli("ingest", *paths, "--db", both, "--run", "a", "-q").returncode == 0
+    assert _cli("ingest", *paths[:2], "--db", both, "--run", "b", "-q").returncode == 0
+    assert _cli("ingest", *paths, "--db", alone, "--run", "a", "-q").returncode == 0
+    seen = _user_query(
+        tmp_path / "mine",
+        "runs-seen",
+        "SELECT (SELECT count(DISTINCT run) FROM events) AS rank, (SELECT min(run) FROM op_classes) AS run_a,\n"
+        "       (SELECT count(*) FROM sources) AS table_rows, $run AS asked",
+    )
+    con = queries.open_readonly(both)
+    try:
+        for run, n_files in (("a", 4), ("b", 2)):
+            res = queries.run_query(con, seen, run)
+            assert res.status != "ERROR", res.summary
+            row = res.rows[0]
+            assert (row["rank"], row["run_a"], row["asked"]) == (1, run, run)
+            assert row["table_rows"] == 6  # the tables themselves are whole; only the views are scoped
+        # outside a query (the duckdb shell, ad-hoc SQL) the views read every run
+        assert con.execute("SELECT count(DISTINCT run) FROM events").fetchone()[0] == 2
+        catalog = queries.load_catalog(None)
+        con_alone = queries.open_readonly(alone)
+        try:
+            for q in catalog.values():
+                got, want = queries.run_query(con, q, "a"), queries.run_query(con_alone, q, "a")
+                assert (got.status, got.rows) == (want.status, want.rows), q.name
+        finally:
+            con_alone.close()
+    finally:
+        con.close()
+
+
 # --- 8: a query stops at its time limit and on Ctrl-C ---------------------------------------------
 
 _HEAVY = (

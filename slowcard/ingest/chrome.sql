@@ -22,4 +22,4 @@ SELECT s.run, s.rank, e.source_id, e.ph, e.cat, e.name, e.pid, e.tid,
        e.ts_ns, e.dur_ns, e.ts_ns + coalesce(e.dur_ns, 0) AS end_ns,
        e.ts_ns / 1000.0 AS ts_us, e.dur_ns / 1000.0 AS dur_us,
        e.id, e.args
-FROM event_rows e JOIN sources s USING (source_id);
+FROM event_rows e JOIN scoped_sources s USING (source_id);

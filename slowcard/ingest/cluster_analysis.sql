@@ -88,11 +88,11 @@ CREATE OR REPLACE VIEW step_trace AS
 SELECT s.run, r.* REPLACE (coalesce(r.rank, s.rank) AS rank),
        CASE WHEN s.format = 'step_trace' THEN 0 ELSE r.source_id END AS summary_id,
        s.pp_rank
-FROM step_trace_rows r JOIN sources s USING (source_id);
+FROM step_trace_rows r JOIN scoped_sources s USING (source_id);
 
 -- is_total: the "Total Op Info" row of a rank and step; leave it out when summing over ops.
 CREATE OR REPLACE VIEW comm_summary AS
 SELECT s.run, c.* REPLACE (coalesce(c.rank, s.rank) AS rank),
        c.op_name = 'Total Op Info' AS is_total,
        CASE WHEN s.format = 'communication' THEN 0 ELSE c.source_id END AS summary_id
-FROM comm_summary_rows c JOIN sources s USING (source_id);
+FROM comm_summary_rows c JOIN scoped_sources s USING (source_id);

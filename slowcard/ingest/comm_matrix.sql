@@ -37,8 +37,8 @@ CREATE TABLE IF NOT EXISTS comm_group_rows (
 CREATE OR REPLACE VIEW comm_matrix AS
 SELECT s.run, m.*, s.rank AS file_rank, m.op_name = 'Total Op Info' AS is_total,
        CASE WHEN s.format = 'comm_matrix' THEN 0 ELSE m.source_id END AS summary_id
-FROM comm_matrix_rows m JOIN sources s USING (source_id);
+FROM comm_matrix_rows m JOIN scoped_sources s USING (source_id);
 
 CREATE OR REPLACE VIEW comm_groups AS
 SELECT s.run, g.*
-FROM comm_group_rows g JOIN sources s USING (source_id);
+FROM comm_group_rows g JOIN scoped_sources s USING (source_id);

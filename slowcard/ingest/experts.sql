@@ -47,11 +47,11 @@ CREATE TABLE IF NOT EXISTS metric_sample_rows (
 
 CREATE OR REPLACE VIEW expert_load AS
 SELECT l.source_id, s.run, l.window_idx, l.ts_ns, l.epoch, l.layer, l.ep_rank, l.local_slot, l.tokens, l.series
-FROM expert_load_rows l JOIN sources s USING (source_id);
+FROM expert_load_rows l JOIN scoped_sources s USING (source_id);
 
 CREATE OR REPLACE VIEW expert_map AS
 SELECT m.source_id, s.run, m.epoch, m.ts_ns, m.layer, m.ep_rank, m.local_slot, m.expert
-FROM expert_map_rows m JOIN sources s USING (source_id);
+FROM expert_map_rows m JOIN scoped_sources s USING (source_id);
 
 -- metric: the name without ms-service-metric's `vllm_profiling_` prefix, so queries can say
 -- 'eplb:expert_hotness:imbalance' whatever the deployment prefixes. Label columns are the
@@ -64,4 +64,4 @@ SELECT m.source_id, s.run, m.scrape, m.ts_ns, m.family, m.type, m.name,
        TRY_CAST(m.labels ->> 'rank' AS INTEGER)  AS label_rank,
        TRY_CAST(m.labels ->> 'layer' AS INTEGER) AS layer,
        m.labels ->> 'phase'                      AS phase
-FROM metric_sample_rows m JOIN sources s USING (source_id);
+FROM metric_sample_rows m JOIN scoped_sources s USING (source_id);

@@ -54,12 +54,12 @@ SELECT m.source_id, s.run, m.ts_ns, m.window_s, m.dp_rank, m.targets, m.running,
        m.requests_per_s, m.prompt_tokens_per_s, m.generation_tokens_per_s,
        m.prompt_tokens_per_s + coalesce(m.generation_tokens_per_s, 0) AS tokens_per_s,
        m.ttft_p50_ms, m.ttft_p95_ms, m.ttft_p99_ms, m.e2e_p50_ms, m.e2e_p95_ms, m.e2e_p99_ms, m.reset
-FROM metric_window_rows m JOIN sources s USING (source_id);
+FROM metric_window_rows m JOIN scoped_sources s USING (source_id);
 
 CREATE OR REPLACE VIEW metric_scrapes AS
 SELECT m.source_id, s.run, m.ts_ns, m.target, m.ok, m.samples, m.dropped, m.error
-FROM metric_scrape_rows m JOIN sources s USING (source_id);
+FROM metric_scrape_rows m JOIN scoped_sources s USING (source_id);
 
 CREATE OR REPLACE VIEW metric_verdicts AS
 SELECT m.source_id, s.run, m.ts_ns, m.query, m.status, m.summary
-FROM metric_verdict_rows m JOIN sources s USING (source_id);
+FROM metric_verdict_rows m JOIN scoped_sources s USING (source_id);

@@ -62,4 +62,4 @@ FROM (
            END AS gmm_parts
     FROM op_rows r
 ) o
-JOIN sources s USING (source_id);
+JOIN scoped_sources s USING (source_id);

@@ -120,20 +120,20 @@ CREATE TABLE IF NOT EXISTS forward_rows (
 
 CREATE OR REPLACE VIEW batches AS
 SELECT s.run, b.*, b.start_ns / 1000.0 AS start_us, b.end_ns / 1000.0 AS end_us
-FROM batch_rows b JOIN sources s USING (source_id);
+FROM batch_rows b JOIN scoped_sources s USING (source_id);
 
 CREATE OR REPLACE VIEW batch_requests AS
 SELECT s.run, r.*
-FROM batch_request_rows r JOIN sources s USING (source_id);
+FROM batch_request_rows r JOIN scoped_sources s USING (source_id);
 
 CREATE OR REPLACE VIEW requests AS
 SELECT s.run, r.*, r.start_ns / 1000.0 AS start_us
-FROM request_rows r JOIN sources s USING (source_id);
+FROM request_rows r JOIN scoped_sources s USING (source_id);
 
 CREATE OR REPLACE VIEW kvcache AS
 SELECT s.run, k.*, k.ts_ns / 1000.0 AS ts_us
-FROM kvcache_rows k JOIN sources s USING (source_id);
+FROM kvcache_rows k JOIN scoped_sources s USING (source_id);
 
 CREATE OR REPLACE VIEW forwards AS
 SELECT s.run, f.*, f.start_ns / 1000.0 AS start_us, f.end_ns / 1000.0 AS end_us
-FROM forward_rows f JOIN sources s USING (source_id);
+FROM forward_rows f JOIN scoped_sources s USING (source_id);

@@ -8,7 +8,7 @@
 -- not a conflict (different formats of one rank).
 CREATE OR REPLACE VIEW rank_conflicts AS
 SELECT run, rank, format, count(*) AS n_files, list(path ORDER BY path) AS paths
-FROM sources
+FROM scoped_sources
 WHERE rank IS NOT NULL AND status <> 'failed'
   AND format IN ('kineto', 'ascend_trace', 'chrome_array', 'kernel_details', 'op_summary')
 GROUP BY run, rank, format

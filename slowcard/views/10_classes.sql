@@ -176,7 +176,7 @@ CREATE OR REPLACE VIEW _op_classes_live AS SELECT * FROM _op_classes_for(NULL);
 -- What queries read: the materialised classification, with run / rank / host from `sources`.
 CREATE OR REPLACE VIEW op_classes AS
 SELECT s.run, s.rank, s.host, c.*
-FROM op_class_rows c JOIN sources s USING (source_id);
+FROM op_class_rows c JOIN scoped_sources s USING (source_id);
 
 -- Tokens each all-to-all delivers to this rank (sum of its output split sizes), from the
 -- c10d::alltoall_base_ / record_param_comms CPU ops or a kernel carrying the split sizes.

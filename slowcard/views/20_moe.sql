@@ -210,7 +210,7 @@ SELECT n.run, n.rank, n.source_id, n.step, n.layer,
        row_number() OVER (PARTITION BY n.source_id, n.step, n.layer ORDER BY n.start_ns) - 1 AS occurrence,
        n.start_ns, n.end_ns, n.end_ns - n.start_ns AS dur_ns, (n.end_ns - n.start_ns) / 1000.0 AS dur_us,
        CASE WHEN s.status = 'truncated' THEN max(n.step) OVER (PARTITION BY n.source_id) END AS cut_step
-FROM numbered n JOIN sources s USING (source_id);
+FROM numbered n JOIN scoped_sources s USING (source_id);
 
 CREATE OR REPLACE VIEW moe_layers AS
 SELECT run, rank, source_id, step, layer, occurrence, start_ns, end_ns, dur_ns, dur_us

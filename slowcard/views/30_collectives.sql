@@ -32,7 +32,7 @@ calls AS (
 per_source AS (
     SELECT c.run, c.source_id, c.pg, c.coll_kind, s.status = 'truncated' AS truncated,
            bool_or(c.by_order) AS by_order, any_value(c.device) AS device, count(*) AS n_calls
-    FROM calls c JOIN sources s USING (source_id)
+    FROM calls c JOIN scoped_sources s USING (source_id)
     GROUP BY c.run, c.source_id, c.pg, c.coll_kind, s.status
 ),
 untrusted AS (

@@ -56,7 +56,7 @@ CREATE OR REPLACE VIEW _dp_request_facts AS
 WITH s AS (
     SELECT src.run, r.*, coalesce(r.dp_rank, l.dp_rank) AS dp
     FROM request_schedule_rows r
-    JOIN sources src USING (source_id)
+    JOIN scoped_sources src USING (source_id)
     LEFT JOIN _dp_prof_labels l ON l.run = src.run AND l.prof_id = r.prof_id
 )
 SELECT run, rid,
