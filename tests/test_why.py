@@ -196,3 +196,72 @@ def test_real_noise_runs_first_operator_of_the_slow_card_matches_the_cause(noise
         checked += 1
     if not checked:
         pytest.skip("no token-skew or slow-compute FAIL run in the set")
+
+
+# ---------------------------------------------------------- why-host-device (generated GPU runs)
+
+
+@pytest.fixture(scope="module")
+def gpu_db(tmp_path_factory):
+    import synth_host_device
+
+    cache: dict = {}
+
+    def make(scenario, slow_rank=2):
+        key = (scenario, slow_rank)
+        if key not in cache:
+            d = tmp_path_factory.mktemp(f"hd_{scenario}")
+            paths = synth_host_device.write_host_device_run(d / "trace", scenario=scenario, slow_rank=slow_rank)
+            ingest_ok(d / "run.duckdb", paths, "r")
+            cache[key] = d / "run.duckdb"
+        return cache[key]
+
+    return make
+
+
+def by_rank(res):
+    return {r["rank"]: r for r in res.rows}
+
+
+def test_host_device_names_the_rank_whose_device_waits_for_its_host_host_bound(gpu_db):
+    res = run(gpu_db("host_bound"), "why-host-device")
+    assert res.status == "INFO", res.summary
+    rows = by_rank(res)
+    assert rows[2]["bound"] == "host-bound"
+    assert rows[2]["host_wait_pct"] >= 25 and rows[2]["host_wait_us"] > 0
+    # the others' devices have their launches in time and wait at the all-reduce for rank 2
+    for r in (0, 1, 3):
+        assert rows[r]["bound"] != "host-bound" and rows[r]["host_wait_us"] == 0
+        assert rows[r]["collective_pct"] > rows[2]["collective_pct"]
+    # the four parts add up to the device window
+    for row in res.rows:
+        parts = row["compute_us"] + row["collective_us"] + row["host_wait_us"] + row["other_idle_us"]
+        assert parts == pytest.approx(row["window_ms"] * 1e3, rel=1e-3)
+
+
+def test_host_device_names_the_rank_whose_kernels_run_longer_device_bound(gpu_db):
+    rows = by_rank(run(gpu_db("device_slow"), "why-host-device"))
+    assert rows[2]["bound"] == "device-bound"
+    assert rows[2]["compute_ratio"] > 2 and rows[2]["host_wait_pct"] < 5
+    assert all(rows[r]["compute_ratio"] == pytest.approx(1, abs=0.05) for r in (0, 1, 3))
+
+
+def test_host_device_by_step_gives_one_row_per_rank_and_step(gpu_db):
+    res = run(gpu_db("host_bound"), "why-host-device", by_step=True)
+    keys = {(r["rank"], r["step"]) for r in res.rows}
+    assert len(keys) == len(res.rows) == 4 * 6
+    assert all(r["bound"] == "host-bound" for r in res.rows if r["rank"] == 2)
+
+
+def test_host_device_skips_cpu_only_traces_with_the_reason(synth_db):
+    res = run(synth_db("token_skew", slow_rank=1), "why-host-device")
+    assert res.status == "SKIP"
+    assert "no device activity" in res.summary and "CPU-only" in res.summary
+
+
+def test_diagnose_why_section_of_a_host_bound_straggler(gpu_db):
+    diag = diag_of(gpu_db("host_bound"))
+    assert diag.conclusion["slow_cards"] == ["rank 2"]
+    part = next(p for p in diag.why[0]["parts"] if p["query"].startswith("why-host-device@"))
+    assert [r["rank"] for r in part["rows"]] == [2] and part["rows"][0]["bound"] == "host-bound"
+    assert "rank 2 host-bound" in render.diagnosis_text(diag)
