@@ -265,3 +265,58 @@ def test_diagnose_why_section_of_a_host_bound_straggler(gpu_db):
     part = next(p for p in diag.why[0]["parts"] if p["query"].startswith("why-host-device@"))
     assert [r["rank"] for r in part["rows"]] == [2] and part["rows"][0]["bound"] == "host-bound"
     assert "rank 2 host-bound" in render.diagnosis_text(diag)
+
+
+# ------------------------------------------------------------------ why-slow-link
+
+
+def test_slow_link_names_the_rank_whose_transfers_run_at_half_the_bandwidth(gpu_db):
+    res = run(gpu_db("slow_link"), "why-slow-link")
+    assert res.status == "WARN", res.summary
+    assert [(r["rank"], r["cause"], r["source"]) for r in res.rows] == [(2, "slow-link", "trace")]
+    row = res.rows[0]
+    assert row["bw_ratio"] == pytest.approx(0.5, abs=0.05) and row["below_pct"] == 100
+    # bytes from the NCCL args: 4 Mi bf16 elements per all-reduce
+    assert row["mbytes"] == pytest.approx(row["samples"] * 4 * 1024 * 1024 * 2 / 1e6, abs=1e-3)
+    assert "all_reduce" in row["link"]
+
+
+@pytest.mark.parametrize("scenario", ["balanced", "host_bound", "device_slow"])
+def test_slow_link_passes_when_every_rank_moves_its_bytes_at_the_same_speed(gpu_db, scenario):
+    # a straggler that arrives late is not a slow link: bandwidth is judged on the transfer
+    res = run(gpu_db(scenario), "why-slow-link")
+    assert res.status == "PASS", res.rows
+
+
+def test_slow_link_on_a_cpu_ep_run_names_the_slow_comm_card(synth_db):
+    db = synth_db("slow_link", slow_rank=1)
+    res = run(db, "why-slow-link")
+    assert res.status == "WARN" and {r["rank"] for r in res.rows} == {1}
+    diag = diag_of(db)
+    assert diag.conclusion["cause"] == "slow-comm"
+    part = next(p for p in diag.why[0]["parts"] if p["query"].startswith("why-slow-link@"))
+    assert part["rows"] and part["rows"][0]["cause"] == "slow-link" and part["rows"][0]["rank"] == 1
+
+
+def test_slow_link_reads_ascend_link_types_from_the_communication_summary(tmp_path):
+    import synth_comm_summary
+
+    synth_comm_summary.write_cluster_communication(
+        tmp_path / "in" / "cluster_analysis_output" / "cluster_communication.json", slow={3: ("HCCS", 2.0)}
+    )
+    ingest_ok(tmp_path / "c.duckdb", [tmp_path / "in"], "r")
+    res = run(tmp_path / "c.duckdb", "why-slow-link")
+    assert res.status == "WARN"
+    assert [(r["rank"], r["link"], r["source"]) for r in res.rows] == [(3, "HCCS", "comm_summary")]
+    assert res.rows[0]["bw_gbps"] == pytest.approx(40) and res.rows[0]["median_bw_gbps"] == pytest.approx(80)
+
+
+def test_slow_link_skips_with_the_reason_below_three_ranks(tmp_path):
+    import synth_comm_summary
+
+    synth_comm_summary.write_cluster_communication(
+        tmp_path / "in" / "cluster_analysis_output" / "cluster_communication.json", ranks=2
+    )
+    ingest_ok(tmp_path / "c.duckdb", [tmp_path / "in"], "r")
+    res = run(tmp_path / "c.duckdb", "why-slow-link")
+    assert res.status == "SKIP" and "no median rank" in res.summary
