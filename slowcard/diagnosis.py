@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from . import findings as findings_mod
 from . import queries as queries_mod
+from . import why as why_mod
 from .verdict import Status
 
 
@@ -22,6 +23,7 @@ class Diagnosis:
     run: str
     results: dict = field(default_factory=dict)  # query name -> Result, in ORDER
     conclusion: dict = field(default_factory=dict)
+    why: list = field(default_factory=list)  # per slow card, the rows of the why queries about it (why.explain)
 
     @property
     def status(self) -> Status:
@@ -37,6 +39,7 @@ class Diagnosis:
             "run": self.run,
             "status": str(self.status),
             "conclusion": self.conclusion,
+            "why": self.why,
             "results": [findings_mod.result_dict(r) for r in self.results.values()],
         }
 
@@ -53,6 +56,7 @@ def diagnose(con, run: str, catalog: dict | None = None, params: dict | None = N
     for q in ordered(catalog):
         diag.results[q.name] = queries_mod.run_query(con, q, run, (params or {}).get(q.name))
     diag.conclusion = conclude(diag.results)
+    diag.why = why_mod.explain(diag.results, con, run)
     return diag
 
 

@@ -68,6 +68,7 @@ SHOWS = {
     "report.dp-windows": "report: per-window DP figures",
     "annotate": "merged trace: the collectives where this verdict's slow rank arrives last are marked",
     "compare": "slowcard compare: the report's rows side by side (verdicts are always compared)",
+    "why": "diagnose and report: the why-section of each slow card (its rows about that card's ranks)",
 }
 DEFAULT_PRIORITY = 100  # a verdict without `priority:` speaks after the built-in ones
 DEFAULT_ORDER = 1000  # a query without `order:` runs after the built-in ones (by name)

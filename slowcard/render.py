@@ -172,6 +172,9 @@ def diagnosis_text(diag) -> str:
         lines.append(f"   evidence: {c['evidence']}")
     if c.get("next_step"):
         lines.append(f"   next: {c['next_step']}")
+    from .why import text as why_text
+
+    lines += why_text(getattr(diag, "why", None) or [])
     lines.append("")
     for r in diag.results.values():
         lines.append(f"{r.query}@v{r.version} {r.status} {r.summary}")

@@ -34,6 +34,7 @@ from decimal import Decimal
 from . import __version__
 from . import findings as findings_mod
 from . import queries as queries_mod
+from . import why as why_mod
 from .errors import UsageError
 from .verdict import Status, fmt_value, severity
 
@@ -98,12 +99,12 @@ def _f(v) -> float | None:
 
 
 def report_queries(catalog: dict) -> list[str]:
-    """The queries the report reads: every query shown in a report section, and every verdict
-    that may name the slow card (the conclusion and the marks on the figures come from them)."""
+    """The queries the report reads: every query shown in a report section or the why-section,
+    and every verdict that may name the slow card (the conclusion and the marks on the figures come from them)."""
     return [
         q.name
         for q in sorted(catalog.values(), key=lambda q: (q.order, q.name))
-        if any(s.startswith("report.") for s in q.shows) or (q.is_verdict and q.priority is not None)
+        if any(s.startswith("report.") or s == "why" for s in q.shows) or (q.is_verdict and q.priority is not None)
     ]
 
 
@@ -559,6 +560,24 @@ def _verdicts_section(results: dict) -> str:
     return "\n".join(out)
 
 
+def _why_section(why: list[dict]) -> str:
+    """Per slow card, the rows of the why queries about its ranks (why.explain); nothing when
+    no verdict names a slow card."""
+    out = []
+    for card in why:
+        out.append(f'<h2 class="why">Why is {esc(card["card"])} slow? ({esc(card["cause"] or card["query"])})</h2>')
+        if card["note"]:
+            out.append(f'<p class="skip">{esc(card["note"])}</p>')
+        for part in card["parts"]:
+            ref = html.escape(part["query"])
+            if not part["rows"]:
+                out.append(f"<p><code>{ref}</code> {_status_span(part['status'])}: {esc(part['summary'])}</p>")
+                continue
+            cols = [c for c in part["rows"][0] if c != "skip_reason"]
+            out.append(f"<p><code>{ref}</code>: {esc(part['summary'])}</p>" + _table(cols, part["rows"], EVIDENCE_ROWS))
+    return "\n".join(out)
+
+
 def _conclusion_section(conclusion: dict | None, results: dict) -> str:
     if not conclusion:  # no diagnosis given: the flagged verdict lines, worst first
         flagged = sorted(
@@ -627,6 +646,7 @@ def build_report(con, run: str, results: dict, *, conclusion: dict | None = None
     F = _Figures(go)
     sections = [
         _conclusion_section(conclusion, results),
+        _why_section(why_mod.explain(results, con, run)),
         _moe_section(F, results, slow),
         _wait_section(F, results, make_subplots),
         _expert_section(F, results),

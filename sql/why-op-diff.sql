@@ -1,0 +1,169 @@
+-- name: why-op-diff
+-- version: 1
+-- description: Why is this card slow, operator by operator: each rank's operators vs the median rank's in the same MoE layer instances: which take longer (excess time, share of the rank's excess), and whether their shapes are larger (more tokens) or the same (slower device).
+-- requires: moe_layers
+-- param: top_n INTEGER = 5                -- operators shown per rank (largest excess first)
+-- param: same_shape_ratio DOUBLE = 1.1    -- input sizes within this ratio of the median rank's count as the same shapes
+-- param: min_ranks INTEGER = 3            -- fewer ranks have no median rank to compare with: SKIP
+-- verdict: none
+-- role: report
+-- subject: rank
+-- order: 200
+-- shows: why
+-- summary: rank {rank}: {name} ({op_class}) +{excess_us} us over {instances} layer instances = {excess_share_pct}% of its excess ({ratio}x the median rank, {shapes}: {reading})
+--
+-- The question after a verdict names a card: what exactly on it takes longer? Within each MoE
+-- layer instance that every rank has (moe_layers: "the same layer"), each rank's operators are
+-- grouped by (taxonomy class, name) and their time compared with the median rank's time for the
+-- same operator in the same instance (a rank without the operator counts 0). The operators are
+-- the outermost ones inside the layer on each thread (a GroupedMatmul annotation, not also
+-- the matmul inside it), so the excesses of one rank do not count the same time twice; on a
+-- source measured on the device timeline (GPU kernels, operator CSVs), the device operations.
+-- excess_us: instances x the median over the instances of (this rank's time - the median
+-- rank's time), as ep-slow-rank's cost: the median, not the sum, so that one instance where the
+-- OS descheduled the process does not make an excess (sum_excess_us is the plain sum). Only
+-- operators with both excesses positive are shown (one above and one below: no clear excess).
+-- excess_share_pct: its share of the rank's total excess over the operators shown (what the
+-- rank spends more than the median rank on the operators that take it longer). Communication (collectives, dispatch, combine) is read as such: its time holds
+-- the wait for the slowest rank. A rank's collectives are usually SHORTER on the slow card (the others wait for it
+-- inside theirs), so they do not show here; see rank-waits for them.
+-- Shapes: the input size of an operator is the element count of the first input of every
+-- operation in its subtree (Kineto "Input Dims", with record_shapes) or of the operator CSV's
+-- "Input Shapes"; shape_ratio = this rank's total / the median rank's total over the instances.
+-- Above same_shape_ratio: 'more tokens' (more work: routing / load, not the device); below its
+-- inverse, 'fewer tokens'; within it, 'same shapes' (the same work takes longer: a slower device
+-- or process); no shapes recorded: 'shapes unknown'.
+-- SKIP (one row with skip_reason) when fewer than min_ranks ranks have MoE layer instances.
+
+WITH src AS (SELECT source_id, device_moe FROM _ep_sources WHERE run = $run AND rank IS NOT NULL),
+layers AS MATERIALIZED (
+    SELECT l.* FROM moe_layers l JOIN src USING (source_id) WHERE l.run = $run
+),
+n_ranks AS (SELECT count(DISTINCT rank) AS n FROM layers),
+inst AS (  -- layer instances every rank has
+    SELECT step, layer, occurrence FROM layers GROUP BY ALL
+    HAVING count(DISTINCT rank) = (SELECT n FROM n_ranks)
+),
+-- Trace events of the EP sources, on the lane each source is measured on, and operator CSV rows
+-- (always the device). dims: the element count of the first input.
+evs AS MATERIALIZED (
+    SELECT e.source_id, e.pid, e.tid, e.name, e.ts_ns, e.end_ns,
+           list_aggregate(TRY_CAST(json_extract(e.args, '$."Input Dims"[0]') AS BIGINT[]), 'product') AS elems
+    FROM events e JOIN src USING (source_id)
+    WHERE e.run = $run AND e.ph = 'X' AND e.dur_ns IS NOT NULL
+      AND (e.cat IN ('kernel', 'gpu_memcpy', 'gpu_memset', 'gpu_user_annotation')) = src.device_moe
+    UNION ALL
+    SELECT o.source_id, CAST(o.device_id AS VARCHAR), o.stream_id, o.name, o.ts_ns, o.end_ns,
+           list_aggregate(TRY_CAST(string_split(split_part(o.input_shapes, ';', 1), ',') AS BIGINT[]), 'product')
+    FROM ops o JOIN src USING (source_id)
+    WHERE o.run = $run AND o.ts_ns IS NOT NULL AND o.dur_ns IS NOT NULL
+),
+-- Each event in its layer instance; events that enclose the whole layer (the layer annotation
+-- itself, the step, the profiler span) are not operators of it.
+placed AS (
+    SELECT e.*, l.rank, l.step, l.layer, l.occurrence
+    FROM evs e
+    ASOF JOIN layers l ON e.source_id = l.source_id AND e.ts_ns >= l.start_ns
+    WHERE e.ts_ns < l.end_ns AND NOT (e.ts_ns <= l.start_ns AND e.end_ns >= l.end_ns)
+),
+-- Outermost operators per thread: nothing that started earlier on the thread is still running.
+outer_ops AS (
+    SELECT * FROM placed
+    QUALIFY coalesce(max(end_ns) OVER (PARTITION BY source_id, step, layer, occurrence, pid, tid
+                                       ORDER BY ts_ns, end_ns DESC
+                                       ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), ts_ns) <= ts_ns
+),
+-- The input size of each outermost operator: the sum over its subtree (itself included).
+sized AS (
+    SELECT o.source_id, o.pid, o.tid, o.ts_ns, sum(p.elems) AS elems
+    FROM placed p
+    ASOF JOIN outer_ops o ON p.source_id = o.source_id AND p.pid IS NOT DISTINCT FROM o.pid
+                         AND p.tid IS NOT DISTINCT FROM o.tid AND p.ts_ns >= o.ts_ns
+    WHERE p.ts_ns < o.end_ns
+    GROUP BY ALL
+),
+classed AS (
+    SELECT o.rank, o.step, o.layer, o.occurrence, o.name,
+           coalesce(c.op_class, 'other') AS op_class, o.end_ns - o.ts_ns AS dur_ns, s.elems
+    FROM outer_ops o
+    LEFT JOIN sized s ON s.source_id = o.source_id AND s.pid IS NOT DISTINCT FROM o.pid
+                     AND s.tid IS NOT DISTINCT FROM o.tid AND s.ts_ns = o.ts_ns
+    LEFT JOIN (SELECT DISTINCT source_id, name, op_class FROM op_classes WHERE run = $run) c
+           ON c.source_id = o.source_id AND c.name = o.name
+    SEMI JOIN inst USING (step, layer, occurrence)
+),
+per AS (  -- per (rank, instance, operator)
+    SELECT rank, step, layer, occurrence, op_class, name, count(*) AS calls, sum(dur_ns) AS dur_ns,
+           sum(elems) AS elems, count(elems) > 0 AS shaped
+    FROM classed GROUP BY ALL
+),
+-- Every rank x every operator seen in the instance: a rank without it counts 0.
+grid AS (
+    SELECT r.rank, k.step, k.layer, k.occurrence, k.op_class, k.name,
+           coalesce(p.calls, 0) AS calls, coalesce(p.dur_ns, 0) AS dur_ns, coalesce(p.elems, 0) AS elems,
+           coalesce(p.shaped, false) AS shaped
+    FROM (SELECT DISTINCT step, layer, occurrence, op_class, name FROM per) k
+    CROSS JOIN (SELECT DISTINCT rank FROM layers) r
+    LEFT JOIN per p USING (rank, step, layer, occurrence, op_class, name)
+),
+med AS (
+    SELECT step, layer, occurrence, op_class, name, median(dur_ns) AS med_dur_ns, median(elems) AS med_elems,
+           bool_or(shaped) AS any_shaped
+    FROM grid GROUP BY ALL
+),
+per_op AS (
+    SELECT g.rank, g.op_class, g.name, count(*) AS instances, sum(g.calls) AS calls,
+           sum(g.dur_ns) AS dur_ns, sum(m.med_dur_ns) AS med_dur_ns,
+           count(*) * median(g.dur_ns - m.med_dur_ns) AS excess_ns, sum(g.dur_ns - m.med_dur_ns) AS sum_excess_ns,
+           count(*) FILTER (WHERE g.dur_ns > m.med_dur_ns) AS n_above,
+           sum(g.elems) AS elems, sum(m.med_elems) AS med_elems, bool_or(m.any_shaped) AS shaped
+    FROM grid g JOIN med m USING (step, layer, occurrence, op_class, name)
+    GROUP BY ALL
+),
+ranked AS (
+    SELECT *, sum(excess_ns) OVER (PARTITION BY rank) AS rank_excess_ns,
+           row_number() OVER (PARTITION BY rank ORDER BY excess_ns DESC, name) AS pos
+    FROM per_op
+    WHERE excess_ns > 0 AND sum_excess_ns > 0
+),
+rows AS (
+    SELECT rank, op_class, name, instances, round(calls / instances, 2) AS calls_per_instance,
+           round(dur_ns / instances / 1e3, 1) AS us_per_instance,
+           round(med_dur_ns / instances / 1e3, 1) AS median_rank_us_per_instance,
+           round(dur_ns / greatest(med_dur_ns, 1), 2) AS ratio,
+           round(excess_ns / 1e3, 1) AS excess_us, round(sum_excess_ns / 1e3, 1) AS sum_excess_us,
+           round(100.0 * excess_ns / greatest(rank_excess_ns, 1), 1) AS excess_share_pct,
+           round(100.0 * n_above / instances, 1) AS above_pct,
+           CASE WHEN shaped AND med_elems > 0 THEN round(elems / med_elems, 2) END AS shape_ratio,
+           CASE WHEN NOT shaped THEN 'shapes unknown'
+                WHEN elems > $same_shape_ratio * med_elems THEN 'more tokens'
+                WHEN elems * $same_shape_ratio < med_elems THEN 'fewer tokens'
+                ELSE 'same shapes' END AS shapes,
+           pos
+    FROM ranked
+    WHERE pos <= $top_n
+),
+enough AS (
+    SELECT CASE WHEN (SELECT n FROM n_ranks) < $min_ranks
+                THEN format('{} rank(s) with MoE layers in this run; comparing a rank with the median rank needs >= {}',
+                            (SELECT n FROM n_ranks), $min_ranks)
+                WHEN (SELECT count(*) FROM inst) = 0
+                THEN 'no MoE layer instance that every rank has (steps or layers do not match across ranks)'
+           END AS skip_reason
+)
+SELECT rank, op_class, name, instances, calls_per_instance, us_per_instance, median_rank_us_per_instance,
+       ratio, excess_us, sum_excess_us, excess_share_pct, above_pct, shape_ratio, shapes,
+       CASE WHEN op_class IN ('collective', 'dispatch', 'combine')
+                THEN 'communication: its time includes waiting for the slowest rank (rank-waits), so a longer one is not by itself a slow card'
+           WHEN shapes = 'more tokens' THEN 'more work than the median rank: its inputs are larger (routing / load, see ep-slow-rank token-skew)'
+           WHEN shapes = 'same shapes' THEN 'the same work takes longer: a slower device or process on this card'
+           WHEN shapes = 'fewer tokens' THEN 'less work yet longer: a slower device or process on this card'
+           ELSE 'no input shapes recorded (profile with record_shapes=True to tell more work from a slower device)'
+       END AS reading,
+       NULL::VARCHAR AS skip_reason
+FROM rows, enough
+WHERE enough.skip_reason IS NULL
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, skip_reason
+FROM enough WHERE skip_reason IS NOT NULL
+ORDER BY rank NULLS FIRST, excess_us DESC, name
