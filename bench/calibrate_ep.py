@@ -311,33 +311,48 @@ def run_torch(work: Path, seeds: int) -> list[dict] | str:
 
     db = work / "torch.duckdb"
     runs = {}
+    # (scenario, planted cause, effect): token_skew effect = share of tokens pinned to the slow
+    # rank's experts; slow_compute = matmul work factor; slow_comm = ms of delay before each send
     plan = [
-        ("balanced", None, 1.0),
+        ("balanced", None, 0.0),
+        ("balanced", None, 0.0),
         ("token_skew", "token-skew", 0.25),
         ("token_skew", "token-skew", 0.5),
-        ("slow_compute", "slow-compute", 2.0),
         ("slow_compute", "slow-compute", 1.5),
+        ("slow_compute", "slow-compute", 2.5),
+        ("slow_comm", "slow-comm", 5.0),
     ]
     for world in (4, 6):
-        for scenario, cause, effect in plan:
+        for i, (scenario, cause, effect) in enumerate(plan):
             for seed in range(seeds):
-                name = f"torch_{scenario}_{effect}_w{world}_{seed}"
+                # host noise on every rank: none on even seeds, 0.5 ms mean sleeps on odd ones
+                # (the OS scheduler adds its own: world > cores)
+                noise_us = 500.0 if seed % 2 else 0.0
+                seed_i = seed + 100 * i
+                name = f"torch_{scenario}_{effect}_w{world}_{seed_i}"
                 t0 = time.perf_counter()
                 planted = torch_ep_trace.generate(
-                    work / name, world=world, scenario=scenario, effect=effect, slow_rank=1, seed=seed
+                    work / name,
+                    world=world,
+                    scenario=scenario,
+                    effect=effect,
+                    slow_rank=1,
+                    seed=seed_i,
+                    noise_us=noise_us,
                 )
                 ingest(db, work / name, name)
                 shutil.rmtree(work / name)
                 runs[name] = dict(
                     cause=cause,
-                    effect=effect,
-                    noise="host",
+                    effect=effect if cause else "",
+                    noise=f"w{world} host{int(noise_us)}",
                     world=world,
-                    seed=seed,
+                    seed=seed_i,
                     slow=1,
                     planted_pct=planted if cause else None,
                     secs=time.perf_counter() - t0,
                 )
+                print(f"  {name}: {runs[name]['secs']:.0f} s, measured cost {planted}", flush=True)
     return judge(db, runs)
 
 
