@@ -94,37 +94,44 @@ WITH RECURSIVE wins AS MATERIALIZED (
                   WHERE x.run = $run AND x.wseq IN (SELECT wseq FROM win) AND x.layer = s.layer
                   GROUP BY x.expert) h) AS holders
     FROM rshape s
-), rplace(layer, k, reps, loads, used, holders) AS (
-    SELECT layer, 0::BIGINT, cs, loads, list_transform(loads, lambda v: 0::INTEGER), holders FROM rstart
+), rplace(layer, k, slots, reps, loads, used, holders, done) AS (
+    -- k counts steps, slots the redundant slots handed out; a step either places one replica
+    -- of the expert with the largest load per replica or, when no rank can take that expert (a
+    -- free redundant slot on a rank not holding it: that only gets rarer), marks it done
+    SELECT layer, 0::BIGINT, 0::BIGINT, cs, loads, list_transform(loads, lambda v: 0::INTEGER), holders,
+           list_transform(cs, lambda v: FALSE)
+    FROM rstart
     UNION ALL
-    SELECT layer, k,
-           list_transform(range(len(reps)), lambda i: reps[i + 1] + CASE WHEN i + 1 = pick THEN 1 ELSE 0 END),
+    SELECT layer, k, slots + CASE WHEN rpick > 0 THEN 1 ELSE 0 END,
+           list_transform(range(len(reps)), lambda i: reps[i + 1] + CASE WHEN i + 1 = pick AND rpick > 0 THEN 1 ELSE 0 END),
            list_transform(range(len(loads)), lambda r: loads[r + 1]
-               + CASE WHEN r + 1 = rpick THEN w / (n + 1)
+               + CASE WHEN rpick = 0 THEN 0.0
+                      WHEN r + 1 = rpick THEN w / (n + 1)
                       WHEN list_contains(holders[pick], r + 1) THEN w / (n + 1) - w / n
                       ELSE 0.0 END),
            list_transform(range(len(used)), lambda r: used[r + 1] + CASE WHEN r + 1 = rpick THEN 1 ELSE 0 END),
-           list_transform(range(len(holders)), lambda i: CASE WHEN i + 1 = pick THEN list_append(holders[i + 1], rpick) ELSE holders[i + 1] END)
+           CASE WHEN rpick > 0
+                THEN list_transform(range(len(holders)), lambda i: CASE WHEN i + 1 = pick THEN list_append(holders[i + 1], rpick) ELSE holders[i + 1] END)
+                ELSE holders END,
+           CASE WHEN rpick > 0 THEN done
+                ELSE list_transform(range(len(done)), lambda i: done[i + 1] OR i + 1 = pick) END
     FROM (
         SELECT *, ws[pick] AS w, reps[pick] AS n,
                -- the least-loaded rank with a free redundant slot that does not hold the expert
-               list_position(cand, list_min(cand)) AS rpick
+               -- (0 when there is none)
+               CASE WHEN list_min(cand) < 1e59 THEN list_position(cand, list_min(cand)) ELSE 0 END AS rpick
         FROM (
             SELECT *, list_transform(range(len(loads)), lambda r: loads[r + 1]
                           + CASE WHEN used[r + 1] >= per_rank OR list_contains(holders[pick], r + 1) THEN 1e60 ELSE 0.0 END) AS cand
             FROM (
                 SELECT *, list_position(per, list_max(per)) AS pick, list_max(per) AS best
                 FROM (
-                    SELECT p.layer, p.k + 1 AS k, p.reps, p.loads, p.used, p.holders, s.ws, s.per_rank,
-                           -- load per replica of every expert that can still get one (a free
-                           -- redundant slot on a rank not holding it); -1 for the others
+                    SELECT p.layer, p.k + 1 AS k, p.slots, p.reps, p.loads, p.used, p.holders, p.done, s.ws, s.per_rank,
                            list_transform(range(len(p.reps)), lambda i: CASE
-                               WHEN p.reps[i + 1] < s.n_ranks
-                                    AND list_bool_or(list_transform(range(len(p.used)), lambda r:
-                                            p.used[r + 1] < s.per_rank AND NOT list_contains(p.holders[i + 1], r + 1)))
+                               WHEN p.reps[i + 1] < s.n_ranks AND NOT p.done[i + 1]
                                THEN s.ws[i + 1] / p.reps[i + 1] ELSE -1.0 END) AS per
                     FROM rplace p JOIN rstart s ON s.layer = p.layer
-                    WHERE p.k < s.budget
+                    WHERE p.slots < s.budget AND p.k < s.budget + len(s.ws)
                 )
             )
             WHERE best > 0
