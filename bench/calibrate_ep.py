@@ -118,17 +118,23 @@ def ingest_all(db: Path, parent: Path) -> None:
     shutil.rmtree(parent)
 
 
-def judge(db: Path, runs: dict) -> list[dict]:
-    """runs: name -> case dict (cause, slow, ...); returns the cases with the verdict added."""
+def judge(db: Path, runs: dict, straggler: bool = False) -> list[dict]:
+    """runs: name -> case dict (cause, slow, ...); returns the cases with the verdict added
+    (and straggler-rank's status and ranks when straggler is set)."""
     con = queries.open_readonly(db)
     out = []
     try:
         for name, case in runs.items():
             res = queries.run_query(con, QUERY, name)
             first = res.rows[0] if res.rows and res.status in ("FAIL", "WARN") else {}
+            extra = {}
+            if straggler:
+                st = queries.run_query(con, CATALOG["straggler-rank"], name)
+                extra = {"straggler": str(st.status), "straggler_ranks": [r["rank"] for r in st.rows]}
             out.append(
                 {
                     **case,
+                    **extra,
                     "run": name,
                     "status": str(res.status),
                     "rank": first.get("rank"),
@@ -311,34 +317,64 @@ def run_torch(work: Path, seeds: int) -> list[dict] | str:
 
     db = work / "torch.duckdb"
     runs = {}
+    # (scenario, planted cause, effect): token_skew effect = share of tokens pinned to the slow
+    # rank's experts; slow_compute = matmul work factor; slow_comm = ms of delay before each send
     plan = [
-        ("balanced", None, 1.0),
+        ("balanced", None, 0.0),
+        ("balanced", None, 0.0),
         ("token_skew", "token-skew", 0.25),
         ("token_skew", "token-skew", 0.5),
-        ("slow_compute", "slow-compute", 2.0),
         ("slow_compute", "slow-compute", 1.5),
+        ("slow_compute", "slow-compute", 2.5),
+        ("slow_comm", "slow-comm", 5.0),
     ]
     for world in (4, 6):
-        for scenario, cause, effect in plan:
+        for i, (scenario, cause, effect) in enumerate(plan):
             for seed in range(seeds):
-                name = f"torch_{scenario}_{effect}_w{world}_{seed}"
+                # host noise on every rank: none on even seeds, 0.5 ms mean sleeps on odd ones
+                # (the OS scheduler adds its own: world > cores)
+                noise_us = 500.0 if seed % 2 else 0.0
+                seed_i = seed + 100 * i
+                name = f"torch_{scenario}_{effect}_w{world}_{seed_i}"
                 t0 = time.perf_counter()
                 planted = torch_ep_trace.generate(
-                    work / name, world=world, scenario=scenario, effect=effect, slow_rank=1, seed=seed
+                    work / name,
+                    world=world,
+                    scenario=scenario,
+                    effect=effect,
+                    slow_rank=1,
+                    seed=seed_i,
+                    noise_us=noise_us,
                 )
                 ingest(db, work / name, name)
                 shutil.rmtree(work / name)
                 runs[name] = dict(
                     cause=cause,
-                    effect=effect,
-                    noise="host",
+                    effect=effect if cause else "",
+                    noise=f"w{world} host{int(noise_us)}",
                     world=world,
-                    seed=seed,
+                    seed=seed_i,
                     slow=1,
                     planted_pct=planted if cause else None,
                     secs=time.perf_counter() - t0,
                 )
-    return judge(db, runs)
+                print(f"  {name}: {runs[name]['secs']:.0f} s, measured cost {planted}", flush=True)
+    return judge(db, runs, straggler=True)
+
+
+def straggler_table(cases: list[dict]) -> str:
+    """straggler-rank (arrival order only) on the same runs: how often it WARNs, and on which rank."""
+    groups = defaultdict(list)
+    for c in cases:
+        groups[(c["cause"] or "balanced", c.get("noise", ""))].append(c)
+    rows = []
+    for (cause, noise), cs in sorted(groups.items(), key=lambda kv: (kv[0][0] != "balanced", str(kv[0]))):
+        warn = [c for c in cs if c["straggler"] == "WARN"]
+        on_slow = [c for c in warn if c["slow"] in c["straggler_ranks"]]
+        rows.append([cause, noise, len(cs), len(warn), len(on_slow) if cause != "balanced" else ""])
+    return "straggler-rank on the same runs:\n\n" + table(
+        rows, ["planted", "noise", "runs", "straggler-rank WARN", "of which on the slow rank"]
+    )
 
 
 def main() -> None:
@@ -376,6 +412,8 @@ def main() -> None:
                 out.append(f"### {title}\n\n{cases}")
                 continue
             text, totals = summarize(cases, title)
+            if cases and "straggler" in cases[0]:
+                text += "\n\n" + straggler_table(cases)
             for k, v in totals.items():
                 grand[k] += v
             out.append(text + f"\n\n({len(cases)} runs, {time.perf_counter() - t0:.0f} s)")

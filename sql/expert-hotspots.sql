@@ -1,5 +1,5 @@
 -- name: expert-hotspots
--- version: 1
+-- version: 2
 -- description: Top hot experts by layer, rank and expert: persistent or a spike, concentrated on few ranks or spread.
 -- requires: expert_load
 -- param: hot_ratio DOUBLE = 2.0          -- an expert is hot in a window when its tokens >= hot_ratio x the layer's mean expert tokens
@@ -24,6 +24,9 @@
 -- holding it is itself hot (rank_ratio >= rank_hot_ratio). FAIL: persistent, concentrated in
 -- >= min_windows windows and still concentrated in its latest hot window (a working EPLB update
 -- that spread it turns the finding into a WARN). WARN: persistent but spread.
+-- An expert whose mean hot load is at least a rank's fair share (hotness >= experts / ranks of the
+-- layer) outweighs any rank it sits on: moving it cannot balance the layer, only replicas can
+-- (outweighs_rank; the next step says so, as eplb-whatif's replicate option does).
 WITH lg AS MATERIALIZED (
     SELECT * FROM _expert_logical_load WHERE run = $run
 ), rk AS MATERIALIZED (
@@ -31,7 +34,9 @@ WITH lg AS MATERIALIZED (
 ), n_win AS (
     SELECT count(DISTINCT wseq) AS n_windows, count(DISTINCT layer) AS n_layers FROM lg
 ), hot AS (
-    SELECT wseq, layer, expert, tokens, hotness FROM lg WHERE hotness >= $hot_ratio
+    SELECT * FROM (SELECT wseq, layer, expert, tokens, hotness,
+                          count(*) OVER (PARTITION BY wseq, layer) AS n_experts FROM lg)
+    WHERE hotness >= $hot_ratio
 ), holders AS (           -- every rank holding a hot expert (a replicated expert has several)
     SELECT h.wseq, h.layer, h.expert, s.ep_rank, r.rank_ratio, r.n_ranks
     FROM hot h
@@ -41,7 +46,7 @@ WITH lg AS MATERIALIZED (
     SELECT wseq, layer, count(DISTINCT ep_rank) AS hot_ranks, any_value(n_ranks) AS n_ranks
     FROM holders GROUP BY wseq, layer
 ), hot_w AS (
-    SELECT h.wseq, h.layer, h.expert, h.hotness, h.tokens, ls.hot_ranks, ls.n_ranks,
+    SELECT h.wseq, h.layer, h.expert, h.hotness, h.tokens, h.n_experts, ls.hot_ranks, ls.n_ranks,
            arg_max(ho.ep_rank, ho.rank_ratio) AS ep_rank,
            max(ho.rank_ratio) AS rank_ratio,
            ls.hot_ranks <= greatest(1, floor($few_ranks_share * ls.n_ranks))
@@ -49,7 +54,7 @@ WITH lg AS MATERIALIZED (
     FROM hot h
     JOIN holders ho USING (wseq, layer, expert)
     JOIN layer_spread ls USING (wseq, layer)
-    GROUP BY h.wseq, h.layer, h.expert, h.hotness, h.tokens, ls.hot_ranks, ls.n_ranks
+    GROUP BY h.wseq, h.layer, h.expert, h.hotness, h.tokens, h.n_experts, ls.hot_ranks, ls.n_ranks
 ), rank_layers AS (       -- ranks hot across many layers (hot in at least half the windows of a layer)
     SELECT ep_rank, count(*) FILTER (WHERE hot_share >= 0.5) AS rank_hot_layers
     FROM (SELECT ep_rank, layer, avg(CASE WHEN rank_ratio >= $rank_hot_ratio THEN 1 ELSE 0 END) AS hot_share
@@ -60,6 +65,7 @@ WITH lg AS MATERIALIZED (
            count(*) AS hot_windows,
            max(hotness) AS peak_hotness,
            avg(hotness) AS mean_hotness,
+           avg(hotness * n_ranks / n_experts) >= 1 AS outweighs_rank,
            avg(tokens) AS mean_hot_tokens,
            count(*) FILTER (WHERE concentrated) AS concentrated_windows,
            arg_max(concentrated, wseq) AS concentrated_now,
@@ -84,7 +90,7 @@ SELECT layer, expert, ep_rank, ep_ranks_seen,
        hot_windows, n_windows, first_window, last_window,
        layer_hot_ranks, n_ranks, round(peak_rank_ratio, 3) AS peak_rank_ratio,
        concentrated_windows, rank_hot_layers, n_layers,
-       persistent, concentrated_hot_spot,
+       persistent, concentrated_hot_spot, outweighs_rank,
        CASE
            WHEN concentrated_hot_spot THEN 'persistent hot experts concentrated on few ranks (EP load imbalance)'
            WHEN persistent AND concentrated_windows > 0 THEN 'persistent hot expert, no longer concentrated (spread over ranks now)'
@@ -93,6 +99,8 @@ SELECT layer, expert, ep_rank, ep_ranks_seen,
            ELSE 'short-lived spike (input fluctuation)'
        END AS cause,
        CASE
+           WHEN persistent AND outweighs_rank THEN 'this expert alone carries more than a rank''s fair share, so moving it cannot balance the layer: replicate it (EPLB redundant experts, see the replicate option of eplb-whatif); confirm that rank '
+                || ep_rank || ' is slow in GroupedMatmul / dispatch-combine (ep-hot-chain)'
            WHEN concentrated_hot_spot THEN 'spread the hot experts over more ranks: enable or tune EPLB (update interval, heat window, redundant experts) or change the expert map; confirm that rank '
                 || ep_rank || ' is slow in GroupedMatmul / dispatch-combine (ep-hot-chain)'
            WHEN persistent THEN 'limited EP impact while the rank loads stay even; replicate the hottest experts (num_redundant_experts) if MoE time still rises'

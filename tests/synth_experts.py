@@ -18,6 +18,10 @@ Scenarios (``SCENARIOS``), ``WINDOWS`` windows 60 s apart from ``T0_NS``:
   stays on rank 1;
 - ``slow_device``: balanced load (the slow device shows only in traces, not in expert load).
 
+Not in ``SCENARIOS`` (written on demand): ``one_hot``: expert 13 (rank 3) gets 8x its tokens in
+every window, 5.6x the layer's mean expert: heavier than a rank's fair share, so moving experts
+cannot help, only replicas can (the run of issue 13).
+
 Each scenario writes: the load (JSON, CSV or .npy), one expert map per epoch
 (``expert_map_epoch<N>.json`` with ``ts_ns`` = the moment it took effect) and a Prometheus scrape
 file (``metrics.prom``, one scrape per window separated by ``# scrape_ts=`` lines) with the
@@ -68,6 +72,7 @@ def scenario(name: str) -> Scenario:
         "eplb_works": Scenario(name, hot2, swap_at_update=(5, 0)),
         "eplb_fails": Scenario(name, hot2, swap_at_update=(0, 8)),
         "slow_device": Scenario(name, {}),
+        "one_hot": Scenario(name, {13: 8.0}),
     }[name]
 
 
