@@ -522,7 +522,8 @@ def test_17_a_query_reads_only_its_run_and_gives_what_a_database_of_its_own_give
         tmp_path / "mine",
         "runs-seen",
         "SELECT (SELECT count(DISTINCT run) FROM events) AS rank, (SELECT min(run) FROM op_classes) AS run_a,\n"
-        "       (SELECT count(*) FROM sources) AS table_rows, $run AS asked",
+        "       (SELECT count(*) FROM sources) AS table_rows, $run AS asked,\n"
+        "       (SELECT count(DISTINCT source_id) FROM events) AS files",
     )
     con = queries.open_readonly(both)
     try:
@@ -530,7 +531,7 @@ def test_17_a_query_reads_only_its_run_and_gives_what_a_database_of_its_own_give
             res = queries.run_query(con, seen, run)
             assert res.status != "ERROR", res.summary
             row = res.rows[0]
-            assert (row["rank"], row["run_a"], row["asked"]) == (1, run, run)
+            assert (row["rank"], row["run_a"], row["asked"], row["files"]) == (1, run, run, n_files)
             assert row["table_rows"] == 6  # the tables themselves are whole; only the views are scoped
         # outside a query (the duckdb shell, ad-hoc SQL) the views read every run
         assert con.execute("SELECT count(DISTINCT run) FROM events").fetchone()[0] == 2
