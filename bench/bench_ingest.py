@@ -46,11 +46,11 @@ elif kind == "duckdb_floor":
     import shutil, tempfile
     from pathlib import Path
     import duckdb
-    from slowcard.ingest import chrome
+    from slowcard.ingest import chrome, chrome_pipes, chrome_ts
     from slowcard.ingest.base import Context, IngestOptions
     tmp = tempfile.mkdtemp(dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
     ing = chrome._Ingest(Context(Path(path), "kineto", 1, "bench", None, IngestOptions()))
-    s = chrome._Stream(Path(path))
+    s = chrome_pipes._Stream(Path(path))
     fd = s.f.fileno()
     cuts, _ = ing._plain_parts(fd, s.base + ing._find_events(s), os.fstat(fd).st_size)
     parts = []
@@ -59,7 +59,7 @@ elif kind == "duckdb_floor":
         with open(parts[-1], "wb") as f:
             f.write(b"[")
             f.flush()
-            chrome._copy_range(fd, f.fileno(), offset, length)
+            chrome_pipes._copy_range(fd, f.fileno(), offset, length)
             f.write(b"]")
     con = duckdb.connect(sys.argv[3], config={"preserve_insertion_order": False})
     opts = IngestOptions()          # the settings slowcard ingests with
@@ -69,7 +69,7 @@ elif kind == "duckdb_floor":
                 "pid VARCHAR, tid VARCHAR, ts_ns BIGINT, dur_ns BIGINT, id VARCHAR, args JSON)")
     t0 = time.perf_counter()
     # the very statement slowcard runs, over the same parts
-    n = con.execute(chrome._insert_sql("DOUBLE"), {"sid": 1, "base_ns": 0, "files": parts}).fetchone()[0]
+    n = con.execute(chrome_ts._insert_sql("DOUBLE"), {"sid": 1, "base_ns": 0, "files": parts}).fetchone()[0]
     con.execute("CHECKPOINT")
     con.close()
     shutil.rmtree(tmp)

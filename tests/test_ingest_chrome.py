@@ -22,7 +22,7 @@ import pytest
 from conftest import duckdb_cli, trace_text, write_trace
 
 from slowcard import store
-from slowcard.ingest import chrome, ingest_paths, read_head
+from slowcard.ingest import chrome, chrome_exact, chrome_parts, ingest_paths, read_head
 from slowcard.ingest.base import Context, IngestOptions
 
 BASE_NS = 1711964646000000000
@@ -617,13 +617,13 @@ def test_part_size_is_honoured(tmp_db, tmp_path, monkeypatch, suffix):
 
         monkeypatch.setattr(chrome._Ingest, "_plain_parts", spy_plan)
     else:
-        orig = chrome._feed_part_file
+        orig = chrome_parts._feed_part_file
 
         def spy(part, pipe):
             sizes.append(Path(part).stat().st_size)
             return orig(part, pipe)
 
-        monkeypatch.setattr(chrome, "_feed_part_file", spy)
+        monkeypatch.setattr(chrome_parts, "_feed_part_file", spy)
     report = ingest_paths(tmp_db, [path], run="p", options=IngestOptions(part_bytes=8192))
     assert report.files[0].rows_kept == 3000
     assert len(sizes) > 10 and max(sizes) <= 8192 + 2
@@ -696,15 +696,15 @@ def test_gz_file_goes_through_pipes_in_one_statement(tmp_db, tmp_path, monkeypat
         for i in range(2000, 3000):
             text = text.replace(f'"ts": {i}.25,', f'"ts": "{i}.250",', 1)
     if case == "short_estimate":
-        monkeypatch.setattr(chrome, "_gz_content_size", lambda path: 40_000)
+        monkeypatch.setattr(chrome_parts, "_gz_content_size", lambda path: 40_000)
     if case == "stall":
         # DuckDB does not read the first part in time (as if it opened the pipes out of order):
         # the dispatcher must give up rather than wait forever, and the file go in waves
         # the dispatcher must give up rather than wait forever, and the file go in waves.
         # No timed sleep: the first part is held back until the dispatcher has given up (it
         # then fails the statement by feeding "[!" into the pipes it has not fed).
-        monkeypatch.setattr(chrome, "PIPE_STALL_S", 0.2)
-        feed_part, feed_pipe = chrome._feed_part_file, chrome._feed_pipe
+        monkeypatch.setattr(chrome_parts, "PIPE_STALL_S", 0.2)
+        feed_part, feed_pipe = chrome_parts._feed_part_file, chrome_parts._feed_pipe
         gave_up, first = threading.Event(), threading.Lock()
         held = []
 
@@ -718,8 +718,8 @@ def test_gz_file_goes_through_pipes_in_one_statement(tmp_db, tmp_path, monkeypat
                 held.append(gave_up.wait(60))
             return feed_part(part, pipe)
 
-        monkeypatch.setattr(chrome, "_feed_pipe", watching)
-        monkeypatch.setattr(chrome, "_feed_part_file", held_first)
+        monkeypatch.setattr(chrome_parts, "_feed_pipe", watching)
+        monkeypatch.setattr(chrome_parts, "_feed_part_file", held_first)
     path = write_trace(tmp_path / "piped.json.gz", text=text)
     statements = []
     orig = chrome._Ingest._insert_files
@@ -754,8 +754,8 @@ def test_clean_file_never_takes_the_per_event_python_path(tmp_db, tmp_path, monk
     events = [{"ph": "X", "name": f"op{i % 10}", "pid": 1, "tid": 1, "ts": i + 0.5, "dur": 1} for i in range(3000)]
     path = write_trace(tmp_path / f"clean{suffix}", events, {"schemaVersion": 1}, {"traceName": "t"})
     normalised = []
-    orig = chrome._normalise
-    monkeypatch.setattr(chrome, "_normalise", lambda ev, *a: normalised.append(ev) or orig(ev, *a))
+    orig = chrome_exact._normalise
+    monkeypatch.setattr(chrome_exact, "_normalise", lambda ev, *a: normalised.append(ev) or orig(ev, *a))
     report = ingest_paths(tmp_db, [path], run="c", options=IngestOptions(part_bytes=16384))
     f = report.files[0]
     assert (f.status, f.rows_kept) == ("ok", 3000), f.message

@@ -1,0 +1,388 @@
+"""Phase 2 of a trace's ingest: the events array cut at event boundaries into parts of about the
+target size, inserted by DuckDB's JSON reader in one statement over named pipes (plain files:
+sendfile from the file; .gz: part files a decompressing producer thread writes), in waves when
+that is not possible. Part of the Chrome-trace reader (slowcard/ingest/chrome.py)."""
+
+from __future__ import annotations
+
+import os
+import queue
+import shutil
+import tempfile
+import threading
+
+import duckdb
+
+from .base import Context, is_gzip
+from .chrome_exact import _ExactPhase
+from .chrome_pipes import (
+    PIPE_STALL_S,
+    READ_BYTES,
+    _copy_range,
+    _feed_part_file,
+    _feed_pipe,
+    _gz_content_size,
+    _last_boundary,
+    _release_feeder,
+    _separator_start,
+    _Stream,
+)
+from .chrome_ts import SAMPLE_BYTES, _ts_mode
+
+TAIL_BYTES = 1 << 20  # at most this much after the last part is left to the tail parser
+
+BOUNDARY_WINDOW = 4 << 20  # how far back from a part's target end an event boundary is looked for
+
+# Parts are sized so that a file splits into groups of 2 x threads parts of about this many bytes,
+# the batches of the fallback path. Every INSERT after the first makes DuckDB 1.5 rewrite partly
+# filled row groups at checkpoint (4 statements on 300 MB: +0.55 s, a 90% larger file), hence one
+# statement per file wherever the input allows.
+BATCH_BYTES = 256 << 20
+
+MAX_PIPES = 512  # more parts than this go through part files in batches instead
+
+
+def _tmp_root(ctx: Context) -> str:
+    if ctx.options.tmp_dir:
+        return str(ctx.options.tmp_dir)
+    shm = "/dev/shm"
+    try:
+        # at most two batches of parts (one being inserted, one being cut) exist at a time
+        if os.path.isdir(shm) and shutil.disk_usage(shm).free > 4 * BATCH_BYTES:
+            return shm
+    except OSError:
+        pass
+    return tempfile.gettempdir()
+
+
+class _PartsPhase(_ExactPhase):
+    """Cutting the events array into parts and inserting them."""
+
+    def _part_target(self) -> int:
+        """Part size: the configured maximum, but such that the file splits into statements of
+        `_batch_parts()` parts of about BATCH_BYTES each: every DuckDB thread gets parts of its
+        own (one part is parsed by one thread) and no statement ends with one thread idle."""
+        opts = self.ctx.options
+        size = self.path.stat().st_size
+        if is_gzip(self.path):
+            size = _gz_content_size(self.path)
+        batches = max(1, -(-size // BATCH_BYTES))
+        even = -(-size // (batches * self._batch_parts()))
+        return max(1, max(min(opts.part_bytes, 4 << 20), min(opts.part_bytes, even)))
+
+    def _batch_parts(self) -> int:
+        return 2 * max(1, self.ctx.options.threads)
+
+    def _produce(self, s: _Stream, start: int, tmpdir: str, out: queue.Queue, stop: threading.Event) -> None:
+        """Producer thread: cut the events array into part files of about the target size; put
+        (path, (separator, ts_mode)) per part, then (None, tail_bytes) with the bytes after the
+        last part; (None, exc) on error. ``separator`` is what was stripped from the end of the
+        part (', ' and whitespace): when the cut was wrong (inside a string) the exact fallback
+        needs those bytes back to rebuild the event split across two parts. Returns without a
+        last item once ``stop`` is set."""
+        try:
+            s.drop(start)
+            target = self._part_target()
+            keep = min(TAIL_BYTES, target)
+            want = target
+            n = reported = 0
+            while not stop.is_set():
+                # read what this part needs (at least 1 MB): progress then moves part by part
+                while len(s.buf) < want and s.more(min(READ_BYTES, max(1 << 20, want - len(s.buf)))):
+                    pass
+                hi = min(len(s.buf), want)
+                lo = max(0, hi - BOUNDARY_WINDOW)
+                cut = _last_boundary(s.buf, lo, hi) if hi else -1
+                if cut < 0 and lo > 0:
+                    cut = _last_boundary(s.buf, 0, hi)
+                if cut <= 0:
+                    if s.eof and hi >= len(s.buf):
+                        break
+                    if want - target >= self.ctx.options.max_event_bytes:
+                        self.oversize = s.base  # stop here: memory stays bounded
+                        s.drop(len(s.buf))
+                        break
+                    want += target  # no boundary before the target (one huge event): take more
+                    continue
+                want = target
+                buf = s.buf
+                end = _separator_start(buf, cut)
+                part = os.path.join(tmpdir, f"part{n:05d}.json")
+                with memoryview(buf) as mv, open(part, "wb") as f:
+                    f.write(b"[")
+                    f.write(mv[:end])
+                    f.write(b"]")
+                info = (bytes(buf[end:cut]), _ts_mode(bytes(buf[: min(end, SAMPLE_BYTES)])))
+                n += 1
+                del buf
+                s.drop(cut)
+                read = s.f.tell()  # compressed bytes consumed so far
+                self.ctx.read_bytes(read - reported)
+                reported = read
+                out.put((part, info))
+                if s.eof and len(s.buf) < keep:
+                    break
+            out.put((None, bytes(s.buf)))
+        except BaseException as exc:  # handed to the consumer, which re-raises it
+            out.put((None, exc))
+
+    def _plain_parts(self, fd: int, pos: int, size: int) -> tuple[list[tuple[int, int, bytes, str]], int]:
+        """The cuts of an uncompressed file, as _produce makes them, found by reading only a
+        window before each target offset: [(offset, length, separator, ts mode)] per part, and
+        the offset where the tail starts."""
+        target = self._part_target()
+        keep = min(TAIL_BYTES, target)
+        want = target
+        parts = []
+        while True:
+            hi = min(size - pos, want)
+            lo = max(0, hi - BOUNDARY_WINDOW)
+            window = os.pread(fd, hi - lo, pos + lo) if hi else b""
+            cut = _last_boundary(window, 0) if window else -1
+            if cut < 0 and lo > 0:  # one event larger than the window
+                lo, window = 0, os.pread(fd, hi, pos)
+                cut = _last_boundary(window, 0)
+            if cut + lo <= 0:
+                if hi >= size - pos:
+                    break
+                if want - target >= self.ctx.options.max_event_bytes:
+                    self.oversize = pos  # stop here: memory stays bounded
+                    break
+                want += target  # no boundary before the target (one huge event): take more
+                continue
+            want = target
+            end = _separator_start(window, cut)
+            mode = _ts_mode(os.pread(fd, min(lo + end, SAMPLE_BYTES), pos))
+            parts.append((pos, lo + end, window[end:cut], mode))
+            pos += lo + cut
+            if size - pos < keep:
+                break
+        return parts, pos
+
+    def _insert_plain(self, fd: int, parts: list[tuple[int, int, bytes, str]]) -> None:
+        """Insert the parts of an uncompressed file: in ONE statement through named pipes when
+        they can share one (no copy on disk, no per-statement cost), else as part files in
+        batches, each batch (then each part) falling back to the exact path on its own."""
+        modes = {p[3] for p in parts}
+        if (
+            1 < len(parts) <= MAX_PIPES
+            and len(modes) == 1
+            and "exact" not in modes
+            and hasattr(os, "mkfifo")
+            and self._insert_through_pipes(fd, parts)
+        ):
+            return
+        cap = self._batch_parts()
+        for b in range(0, len(parts), cap):
+            files = []
+            for offset, length, sep, mode in parts[b : b + cap]:
+                part = os.path.join(self.tmpdir, f"part{offset:015d}.json")
+                with open(part, "wb") as f:
+                    f.write(b"[")
+                    f.flush()
+                    _copy_range(fd, f.fileno(), offset, length)
+                    f.write(b"]")
+                self.part_info[part] = (sep, mode)
+                files.append(part)
+            try:
+                self._insert_wave(files)
+            finally:
+                for part in files:
+                    os.unlink(part)
+                    del self.part_info[part]
+            self.ctx.read_bytes(sum(length for _, length, _, _ in parts[b : b + cap]))
+
+    def _insert_through_pipes(self, fd: int, parts: list[tuple[int, int, bytes, str]]) -> bool:
+        """One INSERT over one named pipe per part, each fed from the file by its own thread
+        (sendfile, in the kernel). False when DuckDB rejects some part: nothing was inserted."""
+        pipes: list[str] = []
+        feeders: list[threading.Thread] = []
+        try:
+            for i, (offset, length, _sep, _mode) in enumerate(parts):
+                pipe = os.path.join(self.tmpdir, f"pipe{i:05d}.json")
+                os.mkfifo(pipe)
+                pipes.append(pipe)
+                t = threading.Thread(
+                    target=_feed_pipe,
+                    args=(fd, offset, length, pipe),
+                    kwargs={"done": self.ctx.read_bytes},
+                    daemon=True,
+                )
+                t.start()
+                feeders.append(t)
+            try:
+                n = self._insert_files(pipes, parts[0][3])
+            except duckdb.Error:
+                return False
+            self.kept += n
+            self.seen += n
+            return True
+        finally:
+            for pipe, t in zip(pipes, feeders):
+                _release_feeder(pipe, t)
+            for pipe in pipes:
+                os.unlink(pipe)
+
+    def _insert_stream(self, s: _Stream, start: int, pipes: bool = True) -> bytes:
+        """Insert a compressed file; returns the tail bytes after the last part.
+
+        A producer thread decompresses and cuts part files while DuckDB inserts. The parts go in
+        ONE INSERT over named pipes, each fed its part as the producer makes it: every further
+        statement costs a rewrite of the table's row groups at checkpoint (4 statements on 300 MB:
+        +0.55 s and a 90% larger database file). Parts beyond the pipes (the size estimate was
+        short) go in waves after it. If DuckDB rejects the one statement, the file is decompressed
+        again and inserted in waves, where each part falls back on its own."""
+        cap = self._batch_parts()
+        parts: queue.Queue = queue.Queue(maxsize=cap)
+        stop = threading.Event()
+        producer = threading.Thread(target=self._produce, args=(s, start, self.tmpdir, parts, stop), daemon=True)
+        producer.start()
+        end = None
+        restart = False
+        try:
+            first = parts.get()
+            pending = [first]
+            if pipes and first[0] is not None and first[1][1] != "exact" and hasattr(os, "mkfifo"):
+                inserted, end = self._stream_through_pipes(parts, first, cap)
+                # rejected: nothing of it stays; decompress again and go in waves (below)
+                restart, pending = not inserted, []
+            if end is None and not restart:
+                end = self._insert_waves(parts, cap, pending)
+        finally:
+            # Stop and reap the producer whatever happened here; drop the parts it left.
+            stop.set()
+            while producer.is_alive() or not parts.empty():
+                try:
+                    left, _info = parts.get(timeout=0.1)
+                except queue.Empty:
+                    continue
+                if left is not None:
+                    os.unlink(left)
+            producer.join()
+        if restart:
+            again = _Stream(self.path)
+            try:
+                tail = self._insert_stream(again, self._find_events(again), pipes=False)
+                s.error = again.error  # the first pass may have stopped before the damage
+                return tail
+            finally:
+                again.close()
+        assert end is not None  # set by the pipes or the waves when not restarting
+        tail = end[1]
+        if isinstance(tail, BaseException):
+            raise tail
+        return tail or b""
+
+    def _stream_through_pipes(self, parts: queue.Queue, first, cap: int):
+        """One INSERT over named pipes fed part by part from the producer's queue. DuckDB opens
+        the files of a list in order, at most `threads` at a time, so at most `cap` parts wait on
+        disk. Returns (inserted, end): end is the producer's last item (None, tail) when the file
+        ended within the pipes, None when parts remain in the queue; pipes left over read `[]`."""
+        mode = first[1][1]
+        n_pipes = max(2, min(MAX_PIPES, -(-_gz_content_size(self.path) // self._part_target()) + 1))
+        names = []
+        for i in range(n_pipes):
+            names.append(os.path.join(self.tmpdir, f"gzpipe{i:05d}.json"))
+            os.mkfifo(names[-1])
+        feeders: list[tuple[str, threading.Thread]] = []
+        state: dict = {"end": None, "bad": False}
+        abort = threading.Event()
+
+        def feed(pipe: str, target, *args) -> threading.Thread:
+            t = threading.Thread(target=target, args=args, daemon=True)
+            t.start()
+            feeders.append((pipe, t))
+            return t
+
+        def dispatch() -> None:
+            live: list[threading.Thread] = []
+            item, fed = first, 0
+            try:
+                for pipe in names:
+                    if abort.is_set():
+                        return
+                    if state["end"] is None and item is None:
+                        while len(live) >= cap:
+                            live[0].join(PIPE_STALL_S)
+                            if live[0].is_alive():
+                                # DuckDB has not read the oldest waiting part in all that time:
+                                # should it ever open the pipes out of order, this would wait
+                                # forever. Fail the statement (the finally below); go in waves.
+                                state["bad"] = True
+                                return
+                            live.pop(0)
+                        item = parts.get()
+                        if item[0] is None:
+                            state["end"], item = item, None
+                    if state["end"] is not None:
+                        feed(pipe, _feed_pipe, -1, 0, 0, pipe, b"[]", b"")
+                    elif item[1][1] != mode:
+                        # another ts type: this statement cannot read it; fail it, go in waves
+                        state["bad"] = True
+                        os.unlink(item[0])
+                        item = None
+                        feed(pipe, _feed_pipe, -1, 0, 0, pipe, b"[!", b"")
+                    else:
+                        live.append(feed(pipe, _feed_part_file, item[0], pipe))
+                        item = None
+                    fed += 1
+            finally:
+                # never leave DuckDB waiting on a pipe nobody will open: fail the statement
+                for pipe in names[fed:]:
+                    if not abort.is_set():
+                        state["bad"] = True
+                        feed(pipe, _feed_pipe, -1, 0, 0, pipe, b"[!", b"")
+
+        dispatcher = threading.Thread(target=dispatch, daemon=True)
+        dispatcher.start()
+        n = None
+        try:
+            n = self._insert_files(names, mode)
+        except duckdb.Error:
+            pass
+        finally:
+            abort.set()
+            while dispatcher.is_alive():
+                for pipe, t in list(feeders):
+                    _release_feeder(pipe, t)
+                dispatcher.join(0.01)
+            for pipe, t in feeders:
+                _release_feeder(pipe, t)
+            for pipe in names:
+                os.unlink(pipe)
+        if n is None or state["bad"]:
+            return False, None
+        self.kept += n
+        self.seen += n
+        return True, state["end"]
+
+    def _insert_waves(self, parts: queue.Queue, cap: int, pending: list) -> tuple:
+        """Insert the producer's parts in statements of up to `cap` parts; returns its last item."""
+        need = max(1, self.ctx.options.threads)
+        while True:
+            wave: list[str] = []
+            end = None
+            while end is None and len(wave) < cap:
+                if pending:
+                    item = pending.pop(0)
+                else:
+                    try:
+                        # parts come as fast as they decompress: insert what is ready once every
+                        # thread has one
+                        item = parts.get(block=len(wave) < need)
+                    except queue.Empty:
+                        break
+                if item[0] is None:
+                    end = item
+                else:
+                    wave.append(item[0])
+                    self.part_info[item[0]] = item[1]
+            if wave:
+                try:
+                    self._insert_wave(wave)
+                finally:
+                    for p in wave:
+                        os.unlink(p)
+                        del self.part_info[p]
+            if end is not None:
+                return end

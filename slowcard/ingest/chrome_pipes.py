@@ -1,0 +1,202 @@
+"""Transport of a trace's bytes: the buffered (gz or plain) stream the header and cuts read, the
+event-boundary finder, and the named pipes DuckDB reads parts from (fed by sendfile or from part
+files). Part of the Chrome-trace reader (slowcard/ingest/chrome.py)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import zlib
+from pathlib import Path
+
+from .. import store
+from ..errors import InputError
+from .base import GZIP_MAGIC
+
+READ_BYTES = 8 << 20
+
+PIPE_STALL_S = 120.0  # a .gz part DuckDB has not read by then: give up the one-statement path
+
+_WS = b" \t\r\n"
+
+
+class _Stream:
+    """A byte window over the (decompressed) file: ``buf`` holds bytes from offset ``base``.
+
+    gzip is decompressed here with zlib (not the gzip module) so that a cut or corrupt stream
+    still yields every byte that decompressed before the damage: the salvage keeps those events.
+    """
+
+    def __init__(self, path: Path):
+        self.path = path
+        try:
+            self.f = open(path, "rb")
+            self.gz = self.f.read(2) == GZIP_MAGIC
+            self.f.seek(0)
+        except OSError as exc:
+            raise InputError(path, f"cannot open the file ({exc})") from None
+        self.z = zlib.decompressobj(31) if self.gz else None
+        self.buf = bytearray()  # appended to in place: no copy of the whole window per read
+        self.base = 0
+        self.eof = False
+        self.error: str | None = None
+
+    def _read_gz(self, n: int) -> bytes:
+        out = bytearray()
+        try:
+            while len(out) < n:
+                z = self.z
+                assert z is not None  # only called for gzip files (self.gz)
+                if z.unconsumed_tail:
+                    data = z.unconsumed_tail
+                else:
+                    data = z.unused_data if z.eof else b""
+                    if not data:
+                        data = self.f.read(1 << 18)
+                    if not data:
+                        if not z.eof:
+                            self.error = "the compressed stream ends before its end marker (the tail was cut)"
+                        break
+                    if z.eof:  # another gzip member follows (or padding)
+                        if not data.strip(b"\x00"):
+                            break
+                        z = self.z = zlib.decompressobj(31)
+                out += z.decompress(data, n - len(out))
+        except (zlib.error, OSError) as exc:
+            self.error = f"corrupt compressed data ({exc})"
+        return bytes(out)
+
+    def more(self, n: int = READ_BYTES) -> bool:
+        """Append up to n bytes; False at end of file (or where a compressed stream breaks)."""
+        if self.eof:
+            return False
+        try:
+            data = self._read_gz(n) if self.gz else self.f.read(n)
+        except OSError as exc:
+            data, self.error = b"", str(exc) or type(exc).__name__
+        if not data:
+            self.eof = True
+            return False
+        if self.error:
+            self.eof = True  # keep what decompressed; nothing more will come
+        self.buf += data
+        return True
+
+    def drop(self, upto: int) -> None:
+        """Forget buffered bytes before index ``upto``."""
+        del self.buf[:upto]
+        self.base += upto
+
+    def close(self):
+        self.f.close()
+
+
+def _last_boundary(buf: bytes | bytearray, lo: int, hi: int | None = None) -> int:
+    """Index of the '{' that starts the last event in buf[lo:hi] preceded by '}' ',' (with
+    whitespace between), or -1. A cut found here may fall inside a string; DuckDB then rejects
+    the part and the exact fallback repairs it."""
+    j = len(buf) if hi is None else hi
+    while True:
+        j = buf.rfind(b"{", lo, j)
+        if j <= lo:
+            return -1
+        k = j - 1
+        while k > lo and buf[k] in _WS:
+            k -= 1
+        if buf[k] == 0x2C:  # ','
+            k -= 1
+            while k > lo and buf[k] in _WS:
+                k -= 1
+            if buf[k] == 0x7D:  # '}'
+                return j
+
+
+def _separator_start(buf, cut: int) -> int:
+    """Index where the ', ' (with whitespace) before the event starting at ``cut`` begins: a part
+    ends there, without copying the buffer."""
+    end = cut
+    while end > 0 and buf[end - 1] in _WS:
+        end -= 1
+    while end > 0 and buf[end - 1] == 0x2C:
+        end -= 1
+    while end > 0 and buf[end - 1] in _WS:
+        end -= 1
+    return end
+
+
+def _copy_range(src: int, dst: int, offset: int, count: int) -> None:
+    """Append count bytes of src from offset to dst, in the kernel when it can."""
+    while count > 0:
+        try:
+            n = os.sendfile(dst, src, offset, min(count, 1 << 30))
+        except OSError:
+            data = os.pread(src, min(count, READ_BYTES), offset)
+            n = os.write(dst, data) if data else 0
+        if n <= 0:
+            raise OSError(f"could not copy bytes at offset {offset} (the file shrank while read?)")
+        offset += n
+        count -= n
+
+
+def _feed_pipe(fd: int, offset: int, length: int, pipe: str, head: bytes = b"[", end: bytes = b"]", done=None) -> None:
+    """Write head + the file's bytes + end into a named pipe (blocks until DuckDB opens it);
+    then ``done(length)``."""
+    try:
+        out = os.open(pipe, os.O_WRONLY)
+    except OSError:
+        return
+    try:
+        store.fault_point("feed")  # crash tests: DuckDB is reading the pipes here
+        os.write(out, head)
+        _copy_range(fd, out, offset, length)
+        if end:
+            os.write(out, end)
+        if done:
+            done(length)
+    except OSError:
+        pass  # DuckDB stopped reading (the statement failed): the fallback re-reads the file
+    finally:
+        os.close(out)
+
+
+def _feed_part_file(part: str, pipe: str) -> None:
+    """Feed a part file (already bracketed) into a named pipe, then delete it."""
+    try:
+        with open(part, "rb") as f:
+            _feed_pipe(f.fileno(), 0, os.fstat(f.fileno()).st_size, pipe, b"", b"")
+    finally:
+        os.unlink(part)
+
+
+def _gz_content_size(path: Path) -> int:
+    """Estimated uncompressed size of a gzip file: the trailer's ISIZE (size mod 2**32 of the last
+    member), unwrapped to at least twice the compressed size (trace JSON compresses 5-20x) and
+    capped at 50x. Only sizes parts and pipes; a wrong guess costs speed, never rows."""
+    size = path.stat().st_size
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, size - 4))
+            est = int.from_bytes(f.read(4), "little")
+    except OSError:
+        return size * 10
+    while est < 2 * size:
+        est += 1 << 32
+    return min(est, 50 * size)
+
+
+def _release_feeder(pipe: str, feeder: threading.Thread) -> None:
+    """Let a feeder thread finish whatever DuckDB did with its pipe: one still waiting for a
+    reader (the statement failed before opening it) is read to its end and discarded."""
+    if not feeder.is_alive():
+        return
+    rfd = os.open(pipe, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        while feeder.is_alive():
+            try:
+                if not os.read(rfd, 1 << 20):
+                    feeder.join(0.001)
+            except BlockingIOError:
+                feeder.join(0.001)
+    finally:
+        os.close(rfd)
+    feeder.join()
