@@ -250,6 +250,7 @@ def diagnose(
         con = store.open_db(db)
         try:
             report = ingest_paths(db, paths, run=run, con=con, progress=progress_printer())
+            store.refresh_materialized(con)  # here, not at the read-only open: no second open
         finally:
             con.close()
         run = report.run

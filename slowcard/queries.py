@@ -466,7 +466,10 @@ def _rank_conflict_note(con, run: str) -> str:
 
 def run_query(con, query: Query, run: str, params: dict | None = None) -> Result:
     """Run one query for one run. Never raises for SQL errors: they become status ERROR."""
+    from .store import ensure_fresh
+
     values = bind_params(query, params)
+    ensure_fresh(con)  # the stored cross-rank views (store.MATERIALIZED) match the files
     res = Result(
         query=query.name,
         version=query.version,

@@ -14,6 +14,7 @@ import os
 import signal
 import threading
 import time
+import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,6 +94,7 @@ def ddl_fingerprint() -> str:
         h.update(name.encode())
         h.update(text.encode())
     h.update(taxonomy.builtin_text().encode())
+    h.update(("materialized:" + ",".join(MATERIALIZED)).encode())
     return h.hexdigest()[:16]
 
 
@@ -201,7 +203,8 @@ def check_ours(con, path: str | Path) -> None:
 
 
 def apply_schema(con: duckdb.DuckDBPyConnection) -> None:
-    """Create or update every table and view; cheap when nothing changed."""
+    """Create or update every table and view; cheap when nothing changed (the DDL fingerprint
+    stored in `meta` matches this version's)."""
     fp = ddl_fingerprint()
     try:
         row = con.execute("SELECT value FROM meta WHERE key = 'ddl_fingerprint'").fetchone()
@@ -213,8 +216,10 @@ def apply_schema(con: duckdb.DuckDBPyConnection) -> None:
     try:
         for _name, text in ddl_texts():
             con.execute(text)
+        _materialize_views(con)
         taxonomy.load_builtin(con)
         rebuild_derived(con)
+        refresh_materialized(con, in_transaction=True)
         con.execute(
             "INSERT OR REPLACE INTO meta VALUES ('ddl_fingerprint', ?), ('schema_version', ?)",
             [fp, SCHEMA_VERSION],
@@ -225,6 +230,128 @@ def apply_schema(con: duckdb.DuckDBPyConnection) -> None:
         raise
 
 
+# Cross-rank views that every EP / collective query reads, stored as tables (issue 17). As
+# views, each query re-planned and re-ran their whole tree (a plan of ~1,200 operators for
+# ep-slow-rank; 1.2 s for the 18 queries of a diagnose of the 4-rank example, half of it
+# planning); stored, the same diagnose takes ~0.3 s plus ~0.15 s to fill them once.
+# Each name V keeps its definition as the view ``_live_V``; V becomes ``SELECT * FROM _mat_V``,
+# so a query (and every view built on V) reads the stored rows. Listed in dependency order
+# (each after the views it reads; tests/test_store_materialized.py checks it); every one has a
+# `run` column: the rows are refreshed per run, for the runs whose inputs changed (`_mat_stamps`).
+MATERIALIZED = (
+    "_ep_sources",
+    "_steps",
+    "_ep_ops",
+    "_layer_bounds",
+    "_moe_layers_all",
+    "moe_layers",
+    "_layer_cuts",
+    "_layer_ops",
+    "moe_layer_facts",
+    "_collectives",
+    "_coll_matched",
+    "clock_offsets",
+    "collective_waits",
+    "_layer_collectives",
+)
+
+# What the materialised views are computed from, per run: the run's files (their ids and the
+# `sources` columns the views read) and the operator taxonomy (op_class_rows follow it). A file
+# re-ingested gets a new source id, so any write that changes a run's rows changes its stamp.
+_STAMP_SQL = """
+WITH tax AS (
+    SELECT coalesce(md5(string_agg(t::VARCHAR, ';' ORDER BY t::VARCHAR)), '') AS h FROM op_taxonomy t
+)
+SELECT s.run,
+       md5(tax.h || string_agg(concat_ws(',', s.source_id, s.rank, s.status, s.format, s.host, s.path),
+                               ';' ORDER BY s.source_id)) AS stamp
+FROM sources s, tax
+GROUP BY s.run, tax.h
+"""
+
+# Read-only connections opened by open_db: their stored views were brought up to date at open,
+# and nothing can write while they are open (DuckDB's file lock), so queries skip the check.
+_FRESH: weakref.WeakSet = weakref.WeakSet()
+
+
+def _materialize_views(con) -> None:
+    """After the DDL ran (every name in MATERIALIZED is then a plain view): keep each definition as
+    ``_live_V``, store its rows in ``_mat_V`` (filled by refresh_materialized) and make V read them."""
+    con.execute("CREATE TABLE IF NOT EXISTS _mat_stamps (run VARCHAR PRIMARY KEY, stamp VARCHAR NOT NULL)")
+    con.execute("DELETE FROM _mat_stamps")  # new definitions: every run is refilled
+    for v in MATERIALIZED:
+        con.execute(f'DROP VIEW IF EXISTS "_live_{v}"')
+        con.execute(f'ALTER VIEW "{v}" RENAME TO "_live_{v}"')
+        con.execute(f'CREATE OR REPLACE TABLE "_mat_{v}" AS SELECT * FROM "_live_{v}" LIMIT 0')
+        con.execute(f'CREATE VIEW "{v}" AS SELECT * FROM "_mat_{v}"')
+
+
+def _stale_runs(con) -> tuple[list[str], list[str]]:
+    """(runs whose stored views are out of date, runs stored that no longer exist)."""
+    current = dict(con.execute(_STAMP_SQL).fetchall())
+    stored = dict(con.execute("SELECT run, stamp FROM _mat_stamps").fetchall())
+    stale = sorted(r for r, s in current.items() if stored.get(r) != s)
+    gone = sorted(r for r in stored if r not in current)
+    return stale, gone
+
+
+def materialized_stale(con) -> bool:
+    """True when some run's stored views no longer match its files (or the database predates them)."""
+    try:
+        stale, gone = _stale_runs(con)
+    except duckdb.CatalogException:
+        return True
+    return bool(stale or gone)
+
+
+def refresh_materialized(con, in_transaction: bool = False) -> bool:
+    """Recompute the stored views of the runs whose files or taxonomy changed since they were
+    stored; False when all were up to date. One transaction: readers see old or new rows."""
+    stale, gone = _stale_runs(con)
+    if not stale and not gone:
+        return False
+    every = not gone and stale and len(stale) == scalar(con, "SELECT count(DISTINCT run) FROM sources")
+    if not in_transaction:
+        con.execute("BEGIN")
+    try:
+        for v in MATERIALIZED:
+            if every:
+                con.execute(f'DELETE FROM "_mat_{v}"')
+                con.execute(f'INSERT INTO "_mat_{v}" BY NAME SELECT * FROM "_live_{v}"')
+            else:
+                con.execute(f'DELETE FROM "_mat_{v}" WHERE run IN (SELECT unnest(?::VARCHAR[]))', [stale + gone])
+                if stale:
+                    con.execute(
+                        f'INSERT INTO "_mat_{v}" BY NAME SELECT * FROM "_live_{v}" '
+                        "WHERE run IN (SELECT unnest(?::VARCHAR[]))",
+                        [stale],
+                    )
+        con.execute("DELETE FROM _mat_stamps")
+        con.execute(f"INSERT INTO _mat_stamps {_STAMP_SQL}")
+        if not in_transaction:
+            con.execute("COMMIT")
+    except BaseException:
+        if not in_transaction:
+            con.execute("ROLLBACK")
+        raise
+    return True
+
+
+def ensure_fresh(con) -> None:
+    """Before a query: bring the stored views up to date on a writable connection that wrote since
+    (a read-only one from open_db is up to date). Raises UsageError on a read-only connection
+    opened elsewhere whose stored views are out of date."""
+    if con in _FRESH or not materialized_stale(con):
+        return
+    try:
+        refresh_materialized(con)
+    except duckdb.Error as exc:
+        raise UsageError(
+            "the database's stored views are out of date and this connection cannot update them "
+            f"({str(exc).splitlines()[0]}); open the database with slowcard.open_db or run a slowcard command on it"
+        ) from None
+
+
 # Rows derived from a file's rows, written in the file's commit by a table macro of the views
 # (views/10_classes.sql) and rebuilt when the taxonomy or the views change: (table, macro).
 DERIVED = (("op_class_rows", "_op_classes_for"), ("a2a_split_rows", "_a2a_splits_for"))
@@ -232,8 +359,11 @@ DERIVED = (("op_class_rows", "_op_classes_for"), ("a2a_split_rows", "_a2a_splits
 
 def rebuild_derived(con) -> None:
     """Recompute the derived rows of every file (after a taxonomy or view change)."""
+    files = con.execute("SELECT 1 FROM sources LIMIT 1").fetchone() is not None
     for table, macro in DERIVED:
         con.execute(f"DELETE FROM {table}")
+        if not files:  # a new database: nothing to derive (planning the macro alone takes ~0.1 s)
+            continue
         con.execute(
             f"INSERT INTO {table} SELECT * FROM {macro}(NULL) WHERE source_id IN (SELECT source_id FROM sources)"
         )
@@ -256,12 +386,14 @@ def open_db(path: str | Path, read_only: bool = False, wait_s: float | None = No
             row = con.execute("SELECT value FROM meta WHERE key = 'ddl_fingerprint'").fetchone()
         except duckdb.CatalogException:
             row = None
-        if row is None or row[0] != ddl_fingerprint():
+        if row is None or row[0] != ddl_fingerprint() or materialized_stale(con):
             con.close()
             con = connect(path, wait_s=wait_s)
             apply_schema(con)
+            refresh_materialized(con)
             con.close()
             con = connect(path, read_only=True, wait_s=wait_s)
+        _FRESH.add(con)
         return con
     con = connect(path, wait_s=wait_s)
     try:
@@ -311,6 +443,7 @@ def row_tables(con) -> list[str]:
                JOIN information_schema.tables t USING (table_schema, table_name)
                WHERE c.column_name = 'source_id' AND t.table_type = 'BASE TABLE'
                  AND c.table_name <> 'sources' AND c.table_schema = 'main'
+                 AND NOT starts_with(c.table_name, '_mat_')  -- stored views: refreshed per run
                ORDER BY 1"""
         ).fetchall()
     ]

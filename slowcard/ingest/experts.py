@@ -61,10 +61,18 @@ import struct
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
-import pyarrow as pa
-import pyarrow.compute as pc
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+else:
+    from .._lazy import LazyModule
+
+    pa = LazyModule("pyarrow")  # imported on first use (issue 17)
+    pc = LazyModule("pyarrow.compute")
 
 from ..errors import InputError
 from ..store import one_row, scalar
@@ -72,7 +80,7 @@ from .base import Context, Outcome, arrow_view, is_gzip, open_bytes, strip_bom
 
 NPY_MAGIC = b"\x93NUMPY"
 # dtype code (without byte order) -> (arrow type, item size)
-_NPY_TYPES = {"i4": (pa.int32(), 4), "i8": (pa.int64(), 8), "f4": (pa.float32(), 4), "f8": (pa.float64(), 8)}
+_NPY_TYPES = {"i4": ("int32", 4), "i8": ("int64", 8), "f4": ("float32", 4), "f8": ("float64", 8)}  # pyarrow type, bytes
 
 _EPOCH_RE = re.compile(r"(?:^|[^a-z])epoch[_-]?(\d+)", re.IGNORECASE)
 _WINDOW_RE = re.compile(r"(?:^|[^a-z])(?:window|win|step|iter|iteration)[_-]?(\d+)", re.IGNORECASE)
@@ -369,7 +377,8 @@ class ExpertsReader:
                 position="header descr",
                 hint="save load.astype('<i8') or load.astype('<f8')",
             )
-        return _NPY_TYPES[code]
+        arrow_type, size = _NPY_TYPES[code]
+        return getattr(pa, arrow_type)(), size
 
     def _ingest_load_json(self, ctx: Context) -> Outcome:
         path = ctx.path
