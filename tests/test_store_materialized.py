@@ -182,3 +182,44 @@ def test_import_cli_does_not_load_heavy_or_unused_modules():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.strip() == ""
+
+
+def _tables(db: Path) -> list[tuple]:
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return (
+            con.execute("SELECT table_name, table_type FROM information_schema.tables ORDER BY ALL").fetchall()
+            + con.execute("SELECT * FROM meta ORDER BY ALL").fetchall()
+        )
+    finally:
+        con.close()
+
+
+def test_new_database_starts_from_the_schema_template(tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("SLOWCARD_CACHE_DIR", str(cache))
+    store.open_db(tmp_path / "a.duckdb").close()  # builds the template, then copies it
+    templates = list(cache.glob("schema-*.duckdb"))
+    assert len(templates) == 1 and store.ddl_fingerprint() in templates[0].name
+    store.open_db(tmp_path / "b.duckdb").close()
+    monkeypatch.setenv("SLOWCARD_CACHE_DIR", "off")
+    store.open_db(tmp_path / "c.duckdb").close()  # the usual way
+    assert _tables(tmp_path / "a.duckdb") == _tables(tmp_path / "b.duckdb") == _tables(tmp_path / "c.duckdb")
+    assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    assert not [p.name for p in cache.iterdir() if p.name.startswith(".build")]
+    _ingest(tmp_path / "b.duckdb", sorted(EP4.glob("*.json.gz")), "ep4")  # a copy is a working database
+    con = queries.open_readonly(tmp_path / "b.duckdb")
+    try:
+        assert con.execute("SELECT count(DISTINCT rank) FROM moe_layer_facts").fetchone()[0] == 4
+    finally:
+        con.close()
+
+
+def test_unusable_cache_dir_still_creates_the_database(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("SLOWCARD_CACHE_DIR", str(blocker / "sub"))
+    store.open_db(tmp_path / "a.duckdb").close()
+    assert ("meta", "BASE TABLE") in _tables(tmp_path / "a.duckdb")
+    with pytest.raises(UsageError):  # a missing folder for --db: the usual error, no template left over
+        store.open_db(tmp_path / "no" / "such" / "x.duckdb")
