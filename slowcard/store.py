@@ -23,7 +23,7 @@ from typing import Any
 import duckdb
 
 from . import taxonomy, tempspace
-from .errors import DatabaseBusy, SlowcardError, UsageError
+from .errors import DatabaseBusy, UsageError
 
 SCHEMA_VERSION = "1"
 DEFAULT_LOCK_WAIT_S = 30.0
@@ -395,8 +395,6 @@ def open_db(path: str | Path, read_only: bool = False, wait_s: float | None = No
             con = connect(path, read_only=True, wait_s=wait_s)
         _FRESH.add(con)
         return con
-    if str(path) != ":memory:" and not path.exists():
-        _copy_template(path)
     con = connect(path, wait_s=wait_s)
     try:
         check_ours(con, path)
@@ -408,66 +406,6 @@ def open_db(path: str | Path, read_only: bool = False, wait_s: float | None = No
     # Temp folders of killed ingests: part files in /dev/shm, Dask staging beside the database.
     tempspace.clean_stale(tempspace.default_roots() + [path.resolve().parent])
     return con
-
-
-def cache_dir() -> Path | None:
-    """Where slowcard keeps its empty-schema database templates: SLOWCARD_CACHE_DIR, else
-    $XDG_CACHE_HOME/slowcard or ~/.cache/slowcard; None when SLOWCARD_CACHE_DIR is 'off' or ''."""
-    raw = os.environ.get("SLOWCARD_CACHE_DIR")
-    if raw is not None:
-        return None if raw.strip() in ("", "off") else Path(raw)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "slowcard"
-
-
-def _template() -> Path | None:
-    """An empty database with this version's schema, built once per DDL fingerprint and DuckDB
-    version (creating the schema costs ~0.2 s: most of the fixed cost of a small ingest)."""
-    root = cache_dir()
-    if root is None:
-        return None
-    final = root / f"schema-{ddl_fingerprint()}-duckdb{duckdb.__version__}.duckdb"
-    if final.is_file():
-        return final
-    tmp = root / f".build-{os.getpid()}-{threading.get_ident()}.duckdb"
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        con = connect(tmp, wait_s=0)
-        try:
-            apply_schema(con)
-        finally:
-            con.close()
-        os.replace(tmp, final)  # atomic: a concurrent builder's copy is as good as this one
-    except (OSError, duckdb.Error, SlowcardError):
-        for f in (tmp, Path(f"{tmp}.wal")):
-            try:
-                f.unlink(missing_ok=True)
-            except OSError:
-                pass
-        return None
-    return final
-
-
-def _copy_template(path: Path) -> None:
-    """Start a new database file as a copy of the template (best effort: on any failure the
-    database is created the usual way by DuckDB and apply_schema). Never replaces a file that
-    appeared meanwhile: the copy is linked into place only if the name is still free."""
-    template = _template()
-    if template is None:
-        return
-    tmp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
-    try:
-        import shutil
-
-        shutil.copyfile(template, tmp)
-        os.link(tmp, path)
-    except OSError:
-        pass
-    finally:
-        try:
-            tmp.unlink(missing_ok=True)
-        except OSError:
-            pass
 
 
 def one_row(con: duckdb.DuckDBPyConnection, sql: str, params: object = None) -> tuple[Any, ...]:
