@@ -296,11 +296,13 @@ def _stale_runs(con) -> tuple[list[str], list[str]]:
 
 
 def materialized_stale(con) -> bool:
-    """True when some run's stored views no longer match its files (or the database predates them)."""
+    """True when some run's stored views no longer match its files. False when nothing is stored:
+    a database of an older version (its DDL fingerprint differs: apply_schema adds them) or a
+    connection that is not to a slowcard database (a query run on tables of its own)."""
     try:
         stale, gone = _stale_runs(con)
     except duckdb.CatalogException:
-        return True
+        return False
     return bool(stale or gone)
 
 
