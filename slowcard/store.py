@@ -238,15 +238,15 @@ def apply_schema(con: duckdb.DuckDBPyConnection) -> None:
 # so a query (and every view built on V) reads the stored rows. Listed in dependency order
 # (each after the views it reads; tests/test_store_materialized.py checks it); every one has a
 # `run` column: the rows are refreshed per run, for the runs whose inputs changed (`_mat_stamps`).
+# Per-layer, per-collective and per-rank views only: the per-operation ones (_ep_ops, _layer_ops)
+# would store again a large part of op_class_rows; they stay views (read by the refresh only).
 MATERIALIZED = (
     "_ep_sources",
     "_steps",
-    "_ep_ops",
     "_layer_bounds",
     "_moe_layers_all",
     "moe_layers",
     "_layer_cuts",
-    "_layer_ops",
     "moe_layer_facts",
     "_collectives",
     "_coll_matched",

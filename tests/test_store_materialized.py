@@ -105,7 +105,9 @@ def test_new_run_refills_only_its_rows_and_reingest_replaces(tmp_db):
     try:
         _stored_equals_live(con)
         ids = {r[0] for r in con.execute("SELECT source_id FROM sources WHERE run = 'b'").fetchall()}
-        stored = {r[0] for r in con.execute("SELECT DISTINCT source_id FROM _mat__ep_ops WHERE run = 'b'").fetchall()}
+        stored = {
+            r[0] for r in con.execute("SELECT DISTINCT source_id FROM _mat_moe_layer_facts WHERE run = 'b'").fetchall()
+        }
         assert stored <= ids
     finally:
         con.close()
