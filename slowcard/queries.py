@@ -501,6 +501,14 @@ def run_query(con, query: Query, run: str, params: dict | None = None) -> Result
     )
     t0 = time.perf_counter()
     try:
+        from .store import stored_view_errors
+
+        for view, message in stored_view_errors(con, run).items():
+            if re.search(rf"\b{view}\b", _strip_comments_and_strings(query.body) + " " + " ".join(query.requires)):
+                # what running the view's definition inside this query gave (store.refresh_materialized)
+                res.status = verdict_mod.Status.ERROR
+                res.summary = f"{query.path.name}: {message}"
+                return res
         for rel in query.requires:
             n = _relation_rows(con, rel, run)
             if not n:

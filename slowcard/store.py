@@ -11,6 +11,7 @@ import hashlib
 import importlib.resources as resources
 import json
 import os
+import re
 import signal
 import threading
 import time
@@ -219,7 +220,6 @@ def apply_schema(con: duckdb.DuckDBPyConnection) -> None:
         _materialize_views(con)
         taxonomy.load_builtin(con)
         rebuild_derived(con)
-        refresh_materialized(con, in_transaction=True)
         con.execute(
             "INSERT OR REPLACE INTO meta VALUES ('ddl_fingerprint', ?), ('schema_version', ?)",
             [fp, SCHEMA_VERSION],
@@ -228,6 +228,7 @@ def apply_schema(con: duckdb.DuckDBPyConnection) -> None:
     except Exception:
         con.execute("ROLLBACK")
         raise
+    refresh_materialized(con)  # stamps were cleared above: every run is refilled
 
 
 # Cross-rank views that every EP / collective query reads, stored as tables (issue 17). As
@@ -278,6 +279,7 @@ def _materialize_views(con) -> None:
     """After the DDL ran (every name in MATERIALIZED is then a plain view): keep each definition as
     ``_live_V``, store its rows in ``_mat_V`` (filled by refresh_materialized) and make V read them."""
     con.execute("CREATE TABLE IF NOT EXISTS _mat_stamps (run VARCHAR PRIMARY KEY, stamp VARCHAR NOT NULL)")
+    con.execute("CREATE TABLE IF NOT EXISTS _mat_errors (run VARCHAR, view VARCHAR, message VARCHAR)")
     con.execute("DELETE FROM _mat_stamps")  # new definitions: every run is refilled
     for v in MATERIALIZED:
         con.execute(f'DROP VIEW IF EXISTS "_live_{v}"')
@@ -306,37 +308,66 @@ def materialized_stale(con) -> bool:
     return bool(stale or gone)
 
 
-def refresh_materialized(con, in_transaction: bool = False) -> bool:
+def refresh_materialized(con) -> bool:
     """Recompute the stored views of the runs whose files or taxonomy changed since they were
-    stored; False when all were up to date. One transaction: readers see old or new rows."""
+    stored; False when all were up to date. One transaction per view; the stamps are written last,
+    so an interrupted refresh is redone at the next open (nothing reads the database while this
+    writer holds it). A view that fails on a run's data (a query over it used to ERROR) leaves
+    no rows for that run and its message in `_mat_errors`, and so do the stored views built on
+    it; queries that read them report that message as their ERROR (queries.run_query)."""
     stale, gone = _stale_runs(con)
     if not stale and not gone:
         return False
     every = not gone and stale and len(stale) == scalar(con, "SELECT count(DISTINCT run) FROM sources")
-    if not in_transaction:
+    where, params = ("", []) if every else (" WHERE run IN (SELECT unnest(?::VARCHAR[]))", [stale + gone])
+    con.execute(f"DELETE FROM _mat_errors{where}", params)
+    failed: dict[str, str] = {}
+    for v in MATERIALIZED:
+        reads = [w for w in failed if w in _reads(con, v)] if failed else []
         con.execute("BEGIN")
-    try:
-        for v in MATERIALIZED:
-            if every:
-                con.execute(f'DELETE FROM "_mat_{v}"')
-                con.execute(f'INSERT INTO "_mat_{v}" BY NAME SELECT * FROM "_live_{v}"')
-            else:
-                con.execute(f'DELETE FROM "_mat_{v}" WHERE run IN (SELECT unnest(?::VARCHAR[]))', [stale + gone])
-                if stale:
-                    con.execute(
-                        f'INSERT INTO "_mat_{v}" BY NAME SELECT * FROM "_live_{v}" '
-                        "WHERE run IN (SELECT unnest(?::VARCHAR[]))",
-                        [stale],
-                    )
-        con.execute("DELETE FROM _mat_stamps")
-        con.execute(f"INSERT INTO _mat_stamps {_STAMP_SQL}")
-        if not in_transaction:
+        try:
+            con.execute(f'DELETE FROM "_mat_{v}"{where}', params)
+            if stale and not reads:
+                con.execute(
+                    f'INSERT INTO "_mat_{v}" BY NAME SELECT * FROM "_live_{v}"'
+                    + ("" if every else " WHERE run IN (SELECT unnest(?::VARCHAR[]))"),
+                    [] if every else [stale],
+                )
             con.execute("COMMIT")
-    except BaseException:
-        if not in_transaction:
+        except duckdb.Error as exc:
             con.execute("ROLLBACK")
-        raise
+            con.execute(f'DELETE FROM "_mat_{v}"{where}', params)
+            failed[v] = str(exc).splitlines()[0]
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        if reads:
+            failed[v] = failed[reads[0]]
+    if failed:
+        con.execute(
+            "INSERT INTO _mat_errors SELECT unnest(?::VARCHAR[]) AS run, v.* FROM (SELECT unnest(?::VARCHAR[]), unnest(?::VARCHAR[])) v",
+            [stale, list(failed), list(failed.values())],
+        )
+    con.execute("BEGIN")
+    con.execute("DELETE FROM _mat_stamps")
+    con.execute(f"INSERT INTO _mat_stamps {_STAMP_SQL}")
+    con.execute("COMMIT")
     return True
+
+
+def _reads(con, view: str) -> set[str]:
+    """The stored views that the definition of ``view`` names."""
+    row = con.execute("SELECT sql FROM duckdb_views() WHERE view_name = ?", [f"_live_{view}"]).fetchone()
+    text = row[0] if row else ""
+    return {w for w in MATERIALIZED if re.search(rf"\b{w}\b", text)}
+
+
+def stored_view_errors(con, run: str) -> dict[str, str]:
+    """view -> the error its definition gave on this run's data at the last refresh."""
+    try:
+        return dict(con.execute("SELECT view, message FROM _mat_errors WHERE run = ?", [run]).fetchall())
+    except duckdb.CatalogException:
+        return {}
 
 
 def ensure_fresh(con) -> None:

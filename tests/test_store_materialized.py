@@ -184,3 +184,25 @@ def test_import_cli_does_not_load_heavy_or_unused_modules():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_a_view_failing_on_the_data_errors_the_queries_that_read_it_only(tmp_db):
+    """As when the views ran inside each query: the queries over a failing view (and the views
+    built on it) ERROR with its message; the others still run."""
+    _ingest(tmp_db, sorted(EP4.glob("*.json.gz")), "ep4")
+    queries.open_readonly(tmp_db).close()
+    con = duckdb.connect(str(tmp_db))
+    sql = con.execute("SELECT sql FROM duckdb_views() WHERE view_name = '_live_clock_offsets'").fetchone()[0]
+    body = sql.split(" AS ", 1)[1].rstrip(";")
+    con.execute(f"CREATE OR REPLACE VIEW _live_clock_offsets AS SELECT * FROM ({body}) WHERE error('boom') IS NULL")
+    con.execute("UPDATE _mat_stamps SET stamp = 'stale'")
+    con.close()
+    con = queries.open_readonly(tmp_db)
+    try:
+        catalog = queries.load_catalog()
+        got = {n: queries.run_query(con, catalog[n], "ep4") for n in ("clock-offsets", "rank-waits", "ep-slow-rank")}
+        for name, res in got.items():
+            assert res.status == "ERROR" and "boom" in res.summary, (name, res.summary)
+        assert queries.run_query(con, catalog["moe-layer-durations"], "ep4").status == "INFO"
+    finally:
+        con.close()
