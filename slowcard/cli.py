@@ -12,9 +12,11 @@ in ``cli_common``.
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import typer
@@ -250,6 +252,7 @@ def diagnose(
         con = store.open_db(db)
         try:
             report = ingest_paths(db, paths, run=run, con=con, progress=progress_printer())
+            store.refresh_materialized(con)  # here, not at the read-only open: no second open
         finally:
             con.close()
         run = report.run
@@ -348,7 +351,140 @@ def main():
     sys.stderr = _TerminalSafe(sys.stderr)
     _env_warnings()
     signal.signal(signal.SIGINT, _on_interrupt)
-    app()
+    fast = fast_parse(sys.argv[1:])
+    if fast is None:
+        app()
+    else:
+        _run_fast(*fast)
+
+
+# The common forms of the commands run in loops (`query`, `diagnose`) are parsed here, without
+# typer: typer builds a pydantic adapter per parameter at every start (~0.1 s, a third of a
+# `slowcard query` on a small run; issue 17). Anything else, or anything unusual in them (--help,
+# an unknown or repeated option, `-f=x`, `--`, a value starting with '-'), goes to typer, so
+# every form behaves as typer parses it (tests/test_cli_fast.py checks both give the same values).
+# option -> (parameter, kind): flag | str | path | int | strs | paths (strs/paths: repeatable)
+_FAST_SPECS: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
+    "query": (
+        "names",
+        {
+            "--db": ("db", "path"),
+            "--run": ("run", "strs"),
+            "--all-runs": ("all_runs", "flag"),
+            "--param": ("param", "strs"),
+            "-p": ("param", "strs"),
+            "--format": ("fmt", "str"),
+            "-f": ("fmt", "str"),
+            "--sql-dir": ("sql_dir", "paths"),
+            "--strict": ("strict", "flag"),
+            "--limit": ("limit", "int"),
+            "--list": ("list_", "flag"),
+        },
+    ),
+    "diagnose": (
+        "paths",
+        {
+            "--db": ("db", "path"),
+            "--run": ("run", "str"),
+            "--format": ("fmt", "str"),
+            "-f": ("fmt", "str"),
+            "--sql-dir": ("sql_dir", "paths"),
+            "--strict": ("strict", "flag"),
+        },
+    ),
+}
+_FAST_DEFAULTS: dict[str, dict] = {
+    "query": {
+        "db": Path(DEFAULT_DB),
+        "run": None,
+        "all_runs": False,
+        "param": None,
+        "fmt": "table",
+        "sql_dir": None,
+        "strict": False,
+        "limit": 20,
+        "list_": False,
+    },
+    "diagnose": {"db": Path(DEFAULT_DB), "run": None, "fmt": "table", "sql_dir": None, "strict": False},
+}
+
+
+def fast_parse(argv: list[str]) -> tuple[str, dict] | None:
+    """(command, keyword arguments) of a plain `query` / `diagnose` command line; None when typer
+    must parse it."""
+    if not argv or argv[0] not in _FAST_SPECS:
+        return None
+    command = argv[0]
+    positional, spec = _FAST_SPECS[command]
+    kwargs = dict(_FAST_DEFAULTS[command])
+    given: set[str] = set()
+    values: list[str] = []
+    args = argv[1:]
+    i = 0
+    while i < len(args):
+        token = args[i]
+        if not token.startswith("-") or token == "-":
+            values.append(token)
+            i += 1
+            continue
+        if token not in spec:
+            return None  # --help, --opt=value, -f=x, --, unknown options: typer's
+        dest, kind = spec[token]
+        if kind == "flag":
+            if dest in given:
+                return None
+            given.add(dest)
+            kwargs[dest] = True
+            i += 1
+            continue
+        if i + 1 >= len(args) or args[i + 1].startswith("-"):
+            return None
+        value = args[i + 1]
+        i += 2
+        if kind in ("strs", "paths"):
+            kwargs[dest] = (kwargs[dest] or []) + [Path(value) if kind == "paths" else value]
+            continue
+        if dest in given:
+            return None
+        given.add(dest)
+        if kind == "int":
+            if not (value.isascii() and value.isdigit()):
+                return None
+            kwargs[dest] = int(value)
+        else:
+            kwargs[dest] = Path(value) if kind == "path" else value
+    kwargs[positional] = values or None
+    return command, kwargs
+
+
+def _run_fast(command: str, kwargs: dict) -> None:
+    """Run a command parsed by fast_parse the way typer runs it: the error boundary of
+    cli_common.Commands, typer.Exit -> exit code, Ctrl-C -> 130."""
+    from .cli_common import debug_on
+
+    func: Callable[..., None] = query if command == "query" else diagnose
+    try:
+        try:
+            func(**kwargs)
+        except (SlowcardError, FileNotFoundError) as exc:
+            if debug_on():
+                raise
+            typer.echo(f"Error: {exc}", err=True)
+            raise typer.Exit(2) from None
+        except KeyboardInterrupt:
+            raise typer.Exit(130) from None
+        except EOFError:
+            typer.echo("\nAborted!", err=True)
+            raise typer.Exit(1) from None
+        except OSError as exc:
+            if exc.errno != errno.EPIPE:
+                raise
+            # the reader went away (`| head`): exit 1 quietly, as typer does
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise typer.Exit(1) from None
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    sys.exit(0)
 
 
 class _TerminalSafe:

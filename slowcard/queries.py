@@ -20,6 +20,7 @@ import importlib.resources as resources
 import math
 import re
 import time
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -431,17 +432,35 @@ def bind_params(query: Query, given: dict | None) -> dict:
     return values
 
 
+# Per read-only connection (its catalog cannot change): relation name -> has a `run` column.
+# One catalog read instead of one information_schema query per required relation per query.
+_RELATIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _relation_has_run(con, name: str) -> bool | None:
+    """None when the table/view does not exist; else whether it has a `run` column."""
+    from .store import _FRESH
+
+    cached = _RELATIONS.get(con) if con in _FRESH else None
+    if cached is None:
+        rows = con.execute(
+            "SELECT table_name, bool_or(column_name = 'run') FROM information_schema.columns "
+            "WHERE table_schema = 'main' GROUP BY table_name"
+        ).fetchall()
+        cached = dict(rows)
+        if con in _FRESH:
+            _RELATIONS[con] = cached
+    return cached.get(name)
+
+
 def _relation_rows(con, name: str, run: str) -> int | None:
     """None when the table/view does not exist; else 1 if it has a row for the run, 0 if not."""
-    cols = con.execute(
-        "SELECT column_name FROM information_schema.columns WHERE table_name = ? AND table_schema = 'main'",
-        [name],
-    ).fetchall()
-    if not cols:
+    has_run = _relation_has_run(con, name)
+    if has_run is None:
         return None
     cur = scoped_cursor(con, run)
     try:
-        if ("run",) in cols:
+        if has_run:
             return len(cur.execute(f'SELECT 1 FROM "{name}" WHERE run = ? LIMIT 1', [run]).fetchall())
         return len(cur.execute(f'SELECT 1 FROM "{name}" LIMIT 1').fetchall())
     finally:
@@ -480,7 +499,10 @@ def _rank_conflict_note(con, run: str) -> str:
 
 def run_query(con, query: Query, run: str, params: dict | None = None) -> Result:
     """Run one query for one run. Never raises for SQL errors: they become status ERROR."""
+    from .store import ensure_fresh
+
     values = bind_params(query, params)
+    ensure_fresh(con)  # the stored cross-rank views (store.MATERIALIZED) match the files
     res = Result(
         query=query.name,
         version=query.version,
@@ -493,6 +515,14 @@ def run_query(con, query: Query, run: str, params: dict | None = None) -> Result
     )
     t0 = time.perf_counter()
     try:
+        from .store import stored_view_errors
+
+        for view, message in stored_view_errors(con, run).items():
+            if re.search(rf"\b{view}\b", _strip_comments_and_strings(query.body) + " " + " ".join(query.requires)):
+                # what running the view's definition inside this query gave (store.refresh_materialized)
+                res.status = verdict_mod.Status.ERROR
+                res.summary = f"{query.path.name}: {message}"
+                return res
         for rel in query.requires:
             n = _relation_rows(con, rel, run)
             if not n:

@@ -10,9 +10,15 @@ import re
 from datetime import date, datetime
 from decimal import Decimal
 
-from tabulate import tabulate
-
 from .verdict import Status
+
+
+def tabulate(*args, **kwargs) -> str:
+    """tabulate.tabulate, imported on first use (it and wcwidth cost ~15 ms at every start)."""
+    from tabulate import tabulate as _tabulate
+
+    return _tabulate(*args, **kwargs)
+
 
 FORMATS = ("table", "json", "csv", "markdown")
 

@@ -11,9 +11,11 @@ import hashlib
 import importlib.resources as resources
 import json
 import os
+import re
 import signal
 import threading
 import time
+import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,6 +95,7 @@ def ddl_fingerprint() -> str:
         h.update(name.encode())
         h.update(text.encode())
     h.update(taxonomy.builtin_text().encode())
+    h.update(("materialized:" + ",".join(MATERIALIZED)).encode())
     return h.hexdigest()[:16]
 
 
@@ -201,7 +204,8 @@ def check_ours(con, path: str | Path) -> None:
 
 
 def apply_schema(con: duckdb.DuckDBPyConnection) -> None:
-    """Create or update every table and view; cheap when nothing changed."""
+    """Create or update every table and view; cheap when nothing changed (the DDL fingerprint
+    stored in `meta` matches this version's)."""
     fp = ddl_fingerprint()
     try:
         row = con.execute("SELECT value FROM meta WHERE key = 'ddl_fingerprint'").fetchone()
@@ -213,6 +217,7 @@ def apply_schema(con: duckdb.DuckDBPyConnection) -> None:
     try:
         for _name, text in ddl_texts():
             con.execute(text)
+        _materialize_views(con)
         taxonomy.load_builtin(con)
         rebuild_derived(con)
         con.execute(
@@ -223,6 +228,161 @@ def apply_schema(con: duckdb.DuckDBPyConnection) -> None:
     except Exception:
         con.execute("ROLLBACK")
         raise
+    refresh_materialized(con)  # stamps were cleared above: every run is refilled
+
+
+# Cross-rank views that every EP / collective query reads, stored as tables (issue 17). As
+# views, each query re-planned and re-ran their whole tree (a plan of ~1,200 operators for
+# ep-slow-rank; 1.2 s for the 18 queries of a diagnose of the 4-rank example, half of it
+# planning); stored, the same diagnose takes ~0.3 s plus ~0.15 s to fill them once.
+# Each name V keeps its definition as the view ``_live_V``; V becomes ``SELECT * FROM _mat_V``,
+# so a query (and every view built on V) reads the stored rows. Listed in dependency order
+# (each after the views it reads; tests/test_store_materialized.py checks it); every one has a
+# `run` column: the rows are refreshed per run, for the runs whose inputs changed (`_mat_stamps`).
+# Per-layer, per-collective and per-rank views only: the per-operation ones (_ep_ops, _layer_ops)
+# would store again a large part of op_class_rows; they stay views (read by the refresh only).
+MATERIALIZED = (
+    "_ep_sources",
+    "_steps",
+    "_layer_bounds",
+    "_moe_layers_all",
+    "moe_layers",
+    "_layer_cuts",
+    "moe_layer_facts",
+    "_collectives",
+    "_coll_matched",
+    "clock_offsets",
+    "collective_waits",
+    "_layer_collectives",
+)
+
+# What the materialised views are computed from, per run: the run's files (their ids and the
+# `sources` columns the views read) and the operator taxonomy (op_class_rows follow it). A file
+# re-ingested gets a new source id, so any write that changes a run's rows changes its stamp.
+_STAMP_SQL = """
+WITH tax AS (
+    SELECT coalesce(md5(string_agg(t::VARCHAR, ';' ORDER BY t::VARCHAR)), '') AS h FROM op_taxonomy t
+)
+SELECT s.run,
+       md5(tax.h || string_agg(concat_ws(',', s.source_id, s.rank, s.status, s.format, s.host, s.path),
+                               ';' ORDER BY s.source_id)) AS stamp
+FROM sources s, tax
+GROUP BY s.run, tax.h
+"""
+
+# Read-only connections opened by open_db: their stored views were brought up to date at open,
+# and nothing can write while they are open (DuckDB's file lock), so queries skip the check.
+_FRESH: weakref.WeakSet = weakref.WeakSet()
+
+
+def _materialize_views(con) -> None:
+    """After the DDL ran (every name in MATERIALIZED is then a plain view): keep each definition as
+    ``_live_V``, store its rows in ``_mat_V`` (filled by refresh_materialized) and make V read them."""
+    con.execute("CREATE TABLE IF NOT EXISTS _mat_stamps (run VARCHAR PRIMARY KEY, stamp VARCHAR NOT NULL)")
+    con.execute("CREATE TABLE IF NOT EXISTS _mat_errors (run VARCHAR, view VARCHAR, message VARCHAR)")
+    con.execute("DELETE FROM _mat_stamps")  # new definitions: every run is refilled
+    for v in MATERIALIZED:
+        con.execute(f'DROP VIEW IF EXISTS "_live_{v}"')
+        con.execute(f'ALTER VIEW "{v}" RENAME TO "_live_{v}"')
+        con.execute(f'CREATE OR REPLACE TABLE "_mat_{v}" AS SELECT * FROM "_live_{v}" LIMIT 0')
+        con.execute(f'CREATE VIEW "{v}" AS SELECT * FROM "_mat_{v}"')
+
+
+def _stale_runs(con) -> tuple[list[str], list[str]]:
+    """(runs whose stored views are out of date, runs stored that no longer exist)."""
+    current = dict(con.execute(_STAMP_SQL).fetchall())
+    stored = dict(con.execute("SELECT run, stamp FROM _mat_stamps").fetchall())
+    stale = sorted(r for r, s in current.items() if stored.get(r) != s)
+    gone = sorted(r for r in stored if r not in current)
+    return stale, gone
+
+
+def materialized_stale(con) -> bool:
+    """True when some run's stored views no longer match its files. False when nothing is stored:
+    a database of an older version (its DDL fingerprint differs: apply_schema adds them) or a
+    connection that is not to a slowcard database (a query run on tables of its own)."""
+    try:
+        stale, gone = _stale_runs(con)
+    except duckdb.CatalogException:
+        return False
+    return bool(stale or gone)
+
+
+def refresh_materialized(con) -> bool:
+    """Recompute the stored views of the runs whose files or taxonomy changed since they were
+    stored; False when all were up to date. One transaction per view; the stamps are written last,
+    so an interrupted refresh is redone at the next open (nothing reads the database while this
+    writer holds it). A view that fails on a run's data (a query over it used to ERROR) leaves
+    no rows for that run and its message in `_mat_errors`, and so do the stored views built on
+    it; queries that read them report that message as their ERROR (queries.run_query)."""
+    stale, gone = _stale_runs(con)
+    if not stale and not gone:
+        return False
+    every = not gone and stale and len(stale) == scalar(con, "SELECT count(DISTINCT run) FROM sources")
+    where, params = ("", []) if every else (" WHERE run IN (SELECT unnest(?::VARCHAR[]))", [stale + gone])
+    con.execute(f"DELETE FROM _mat_errors{where}", params)
+    failed: dict[str, str] = {}
+    for v in MATERIALIZED:
+        reads = [w for w in failed if w in _reads(con, v)] if failed else []
+        con.execute("BEGIN")
+        try:
+            con.execute(f'DELETE FROM "_mat_{v}"{where}', params)
+            if stale and not reads:
+                con.execute(
+                    f'INSERT INTO "_mat_{v}" BY NAME SELECT * FROM "_live_{v}"'
+                    + ("" if every else " WHERE run IN (SELECT unnest(?::VARCHAR[]))"),
+                    [] if every else [stale],
+                )
+            con.execute("COMMIT")
+        except duckdb.Error as exc:
+            con.execute("ROLLBACK")
+            con.execute(f'DELETE FROM "_mat_{v}"{where}', params)
+            failed[v] = str(exc).splitlines()[0]
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        if reads:
+            failed[v] = failed[reads[0]]
+    if failed:
+        con.execute(
+            "INSERT INTO _mat_errors SELECT unnest(?::VARCHAR[]) AS run, v.* FROM (SELECT unnest(?::VARCHAR[]), unnest(?::VARCHAR[])) v",
+            [stale, list(failed), list(failed.values())],
+        )
+    con.execute("BEGIN")
+    con.execute("DELETE FROM _mat_stamps")
+    con.execute(f"INSERT INTO _mat_stamps {_STAMP_SQL}")
+    con.execute("COMMIT")
+    return True
+
+
+def _reads(con, view: str) -> set[str]:
+    """The stored views that the definition of ``view`` names."""
+    row = con.execute("SELECT sql FROM duckdb_views() WHERE view_name = ?", [f"_live_{view}"]).fetchone()
+    text = row[0] if row else ""
+    return {w for w in MATERIALIZED if re.search(rf"\b{w}\b", text)}
+
+
+def stored_view_errors(con, run: str) -> dict[str, str]:
+    """view -> the error its definition gave on this run's data at the last refresh."""
+    try:
+        return dict(con.execute("SELECT view, message FROM _mat_errors WHERE run = ?", [run]).fetchall())
+    except duckdb.CatalogException:
+        return {}
+
+
+def ensure_fresh(con) -> None:
+    """Before a query: bring the stored views up to date on a writable connection that wrote since
+    (a read-only one from open_db is up to date). Raises UsageError on a read-only connection
+    opened elsewhere whose stored views are out of date."""
+    if con in _FRESH or not materialized_stale(con):
+        return
+    try:
+        refresh_materialized(con)
+    except duckdb.Error as exc:
+        raise UsageError(
+            "the database's stored views are out of date and this connection cannot update them "
+            f"({str(exc).splitlines()[0]}); open the database with slowcard.open_db or run a slowcard command on it"
+        ) from None
 
 
 # Rows derived from a file's rows, written in the file's commit by a table macro of the views
@@ -232,8 +392,11 @@ DERIVED = (("op_class_rows", "_op_classes_for"), ("a2a_split_rows", "_a2a_splits
 
 def rebuild_derived(con) -> None:
     """Recompute the derived rows of every file (after a taxonomy or view change)."""
+    files = con.execute("SELECT 1 FROM sources LIMIT 1").fetchone() is not None
     for table, macro in DERIVED:
         con.execute(f"DELETE FROM {table}")
+        if not files:  # a new database: nothing to derive (planning the macro alone takes ~0.1 s)
+            continue
         con.execute(
             f"INSERT INTO {table} SELECT * FROM {macro}(NULL) WHERE source_id IN (SELECT source_id FROM sources)"
         )
@@ -256,12 +419,14 @@ def open_db(path: str | Path, read_only: bool = False, wait_s: float | None = No
             row = con.execute("SELECT value FROM meta WHERE key = 'ddl_fingerprint'").fetchone()
         except duckdb.CatalogException:
             row = None
-        if row is None or row[0] != ddl_fingerprint():
+        if row is None or row[0] != ddl_fingerprint() or materialized_stale(con):
             con.close()
             con = connect(path, wait_s=wait_s)
             apply_schema(con)
+            refresh_materialized(con)
             con.close()
             con = connect(path, read_only=True, wait_s=wait_s)
+        _FRESH.add(con)
         return con
     con = connect(path, wait_s=wait_s)
     try:
@@ -311,6 +476,7 @@ def row_tables(con) -> list[str]:
                JOIN information_schema.tables t USING (table_schema, table_name)
                WHERE c.column_name = 'source_id' AND t.table_type = 'BASE TABLE'
                  AND c.table_name <> 'sources' AND c.table_schema = 'main'
+                 AND NOT starts_with(c.table_name, '_mat_')  -- stored views: refreshed per run
                ORDER BY 1"""
         ).fetchall()
     ]

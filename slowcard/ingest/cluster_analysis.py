@@ -30,15 +30,23 @@ the views take ``sources.rank``. Owns the tables in ``cluster_analysis.sql``.
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
 import math
 import re
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
-import pyarrow as pa
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+else:
+    from .._lazy import LazyModule
+
+    pa = LazyModule("pyarrow")  # imported on first use (issue 17)
 
 from ..errors import InputError
 from .base import Context, Outcome, arrow_view, open_bytes, strip_bom
@@ -87,19 +95,22 @@ _NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?
 _INTEGER = re.compile(r"[+-]?[0-9]+")
 _NULLS = ("", "N/A", "NA", "None", "null")
 
-_STEP_SCHEMA = pa.schema(
-    [
-        ("source_id", pa.int32()),
-        ("line_no", pa.int64()),
-        ("step", pa.string()),
-        ("step_id", pa.int32()),
-        ("type", pa.string()),
-        ("index", pa.string()),
-        ("rank", pa.int32()),
-    ]
-    + [(c, pa.float64()) for c, (_, kind) in _STEP_FIELDS.items() if kind == "us"]
-    + [(c, pa.int32()) for c, (_, kind) in _STEP_FIELDS.items() if kind == "int"]
-)
+
+@functools.cache
+def _step_schema():
+    return pa.schema(
+        [
+            ("source_id", pa.int32()),
+            ("line_no", pa.int64()),
+            ("step", pa.string()),
+            ("step_id", pa.int32()),
+            ("type", pa.string()),
+            ("index", pa.string()),
+            ("rank", pa.int32()),
+        ]
+        + [(c, pa.float64()) for c, (_, kind) in _STEP_FIELDS.items() if kind == "us"]
+        + [(c, pa.int32()) for c, (_, kind) in _STEP_FIELDS.items() if kind == "int"]
+    )
 
 
 def _first_line(head: bytes) -> str:
@@ -236,7 +247,7 @@ def _ingest_step_trace(ctx: Context) -> Outcome:
             ),
         )
 
-    cols: dict[str, list] = {f.name: [] for f in _STEP_SCHEMA}
+    cols: dict[str, list] = {f.name: [] for f in _step_schema()}
     drops: list[tuple[str, int]] = []
     kept = 0
     prev = reader.line_num
@@ -284,7 +295,7 @@ def _ingest_step_trace(ctx: Context) -> Outcome:
             cols[col].append(vals.get(col))
 
     if kept:
-        _insert(ctx, "step_trace_rows", pa.table(cols, schema=_STEP_SCHEMA))
+        _insert(ctx, "step_trace_rows", pa.table(cols, schema=_step_schema()))
     n_dropped = len(drops)
     drop_entries = _drop_list(drops, "line")
     message = ""
@@ -350,20 +361,23 @@ _LINK_FIELDS: dict[str, tuple[str, ...]] = {
 }
 _SIZE_DISTRIBUTION = "Size Distribution"
 
-_COMM_SCHEMA = pa.schema(
-    [
-        ("source_id", pa.int32()),
-        ("rank_set", pa.string()),
-        ("step", pa.string()),
-        ("step_id", pa.int32()),
-        ("op_name", pa.string()),
-        ("group_name", pa.string()),
-        ("rank", pa.int32()),
-    ]
-    + [(c, pa.float64()) for c in _TIME_FIELDS]
-    + [(f"{link.lower()}_{suffix}", pa.float64()) for link in _LINKS for suffix in _LINK_FIELDS]
-    + [("size_distribution", pa.string()), ("other_links", pa.string()), ("comm_type", pa.string())]
-)
+
+@functools.cache
+def _comm_schema():
+    return pa.schema(
+        [
+            ("source_id", pa.int32()),
+            ("rank_set", pa.string()),
+            ("step", pa.string()),
+            ("step_id", pa.int32()),
+            ("op_name", pa.string()),
+            ("group_name", pa.string()),
+            ("rank", pa.int32()),
+        ]
+        + [(c, pa.float64()) for c in _TIME_FIELDS]
+        + [(f"{link.lower()}_{suffix}", pa.float64()) for link in _LINKS for suffix in _LINK_FIELDS]
+        + [("size_distribution", pa.string()), ("other_links", pa.string()), ("comm_type", pa.string())]
+    )
 
 
 def _lookup(block: dict, aliases: tuple[str, ...]):
@@ -522,8 +536,8 @@ def _ingest_communication(ctx: Context) -> Outcome:
             doc,
             "a JSON object keyed by step" if per_rank else 'a JSON object keyed by rank sets like "(0, 1)"',
         )
-    cols: dict[str, list] = {f.name: [] for f in _COMM_SCHEMA}
-    value_cols = [f.name for f in _COMM_SCHEMA][7:-1]
+    cols: dict[str, list] = {f.name: [] for f in _comm_schema()}
+    value_cols = [f.name for f in _comm_schema()][7:-1]
     drops: list[tuple[str, str]] = []
     kept = 0
     for rank_set, ctype, step, op, rank_key, info, where in _comm_leaves(path, doc, per_rank):
@@ -559,7 +573,7 @@ def _ingest_communication(ctx: Context) -> Outcome:
             hint='each rank entry needs a "Communication Time Info" object of numbers',
         )
     if kept:
-        _insert(ctx, "comm_summary_rows", pa.table(cols, schema=_COMM_SCHEMA))
+        _insert(ctx, "comm_summary_rows", pa.table(cols, schema=_comm_schema()))
     message = "" if kept else "no communication entries"
     if n_dropped:
         message = f"{n_dropped} of {kept + n_dropped} entries dropped (first: {drops[0][0]}, key {drops[0][1]})"

@@ -22,11 +22,19 @@ with its key path; a link with a bad key or a non-number is dropped with its key
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
-import pyarrow as pa
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+else:
+    from .._lazy import LazyModule
+
+    pa = LazyModule("pyarrow")  # imported on first use (issue 17)
 
 from ..errors import InputError
 from .base import Context, Outcome, arrow_view, strip_bom
@@ -52,33 +60,41 @@ _MATRIX_FIELDS = {
     "transit_ms": ("Transit Time(ms)",),
     "bandwidth_gbps": ("Bandwidth(GB/s)",),
 }
-_MATRIX_SCHEMA = pa.schema(
-    [
-        ("source_id", pa.int32()),
-        ("rank_set", pa.string()),
-        ("comm_type", pa.string()),
-        ("step", pa.string()),
-        ("step_id", pa.int32()),
-        ("op_name", pa.string()),
-        ("group_name", pa.string()),
-        ("src_rank", pa.int32()),
-        ("dst_rank", pa.int32()),
-        ("transport_type", pa.string()),
-    ]
-    + [(c, pa.float64()) for c in _MATRIX_FIELDS]
-    + [("link_op_name", pa.string())]
-)
-_GROUP_SCHEMA = pa.schema(
-    [
-        ("source_id", pa.int32()),
-        ("group_type", pa.string()),
-        ("group_idx", pa.int32()),
-        ("ranks", pa.list_(pa.int32())),
-        ("group_name", pa.string()),
-        ("pg_name", pa.string()),
-        ("info", pa.string()),
-    ]
-)
+
+
+@functools.cache
+def _matrix_schema():
+    return pa.schema(
+        [
+            ("source_id", pa.int32()),
+            ("rank_set", pa.string()),
+            ("comm_type", pa.string()),
+            ("step", pa.string()),
+            ("step_id", pa.int32()),
+            ("op_name", pa.string()),
+            ("group_name", pa.string()),
+            ("src_rank", pa.int32()),
+            ("dst_rank", pa.int32()),
+            ("transport_type", pa.string()),
+        ]
+        + [(c, pa.float64()) for c in _MATRIX_FIELDS]
+        + [("link_op_name", pa.string())]
+    )
+
+
+@functools.cache
+def _group_schema():
+    return pa.schema(
+        [
+            ("source_id", pa.int32()),
+            ("group_type", pa.string()),
+            ("group_idx", pa.int32()),
+            ("ranks", pa.list_(pa.int32())),
+            ("group_name", pa.string()),
+            ("pg_name", pa.string()),
+            ("info", pa.string()),
+        ]
+    )
 
 
 def _shape(path: Path, where: str, found, expected: str) -> InputError:
@@ -124,7 +140,7 @@ def _ingest_matrix(ctx: Context) -> Outcome:
     doc, lenient = _load_json(path)
     if not isinstance(doc, dict):
         raise _shape(path, "document", doc, "a JSON object")
-    cols: dict[str, list] = {f.name: [] for f in _MATRIX_SCHEMA}
+    cols: dict[str, list] = {f.name: [] for f in _matrix_schema()}
     drops: list[tuple[str, str]] = []
     kept = 0
     for rank_set, ctype, step, op, links, where in _ops(path, doc, ctx.format == "cluster_comm_matrix"):
@@ -166,7 +182,7 @@ def _ingest_matrix(ctx: Context) -> Outcome:
     if drops and not kept:
         raise InputError(path, f"no usable link entry: {drops[0][0]}", position=f"key {drops[0][1]}")
     if kept:
-        with arrow_view(ctx, "comm_matrix", pa.table(cols, schema=_MATRIX_SCHEMA)) as name:
+        with arrow_view(ctx, "comm_matrix", pa.table(cols, schema=_matrix_schema())) as name:
             ctx.con.execute(f'INSERT INTO comm_matrix_rows BY NAME SELECT * FROM "{name}"')
     message = "" if kept else "no link entries"
     if drops:
@@ -203,7 +219,7 @@ def _ingest_groups(ctx: Context) -> Outcome:
     doc, _lenient = _load_json(path)
     if not isinstance(doc, dict):
         raise _shape(path, "document", doc, 'a JSON object with "collective" / "p2p" rank lists')
-    cols: dict[str, list] = {f.name: [] for f in _GROUP_SCHEMA}
+    cols: dict[str, list] = {f.name: [] for f in _group_schema()}
     drops: list[tuple[str, str]] = []
     for gtype, groups in doc.items():
         if not isinstance(groups, list):
@@ -235,7 +251,7 @@ def _ingest_groups(ctx: Context) -> Outcome:
     if drops and not kept:
         raise InputError(path, f"no usable group: {drops[0][0]}", position=f"key {drops[0][1]}")
     if kept:
-        with arrow_view(ctx, "comm_groups", pa.table(cols, schema=_GROUP_SCHEMA)) as name:
+        with arrow_view(ctx, "comm_groups", pa.table(cols, schema=_group_schema())) as name:
             ctx.con.execute(f'INSERT INTO comm_group_rows BY NAME SELECT * REPLACE (info::JSON AS info) FROM "{name}"')
     message = (
         f"{len(drops)} of {kept + len(drops)} groups dropped (first: {drops[0][0]}, {drops[0][1]})" if drops else ""

@@ -10,10 +10,18 @@ import re
 import struct
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
-import pyarrow as pa
-import pyarrow.compute as pc
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+else:
+    from .._lazy import LazyModule
+
+    pa = LazyModule("pyarrow")  # imported on first use (issue 17)
+    pc = LazyModule("pyarrow.compute")
 
 from ..errors import InputError
 from ..store import one_row, scalar
@@ -36,7 +44,7 @@ FROM range($n) r(i) POSITIONAL JOIN "{name}" x
 WHERE isfinite(x.tokens) AND x.tokens >= 0
 """
 # dtype code (without byte order) -> (arrow type, item size)
-_NPY_TYPES = {"i4": (pa.int32(), 4), "i8": (pa.int64(), 8), "f4": (pa.float32(), 4), "f8": (pa.float64(), 8)}
+_NPY_TYPES = {"i4": ("int32", 4), "i8": ("int64", 8), "f4": ("float32", 4), "f8": ("float64", 8)}  # pyarrow type, bytes
 _WINDOW_RE = re.compile(r"(?:^|[^a-z])(?:window|win|step|iter|iteration)[_-]?(\d+)", re.IGNORECASE)
 
 # CSV header aliases -> canonical column
@@ -227,7 +235,8 @@ class ExpertLoadFormats(ExpertsBase):
                 position="header descr",
                 hint="save load.astype('<i8') or load.astype('<f8')",
             )
-        return _NPY_TYPES[code]
+        arrow_type, size = _NPY_TYPES[code]
+        return getattr(pa, arrow_type)(), size
 
     def _ingest_load_json(self, ctx: Context) -> Outcome:
         path = ctx.path

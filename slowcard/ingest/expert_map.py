@@ -4,9 +4,16 @@ into ``expert_map_rows``. Format: slowcard/ingest/experts.py."""
 from __future__ import annotations
 
 from collections import Counter
+from typing import TYPE_CHECKING
 
 import orjson
-import pyarrow as pa
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+else:
+    from .._lazy import LazyModule
+
+    pa = LazyModule("pyarrow")  # imported on first use (issue 17)
 
 from ..errors import InputError
 from .base import Context, Outcome, arrow_view, open_bytes

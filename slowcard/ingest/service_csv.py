@@ -29,8 +29,14 @@ import io
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pyarrow as pa
+if TYPE_CHECKING:
+    import pyarrow as pa
+else:
+    from .._lazy import LazyModule
+
+    pa = LazyModule("pyarrow")  # imported on first use (issue 17)
 
 from ..errors import InputError
 from ..store import one_row, scalar
