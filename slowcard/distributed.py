@@ -398,6 +398,7 @@ def ingest_paths_dask(
             submit(ac)
         report.files = [r for r in results if r is not None]
         report.warnings = run_checks(con, run)
+        store.refresh_materialized(con)  # the stored views follow the new files (as ingest_paths)
     finally:
         if con is not None:
             con.close()

@@ -327,12 +327,17 @@ def refresh_materialized(con) -> bool:
         con.execute("BEGIN")
         try:
             con.execute(f'DELETE FROM "_mat_{v}"{where}', params)
-            if stale and not reads:
-                con.execute(
-                    f'INSERT INTO "_mat_{v}" BY NAME SELECT * FROM "_live_{v}"'
-                    + ("" if every else " WHERE run IN (SELECT unnest(?::VARCHAR[]))"),
-                    [] if every else [stale],
-                )
+            if stale and not reads and every:
+                con.execute(f'INSERT INTO "_mat_{v}" BY NAME SELECT * FROM "_live_{v}"')
+            elif stale and not reads:
+                # run by run, each with the views scoped to it (scoped_sources): a run's refill
+                # costs its own size, not the database's
+                for r in stale:
+                    con.execute("SET VARIABLE slowcard_scope = " + _quote(r))
+                    try:
+                        con.execute(f'INSERT INTO "_mat_{v}" BY NAME SELECT * FROM "_live_{v}" WHERE run = ?', [r])
+                    finally:
+                        con.execute("RESET VARIABLE slowcard_scope")
             con.execute("COMMIT")
         except duckdb.Error as exc:
             con.execute("ROLLBACK")
@@ -353,6 +358,11 @@ def refresh_materialized(con) -> bool:
     con.execute(f"INSERT INTO _mat_stamps {_STAMP_SQL}")
     con.execute("COMMIT")
     return True
+
+
+def _quote(text: str) -> str:
+    """A SQL string literal (SET VARIABLE takes no bound parameter)."""
+    return "'" + text.replace("'", "''") + "'"
 
 
 def _reads(con, view: str) -> set[str]:

@@ -443,6 +443,9 @@ def ingest_paths(
         else:
             report.files = [one(item) for item in work]
         report.warnings = run_checks(con, run)
+        # The stored cross-rank views (store.MATERIALIZED) follow the new files now, so that the
+        # duckdb shell reads the same rows as slowcard's queries right after an ingest.
+        store.refresh_materialized(con)
     finally:
         if own:
             con.close()
