@@ -175,7 +175,12 @@ def _limit_file_size(limit: int):
 
 
 def test_disk_full_gives_a_clear_message_and_keeps_the_database(tmp_path, many_files):
-    folder, paths = many_files
+    _, paths = many_files
+    # The next files must not fit in the room the limit leaves, WAL included (the WAL is a file of
+    # its own under the same limit: new rows that fit there are durable, and an ingest that wrote
+    # them is a success): an 8-rank run about 3x the first database's size.
+    folder = tmp_path / "big"
+    synth_kineto.write_ep_run(folder, ranks=8, steps=18, layers=6, gz=False)
     db = tmp_path / "full.duckdb"
     first = subprocess.run(
         CLI + ["ingest", str(paths[0]), "--db", str(db), "--run", "r", "-q"], capture_output=True, text=True
