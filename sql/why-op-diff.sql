@@ -3,6 +3,7 @@
 -- description: Why is this card slow, operator by operator: each rank's operators vs the median rank's in the same MoE layer instances: which take longer (excess time, share of the rank's excess), and whether their shapes are larger (more tokens) or the same (slower device).
 -- requires: moe_layers
 -- param: top_n INTEGER = 5                -- operators shown per rank (largest excess first)
+-- param: min_share_pct DOUBLE = 1.0       -- operators below this % of the rank's excess are left out (noise)
 -- param: same_shape_ratio DOUBLE = 1.1    -- input sizes within this ratio of the median rank's count as the same shapes
 -- param: min_ranks INTEGER = 3            -- fewer ranks have no median rank to compare with: SKIP
 -- verdict: none
@@ -141,7 +142,7 @@ rows AS (
                 ELSE 'same shapes' END AS shapes,
            pos
     FROM ranked
-    WHERE pos <= $top_n
+    WHERE pos <= $top_n AND 100.0 * excess_ns / greatest(rank_excess_ns, 1) >= $min_share_pct
 ),
 enough AS (
     SELECT CASE WHEN (SELECT n FROM n_ranks) < $min_ranks
