@@ -1,5 +1,5 @@
 -- name: why-op-diff
--- version: 1
+-- version: 2
 -- description: Why is this card slow, operator by operator: each rank's operators vs the median rank's in the same MoE layer instances: which take longer (excess time, share of the rank's excess), and whether their shapes are larger (more tokens) or the same (slower device).
 -- requires: moe_layers
 -- param: top_n INTEGER = 5                -- operators shown per rank (largest excess first)
