@@ -379,3 +379,44 @@ def test_real_slow_compute_card_runs_its_grouped_matmul_below_the_median_rank(no
         checked += 1
     if not checked:
         pytest.skip("no slow-compute FAIL run in the set")
+
+
+# ------------------------------------------------------------------ which ranks a card stands for
+
+
+def _finding(subject):
+    from slowcard.findings import Finding
+    from slowcard.verdict import Status
+
+    label = ", ".join(f"{k} {v}" for k, v in subject)
+    return Finding("q", 1, Status.FAIL, tuple(subject), label, "c", None, None, None, {})
+
+
+def test_card_ranks_of_a_rank_card_and_of_a_dp_domain():
+    import duckdb
+
+    from slowcard.why import card_ranks
+
+    con = duckdb.connect()
+    con.execute("CREATE TABLE sources (run VARCHAR, rank INTEGER, dp_rank INTEGER)")
+    con.execute(
+        "INSERT INTO sources VALUES ('r', 0, 0), ('r', 1, 0), ('r', 2, 1), ('r', 3, 1), ('r', NULL, 1), ('s', 9, 1)"
+    )
+    assert card_ranks(_finding([("rank", 3)]), con, "r") == [3]
+    # a DP domain stands for the traced ranks of that domain in the run
+    assert card_ranks(_finding([("dp_rank", 1)]), con, "r") == [2, 3]
+    assert card_ranks(_finding([("dp_rank", 5)]), con, "r") == []
+    assert card_ranks(_finding([("expert", 5)]), con, "r") == []
+
+
+def test_op_diff_without_moe_layers_compares_steps_and_finds_the_slower_kernels(gpu_db):
+    res = run(gpu_db("device_slow"), "why-op-diff")
+    assert res.status == "INFO", res.summary
+    first = rank_rows(res, 2)[0]
+    assert first["unit"] == "step" and first["instances"] == 6
+    # the GEMM kernels, placed in steps by their launch: 100 us instead of 40 us, 8 per step
+    assert "gemm" in first["name"] and first["ratio"] == pytest.approx(2.5, rel=0.05)
+    assert first["shapes"] == "shapes unknown"
+    diag = diag_of(gpu_db("device_slow"))
+    part = next(p for p in diag.why[0]["parts"] if p["query"].startswith("why-op-diff@"))
+    assert diag.why[0]["card"] == "rank 2" and part["rows"][0]["name"] == first["name"]
