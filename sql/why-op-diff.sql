@@ -103,28 +103,31 @@ placed AS (
     ASOF JOIN layers l ON e.source_id = l.source_id AND e.place_ns >= l.start_ns
     WHERE e.place_ns < l.end_ns AND NOT (e.ts_ns <= l.start_ns AND e.end_ns >= l.end_ns)
 ),
--- Outermost operators per thread: nothing that started earlier on the thread is still running.
-outer_ops AS (
-    SELECT * FROM placed
-    QUALIFY coalesce(max(end_ns) OVER (PARTITION BY source_id, step, layer, occurrence, pid, tid
-                                       ORDER BY ts_ns, end_ns DESC
-                                       ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), ts_ns) <= ts_ns
+-- Outermost operators per thread: nothing that started earlier on the thread is still running
+-- (the units do not overlap on a thread, so the thread alone is the partition). Every event
+-- then belongs to the outermost operator before it (op_no: a running count of them), so one
+-- sort gives both the operators and their subtrees; elems: the input size of the subtree.
+flagged AS (
+    SELECT *, coalesce(max(end_ns) OVER w, ts_ns) <= ts_ns AS is_outer
+    FROM placed
+    WINDOW w AS (PARTITION BY source_id, pid, tid ORDER BY ts_ns, end_ns DESC
+                 ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
 ),
--- The input size of each outermost operator: the sum over its subtree (itself included).
-sized AS (
-    SELECT o.source_id, o.pid, o.tid, o.ts_ns, sum(p.elems) AS elems
-    FROM placed p
-    ASOF JOIN outer_ops o ON p.source_id = o.source_id AND p.pid IS NOT DISTINCT FROM o.pid
-                         AND p.tid IS NOT DISTINCT FROM o.tid AND p.ts_ns >= o.ts_ns
-    WHERE p.ts_ns < o.end_ns
-    GROUP BY ALL
+numbered AS (
+    SELECT *, sum(is_outer::INTEGER) OVER (PARTITION BY source_id, pid, tid ORDER BY ts_ns, end_ns DESC
+                                           ROWS UNBOUNDED PRECEDING) AS op_no
+    FROM flagged
+),
+outer_ops AS (
+    SELECT source_id, any_value(rank) FILTER (WHERE is_outer) AS rank,
+           any_value(step) FILTER (WHERE is_outer) AS step, any_value(layer) FILTER (WHERE is_outer) AS layer,
+           any_value(occurrence) FILTER (WHERE is_outer) AS occurrence, any_value(name) FILTER (WHERE is_outer) AS name,
+           any_value(end_ns - ts_ns) FILTER (WHERE is_outer) AS dur_ns, sum(elems) AS elems
+    FROM numbered GROUP BY source_id, pid, tid, op_no
 ),
 classed AS (
-    SELECT o.rank, o.step, o.layer, o.occurrence, o.name,
-           coalesce(c.op_class, 'other') AS op_class, o.end_ns - o.ts_ns AS dur_ns, s.elems
+    SELECT o.rank, o.step, o.layer, o.occurrence, o.name, coalesce(c.op_class, 'other') AS op_class, o.dur_ns, o.elems
     FROM outer_ops o
-    LEFT JOIN sized s ON s.source_id = o.source_id AND s.pid IS NOT DISTINCT FROM o.pid
-                     AND s.tid IS NOT DISTINCT FROM o.tid AND s.ts_ns = o.ts_ns
     LEFT JOIN (SELECT DISTINCT source_id, name, op_class FROM op_classes WHERE run = $run) c
            ON c.source_id = o.source_id AND c.name = o.name
     SEMI JOIN inst USING (step, layer, occurrence)
