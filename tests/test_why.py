@@ -420,3 +420,32 @@ def test_op_diff_without_moe_layers_compares_steps_and_finds_the_slower_kernels(
     diag = diag_of(gpu_db("device_slow"))
     part = next(p for p in diag.why[0]["parts"] if p["query"].startswith("why-op-diff@"))
     assert diag.why[0]["card"] == "rank 2" and part["rows"][0]["name"] == first["name"]
+
+
+def test_host_device_parts_add_up_on_every_real_kineto_trace(realdata, tmp_path):
+    """Each real Kineto file as its own one-rank run: on a file with device activity the four
+    parts are non-negative and add up to the device window; a CPU-only file SKIPs with the reason."""
+    from slowcard.ingest import ingest_paths
+
+    files = sorted((realdata / "kineto").glob("*.json*")) if (realdata / "kineto").is_dir() else []
+    if not files:
+        pytest.skip(f"no Kineto trace in {realdata / 'kineto'}")
+    rank_map = tmp_path / "map.json"
+    rank_map.write_text('{"*": 0}')
+    db = tmp_path / "k.duckdb"
+    seen_device = False
+    for i, f in enumerate(files):
+        ingest_paths(db, [str(f)], run=f"k{i}", rank_map=rank_map)
+        res = run(db, "why-host-device", run_name=f"k{i}")
+        if res.status == "SKIP":
+            assert "no device activity" in res.summary or "duplicate ranks" in res.summary, (f, res.summary)
+            continue
+        assert res.status == "INFO", (f, res.summary)
+        seen_device = True
+        for row in res.rows:
+            parts = [row["compute_us"], row["collective_us"], row["host_wait_us"], row["other_idle_us"]]
+            assert all(p >= 0 for p in parts), (f, row)
+            assert sum(parts) == pytest.approx(row["window_ms"] * 1e3, rel=1e-3, abs=1), (f, row)
+            assert row["bound"] in ("host-bound", "device-bound", "waiting at collectives", "idle (not the host)")
+    if not seen_device:
+        pytest.skip("no real Kineto trace with device activity")
