@@ -34,9 +34,10 @@ WITH g AS MATERIALIZED (  -- the outermost GroupedMatmul operations of the run's
                                        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), ts_ns) <= ts_ns
 ),
 mm AS (  -- matmuls with their dims, in the traces that have GroupedMatmul ranges
+    -- JSON pointer paths ('/key/0'), not dollar paths: `slowcard show` prints no dollar sign but parameters
     SELECT e.source_id, e.pid, e.tid, e.ts_ns,
-           TRY_CAST(json_extract(e.args, '$."Input Dims"[0]') AS BIGINT[]) AS x,
-           TRY_CAST(json_extract(e.args, '$."Input Dims"[1]') AS BIGINT[]) AS w
+           TRY_CAST(json_extract(e.args, '/Input Dims/0') AS BIGINT[]) AS x,
+           TRY_CAST(json_extract(e.args, '/Input Dims/1') AS BIGINT[]) AS w
     FROM events e
     WHERE e.run = $run AND e.ph = 'X' AND e.name = 'aten::mm'
       AND e.source_id IN (SELECT source_id FROM g WHERE origin = 'trace')

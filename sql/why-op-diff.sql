@@ -78,8 +78,9 @@ launches AS (
 -- (always the device). elems: the element count of the first input. place_ns: where the event
 -- falls in the units (its launch for a device operation in a step).
 evs AS MATERIALIZED (
+    -- JSON pointer paths ('/key/0'), not dollar paths: `slowcard show` prints no dollar sign but parameters
     SELECT e.source_id, e.pid, e.tid, e.name, e.ts_ns, e.end_ns,
-           list_aggregate(TRY_CAST(json_extract(e.args, '$."Input Dims"[0]') AS BIGINT[]), 'product') AS elems,
+           list_aggregate(TRY_CAST(json_extract(e.args, '/Input Dims/0') AS BIGINT[]), 'product') AS elems,
            coalesce(l.launch_ns, e.ts_ns) AS place_ns
     FROM events e JOIN src USING (source_id)
     LEFT JOIN launches l ON l.source_id = e.source_id
