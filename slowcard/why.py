@@ -76,6 +76,8 @@ def explain(results: dict, con=None, run: str | None = None) -> list[dict]:
                 part["lines"] = [_row_line(res, r) for r in rows]
                 if rows:
                     part["summary"] = part["lines"][0]
+                elif res.status == Status.PASS:  # a verdict that found nothing says so itself
+                    part["summary"] = res.summary
                 else:
                     part["summary"] = (
                         f"nothing on {', '.join(f'rank {r}' for r in ranks)} stands out against the median rank"

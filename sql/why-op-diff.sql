@@ -1,8 +1,9 @@
 -- name: why-op-diff
--- version: 1
+-- version: 2
 -- description: Why is this card slow, operator by operator: each rank's operators vs the median rank's in the same MoE layer instances: which take longer (excess time, share of the rank's excess), and whether their shapes are larger (more tokens) or the same (slower device).
--- requires: moe_layers
+-- requires: sources
 -- param: top_n INTEGER = 5                -- operators shown per rank (largest excess first)
+-- param: min_share_pct DOUBLE = 1.0       -- operators below this % of the rank's excess are left out (noise)
 -- param: same_shape_ratio DOUBLE = 1.1    -- input sizes within this ratio of the median rank's count as the same shapes
 -- param: min_ranks INTEGER = 3            -- fewer ranks have no median rank to compare with: SKIP
 -- verdict: none
@@ -10,7 +11,7 @@
 -- subject: rank
 -- order: 200
 -- shows: why
--- summary: rank {rank}: {name} ({op_class}) +{excess_us} us over {instances} layer instances = {excess_share_pct}% of its excess ({ratio}x the median rank, {shapes}: {reading})
+-- summary: rank {rank}: {name} ({op_class}) +{excess_us} us over {instances} {unit}s = {excess_share_pct}% of its excess ({ratio}x the median rank, {shapes}: {reading})
 --
 -- The question after a verdict names a card: what exactly on it takes longer? Within each MoE
 -- layer instance that every rank has (moe_layers: "the same layer"), each rank's operators are
@@ -33,61 +34,101 @@
 -- Above same_shape_ratio: 'more tokens' (more work: routing / load, not the device); below its
 -- inverse, 'fewer tokens'; within it, 'same shapes' (the same work takes longer: a slower device
 -- or process); no shapes recorded: 'shapes unknown'.
--- SKIP (one row with skip_reason) when fewer than min_ranks ranks have MoE layer instances.
+-- Without MoE layers the units are the steps (ProfilerStep# / decode_step_ ranges; layer -1):
+-- a rank's host operations in the step, or on a GPU trace its kernels, placed by the step their
+-- launch call ran in (kernels carry no shapes: 'shapes unknown').
+-- SKIP (one row with skip_reason) when fewer than min_ranks ranks have MoE layer instances (or steps).
 
-WITH src AS (SELECT source_id, device_moe FROM _ep_sources WHERE run = $run AND rank IS NOT NULL),
+WITH has_layers AS (SELECT EXISTS (SELECT 1 FROM moe_layers WHERE run = $run AND rank IS NOT NULL) AS yes),
+-- The sources compared and their lane: the EP sources (device lane when their MoE work is on
+-- the device); without MoE layers, every ranked trace with step marks (device lane when it has
+-- kernels).
+src AS MATERIALIZED (
+    SELECT source_id, device_moe AS device FROM _ep_sources
+    WHERE run = $run AND rank IS NOT NULL AND (SELECT yes FROM has_layers)
+    UNION ALL
+    SELECT s.source_id, EXISTS (SELECT 1 FROM events k WHERE k.run = $run AND k.source_id = s.source_id AND k.cat = 'kernel')
+    FROM (SELECT DISTINCT source_id FROM _steps WHERE run = $run AND rank IS NOT NULL) s
+    WHERE NOT (SELECT yes FROM has_layers)
+),
+-- The units compared: MoE layer instances, else steps (layer -1).
 layers AS MATERIALIZED (
-    SELECT l.* FROM moe_layers l JOIN src USING (source_id) WHERE l.run = $run
+    SELECT l.run, l.rank, l.source_id, l.step, l.layer, l.occurrence, l.start_ns, l.end_ns
+    FROM moe_layers l JOIN src USING (source_id) WHERE l.run = $run AND (SELECT yes FROM has_layers)
+    UNION ALL
+    SELECT st.run, st.rank, st.source_id, st.step, -1, 0, st.step_start_ns, st.step_end_ns
+    FROM _steps st JOIN src USING (source_id) WHERE st.run = $run AND NOT (SELECT yes FROM has_layers)
 ),
 n_ranks AS (SELECT count(DISTINCT rank) AS n FROM layers),
-inst AS (  -- layer instances every rank has
+inst AS (  -- units every rank has
     SELECT step, layer, occurrence FROM layers GROUP BY ALL
     HAVING count(DISTINCT rank) = (SELECT n FROM n_ranks)
 ),
--- Trace events of the EP sources, on the lane each source is measured on, and operator CSV rows
--- (always the device). dims: the element count of the first input.
-evs AS MATERIALIZED (
-    SELECT e.source_id, e.pid, e.tid, e.name, e.ts_ns, e.end_ns,
-           list_aggregate(TRY_CAST(json_extract(e.args, '$."Input Dims"[0]') AS BIGINT[]), 'product') AS elems
+-- Steps are host ranges: a device operation belongs to the step its launch call ran in
+-- (correlation id of the CUDA / HIP runtime call). MoE layers are on the lane already.
+launches AS (
+    SELECT e.source_id, TRY_CAST(regexp_extract(e.args, '"correlation":\s*(\d+)', 1) AS BIGINT) AS correlation,
+           min(e.ts_ns) AS launch_ns
     FROM events e JOIN src USING (source_id)
+    WHERE e.run = $run AND NOT (SELECT yes FROM has_layers) AND src.device AND e.ph = 'X'
+      AND e.cat IN ('cuda_runtime', 'cuda_driver') AND contains(e.args, 'correlation')
+    GROUP BY ALL
+),
+-- Trace events of those sources, on the lane each is measured on, and operator CSV rows
+-- (always the device). elems: the element count of the first input. place_ns: where the event
+-- falls in the units (its launch for a device operation in a step).
+evs AS MATERIALIZED (
+    -- JSON pointer paths ('/key/0'), not dollar paths: `slowcard show` prints no dollar sign but parameters
+    SELECT e.source_id, e.pid, e.tid, e.name, e.ts_ns, e.end_ns,
+           list_aggregate(TRY_CAST(json_extract(e.args, '/Input Dims/0') AS BIGINT[]), 'product') AS elems,
+           coalesce(l.launch_ns, e.ts_ns) AS place_ns
+    FROM events e JOIN src USING (source_id)
+    LEFT JOIN launches l ON l.source_id = e.source_id
+                        AND l.correlation = TRY_CAST(regexp_extract(e.args, '"correlation":\s*(\d+)', 1) AS BIGINT)
+                        AND e.cat IN ('kernel', 'gpu_memcpy', 'gpu_memset')
     WHERE e.run = $run AND e.ph = 'X' AND e.dur_ns IS NOT NULL
-      AND (e.cat IN ('kernel', 'gpu_memcpy', 'gpu_memset', 'gpu_user_annotation')) = src.device_moe
+      AND (e.cat IN ('kernel', 'gpu_memcpy', 'gpu_memset', 'gpu_user_annotation')) = src.device
+      AND NOT (NOT (SELECT yes FROM has_layers) AND e.cat = 'gpu_user_annotation')
     UNION ALL
     SELECT o.source_id, CAST(o.device_id AS VARCHAR), o.stream_id, o.name, o.ts_ns, o.end_ns,
-           list_aggregate(TRY_CAST(string_split(split_part(o.input_shapes, ';', 1), ',') AS BIGINT[]), 'product')
+           list_aggregate(TRY_CAST(string_split(split_part(o.input_shapes, ';', 1), ',') AS BIGINT[]), 'product'),
+           o.ts_ns
     FROM ops o JOIN src USING (source_id)
     WHERE o.run = $run AND o.ts_ns IS NOT NULL AND o.dur_ns IS NOT NULL
 ),
--- Each event in its layer instance; events that enclose the whole layer (the layer annotation
--- itself, the step, the profiler span) are not operators of it.
+-- Each event in its unit; events that enclose the whole unit (the layer annotation itself, the
+-- step, the profiler span) are not operators of it.
 placed AS (
-    SELECT e.*, l.rank, l.step, l.layer, l.occurrence
+    SELECT e.* EXCLUDE (place_ns), l.rank, l.step, l.layer, l.occurrence
     FROM evs e
-    ASOF JOIN layers l ON e.source_id = l.source_id AND e.ts_ns >= l.start_ns
-    WHERE e.ts_ns < l.end_ns AND NOT (e.ts_ns <= l.start_ns AND e.end_ns >= l.end_ns)
+    ASOF JOIN layers l ON e.source_id = l.source_id AND e.place_ns >= l.start_ns
+    WHERE e.place_ns < l.end_ns AND NOT (e.ts_ns <= l.start_ns AND e.end_ns >= l.end_ns)
 ),
--- Outermost operators per thread: nothing that started earlier on the thread is still running.
+-- Outermost operators per thread: nothing that started earlier on the thread is still running
+-- (the units do not overlap on a thread, so the thread alone is the partition). Every event
+-- then belongs to the outermost operator before it (op_no: a running count of them), so one
+-- sort gives both the operators and their subtrees; elems: the input size of the subtree.
+flagged AS (
+    SELECT *, coalesce(max(end_ns) OVER w, ts_ns) <= ts_ns AS is_outer
+    FROM placed
+    WINDOW w AS (PARTITION BY source_id, pid, tid ORDER BY ts_ns, end_ns DESC
+                 ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+),
+numbered AS (
+    SELECT *, sum(is_outer::INTEGER) OVER (PARTITION BY source_id, pid, tid ORDER BY ts_ns, end_ns DESC
+                                           ROWS UNBOUNDED PRECEDING) AS op_no
+    FROM flagged
+),
 outer_ops AS (
-    SELECT * FROM placed
-    QUALIFY coalesce(max(end_ns) OVER (PARTITION BY source_id, step, layer, occurrence, pid, tid
-                                       ORDER BY ts_ns, end_ns DESC
-                                       ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), ts_ns) <= ts_ns
-),
--- The input size of each outermost operator: the sum over its subtree (itself included).
-sized AS (
-    SELECT o.source_id, o.pid, o.tid, o.ts_ns, sum(p.elems) AS elems
-    FROM placed p
-    ASOF JOIN outer_ops o ON p.source_id = o.source_id AND p.pid IS NOT DISTINCT FROM o.pid
-                         AND p.tid IS NOT DISTINCT FROM o.tid AND p.ts_ns >= o.ts_ns
-    WHERE p.ts_ns < o.end_ns
-    GROUP BY ALL
+    SELECT source_id, any_value(rank) FILTER (WHERE is_outer) AS rank,
+           any_value(step) FILTER (WHERE is_outer) AS step, any_value(layer) FILTER (WHERE is_outer) AS layer,
+           any_value(occurrence) FILTER (WHERE is_outer) AS occurrence, any_value(name) FILTER (WHERE is_outer) AS name,
+           any_value(end_ns - ts_ns) FILTER (WHERE is_outer) AS dur_ns, sum(elems) AS elems
+    FROM numbered GROUP BY source_id, pid, tid, op_no
 ),
 classed AS (
-    SELECT o.rank, o.step, o.layer, o.occurrence, o.name,
-           coalesce(c.op_class, 'other') AS op_class, o.end_ns - o.ts_ns AS dur_ns, s.elems
+    SELECT o.rank, o.step, o.layer, o.occurrence, o.name, coalesce(c.op_class, 'other') AS op_class, o.dur_ns, o.elems
     FROM outer_ops o
-    LEFT JOIN sized s ON s.source_id = o.source_id AND s.pid IS NOT DISTINCT FROM o.pid
-                     AND s.tid IS NOT DISTINCT FROM o.tid AND s.ts_ns = o.ts_ns
     LEFT JOIN (SELECT DISTINCT source_id, name, op_class FROM op_classes WHERE run = $run) c
            ON c.source_id = o.source_id AND c.name = o.name
     SEMI JOIN inst USING (step, layer, occurrence)
@@ -141,17 +182,18 @@ rows AS (
                 ELSE 'same shapes' END AS shapes,
            pos
     FROM ranked
-    WHERE pos <= $top_n
+    WHERE pos <= $top_n AND 100.0 * excess_ns / greatest(rank_excess_ns, 1) >= $min_share_pct
 ),
 enough AS (
     SELECT CASE WHEN (SELECT n FROM n_ranks) < $min_ranks
-                THEN format('{} rank(s) with MoE layers in this run; comparing a rank with the median rank needs >= {}',
+                THEN format('{} rank(s) with MoE layers (or, without MoE layers, step marks) in this run; comparing a rank with the median rank needs >= {}',
                             (SELECT n FROM n_ranks), $min_ranks)
                 WHEN (SELECT count(*) FROM inst) = 0
-                THEN 'no MoE layer instance that every rank has (steps or layers do not match across ranks)'
+                THEN 'no MoE layer instance (or step) that every rank has: steps or layers do not match across ranks'
            END AS skip_reason
 )
-SELECT rank, op_class, name, instances, calls_per_instance, us_per_instance, median_rank_us_per_instance,
+SELECT rank, op_class, name, instances,
+       CASE WHEN (SELECT yes FROM has_layers) THEN 'MoE layer instance' ELSE 'step' END AS unit, calls_per_instance, us_per_instance, median_rank_us_per_instance,
        ratio, excess_us, sum_excess_us, excess_share_pct, above_pct, shape_ratio, shapes,
        CASE WHEN op_class IN ('collective', 'dispatch', 'combine')
                 THEN 'communication: its time includes waiting for the slowest rank (rank-waits), so a longer one is not by itself a slow card'
@@ -164,6 +206,6 @@ SELECT rank, op_class, name, instances, calls_per_instance, us_per_instance, med
 FROM rows, enough
 WHERE enough.skip_reason IS NULL
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, skip_reason
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, skip_reason
 FROM enough WHERE skip_reason IS NOT NULL
 ORDER BY rank NULLS FIRST, excess_us DESC, name

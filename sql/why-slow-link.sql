@@ -1,5 +1,5 @@
 -- name: why-slow-link
--- version: 1
+-- version: 2
 -- description: Slow links: per collective kind and process group (traces) or link type (Ascend communication summaries), each rank's effective bandwidth (bytes moved / its transfer time) vs the median rank's; a slow-link finding names the rank and the link.
 -- requires: sources
 -- param: max_bw_ratio DOUBLE = 0.67      -- slow-link: the rank's median bandwidth / the median rank's, at most this
@@ -37,6 +37,7 @@ WITH tr AS (  -- trace collectives with their bytes
     WHERE w.run = $run AND e.run = $run
 ),
 tr_bytes AS (
+    -- JSON pointer paths ('/key/0'), not dollar paths: `slowcard show` prints no dollar sign but parameters
     SELECT *,
            CASE WHEN lower(dt) SIMILAR TO '.*(double|long|int64|float64).*' THEN 8
                 WHEN lower(dt) SIMILAR TO '.*(bfloat16|half|float16|short|int16).*' THEN 2
@@ -45,10 +46,10 @@ tr_bytes AS (
            END AS elem_bytes
     FROM (
         SELECT rank, pg, coll_kind, instance, transfer_ns,
-               coalesce(greatest(TRY_CAST(json_extract_string(args, '$."In msg nelems"') AS BIGINT),
-                                 TRY_CAST(json_extract_string(args, '$."Out msg nelems"') AS BIGINT)),
-                        list_aggregate(TRY_CAST(json_extract(args, '$."Input Dims"[0]') AS BIGINT[]), 'product')) AS nelems,
-               coalesce(json_extract_string(args, '$.dtype'), json_extract_string(args, '$."Input type"[0]')) AS dt
+               coalesce(greatest(TRY_CAST(json_extract_string(args, '/In msg nelems') AS BIGINT),
+                                 TRY_CAST(json_extract_string(args, '/Out msg nelems') AS BIGINT)),
+                        list_aggregate(TRY_CAST(json_extract(args, '/Input Dims/0') AS BIGINT[]), 'product')) AS nelems,
+               coalesce(json_extract_string(args, '/dtype'), json_extract_string(args, '/Input type/0')) AS dt
         FROM tr
     )
 ),

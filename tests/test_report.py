@@ -112,8 +112,11 @@ def test_real_report_is_self_contained_and_names_the_slow_rank(real):
     row = re.search(r"<tr><td><code>ep-slow-rank@v4</code></td><td>(.*?)</td><td>(.*?)</td></tr>", page)
     assert row and "FAIL" in row.group(1) and "rank 1 token-skew" in row.group(2)
     # without a diagnosis conclusion the page opens with the flagged verdicts, worst first
-    top = page[page.index('<div class="conclusion">') : page.index("<h2>MoE time per rank</h2>")]
+    start = page.index('<div class="conclusion">')
+    top = page[start : page.index("<h2", start)]
     assert re.findall(r"<code>([a-z-]+@v\d+)</code>", top) == ["ep-slow-rank@v4", "straggler-rank@v1"]
+    # then the why-section of the slow card, before the figures
+    assert start < page.index('<h2 class="why">Why is rank 1 slow?') < page.index("<h2>MoE time per rank</h2>")
     # every figure names its query@version under it
     for f in report.figure_data(page):
         assert re.fullmatch(r"[a-z0-9-]+@v\d+", f["query"])

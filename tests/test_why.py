@@ -320,3 +320,132 @@ def test_slow_link_skips_with_the_reason_below_three_ranks(tmp_path):
     ingest_ok(tmp_path / "c.duckdb", [tmp_path / "in"], "r")
     res = run(tmp_path / "c.duckdb", "why-slow-link")
     assert res.status == "SKIP" and "no median rank" in res.summary
+
+
+# ------------------------------------------------------------------ why-gmm-efficiency
+
+
+def test_gmm_efficiency_of_a_slow_device_is_far_below_the_median_rank_for_the_same_shapes(synth_db):
+    res = run(synth_db("slow_compute", slow_rank=2), "why-gmm-efficiency")
+    assert res.status == "INFO", res.summary
+    rows = {r["rank"]: r for r in res.rows}
+    # the generator runs rank 2's GroupedMatmul ops 3x longer on the same rows
+    assert rows[2]["shapes"] == "same shapes"
+    assert rows[2]["efficiency_pct"] < 50
+    assert all(70 < rows[r]["efficiency_pct"] < 130 for r in (0, 1, 3))
+    # TFLOP/s = FLOPs / time, with FLOPs = 2 M K N of the matmuls inside
+    for r in res.rows:
+        assert r["tflops"] == pytest.approx(r["gflop"] / r["time_ms"], rel=0.01, abs=1e-4)  # GFLOP/ms
+
+
+def test_gmm_efficiency_reads_ascend_operator_csv_input_shapes(tmp_path):
+    from slowcard.ingest import ingest_paths
+
+    for r in range(4):
+        lines = ["Name,Type,Start Time(us),Duration(us),Input Shapes"]
+        for k in range(6):
+            dur = 200 if r == 3 else 100
+            lines.append(
+                f'aclnnGroupedMatmulV5_{k},GroupedMatmul,"{1736413971558972 + 1000 * k}.000\t",{dur},"""512,16;8,16,2048;;;;;;8"""'
+            )
+        (tmp_path / "in" / f"rank{r}").mkdir(parents=True)
+        (tmp_path / "in" / f"rank{r}" / "kernel_details.csv").write_text("\n".join(lines) + "\n")
+    rep = ingest_paths(tmp_path / "o.duckdb", [str(tmp_path / "in")], run="r", rank_pattern=r"rank(\d+)")
+    assert all(f.status == "ok" for f in rep.files)
+    rows = {r["rank"]: r for r in run(tmp_path / "o.duckdb", "why-gmm-efficiency").rows}
+    # x [512, 16], 8 experts of 16 x 2048: 2 x 512 x 16 x 2048 FLOPs per 100 us call
+    assert rows[0]["shape"] == "16x2048"
+    assert rows[0]["tflops"] == pytest.approx(2 * 512 * 16 * 2048 / 100e-6 / 1e12, rel=1e-3)
+    assert rows[3]["efficiency_pct"] == pytest.approx(50) and rows[3]["shapes"] == "same shapes"
+
+
+def test_gmm_efficiency_skips_without_known_shapes(gpu_db):
+    res = run(gpu_db("balanced"), "why-gmm-efficiency")
+    assert res.status == "SKIP" and "known shapes" in res.summary
+
+
+def test_real_slow_compute_card_runs_its_grouped_matmul_below_the_median_rank(noise_db):
+    """Every slow-compute FAIL run of the calibration set: the named card's GroupedMatmul
+    achieves clearly fewer TFLOP/s than the median rank for the same shapes."""
+    db, runs = noise_db
+    checked = 0
+    for name, exp in runs.items():
+        if exp["cause"] != "slow-compute":
+            continue
+        res = run(db, "why-gmm-efficiency", run_name=name)
+        card = [r for r in res.rows if r["rank"] == exp["rank"]]
+        assert card and card[0]["shapes"] == "same shapes", (name, res.rows)
+        assert card[0]["efficiency_pct"] < 70, (name, card)
+        checked += 1
+    if not checked:
+        pytest.skip("no slow-compute FAIL run in the set")
+
+
+# ------------------------------------------------------------------ which ranks a card stands for
+
+
+def _finding(subject):
+    from slowcard.findings import Finding
+    from slowcard.verdict import Status
+
+    label = ", ".join(f"{k} {v}" for k, v in subject)
+    return Finding("q", 1, Status.FAIL, tuple(subject), label, "c", None, None, None, {})
+
+
+def test_card_ranks_of_a_rank_card_and_of_a_dp_domain():
+    import duckdb
+
+    from slowcard.why import card_ranks
+
+    con = duckdb.connect()
+    con.execute("CREATE TABLE sources (run VARCHAR, rank INTEGER, dp_rank INTEGER)")
+    con.execute(
+        "INSERT INTO sources VALUES ('r', 0, 0), ('r', 1, 0), ('r', 2, 1), ('r', 3, 1), ('r', NULL, 1), ('s', 9, 1)"
+    )
+    assert card_ranks(_finding([("rank", 3)]), con, "r") == [3]
+    # a DP domain stands for the traced ranks of that domain in the run
+    assert card_ranks(_finding([("dp_rank", 1)]), con, "r") == [2, 3]
+    assert card_ranks(_finding([("dp_rank", 5)]), con, "r") == []
+    assert card_ranks(_finding([("expert", 5)]), con, "r") == []
+
+
+def test_op_diff_without_moe_layers_compares_steps_and_finds_the_slower_kernels(gpu_db):
+    res = run(gpu_db("device_slow"), "why-op-diff")
+    assert res.status == "INFO", res.summary
+    first = rank_rows(res, 2)[0]
+    assert first["unit"] == "step" and first["instances"] == 6
+    # the GEMM kernels, placed in steps by their launch: 100 us instead of 40 us, 8 per step
+    assert "gemm" in first["name"] and first["ratio"] == pytest.approx(2.5, rel=0.05)
+    assert first["shapes"] == "shapes unknown"
+    diag = diag_of(gpu_db("device_slow"))
+    part = next(p for p in diag.why[0]["parts"] if p["query"].startswith("why-op-diff@"))
+    assert diag.why[0]["card"] == "rank 2" and part["rows"][0]["name"] == first["name"]
+
+
+def test_host_device_parts_add_up_on_every_real_kineto_trace(realdata, tmp_path):
+    """Each real Kineto file as its own one-rank run: on a file with device activity the four
+    parts are non-negative and add up to the device window; a CPU-only file SKIPs with the reason."""
+    from slowcard.ingest import ingest_paths
+
+    files = sorted((realdata / "kineto").glob("*.json*")) if (realdata / "kineto").is_dir() else []
+    if not files:
+        pytest.skip(f"no Kineto trace in {realdata / 'kineto'}")
+    rank_map = tmp_path / "map.json"
+    rank_map.write_text('{"*": 0}')
+    db = tmp_path / "k.duckdb"
+    seen_device = False
+    for i, f in enumerate(files):
+        ingest_paths(db, [str(f)], run=f"k{i}", rank_map=rank_map)
+        res = run(db, "why-host-device", run_name=f"k{i}")
+        if res.status == "SKIP":
+            assert "no device activity" in res.summary or "duplicate ranks" in res.summary, (f, res.summary)
+            continue
+        assert res.status == "INFO", (f, res.summary)
+        seen_device = True
+        for row in res.rows:
+            parts = [row["compute_us"], row["collective_us"], row["host_wait_us"], row["other_idle_us"]]
+            assert all(p >= 0 for p in parts), (f, row)
+            assert sum(parts) == pytest.approx(row["window_ms"] * 1e3, rel=1e-3, abs=1), (f, row)
+            assert row["bound"] in ("host-bound", "device-bound", "waiting at collectives", "idle (not the host)")
+    if not seen_device:
+        pytest.skip("no real Kineto trace with device activity")
