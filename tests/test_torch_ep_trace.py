@@ -42,7 +42,9 @@ def test_token_skew_run_is_read_as_token_skew_on_the_slow_rank(tmp_path):
     con = queries.open_readonly(db)
     try:
         res = queries.run_query(con, queries.load_catalog()["ep-slow-rank"], "r")
-        tokens = dict(con.execute("SELECT rank, sum(tokens) FROM moe_layer_facts WHERE run = 'r' GROUP BY rank").fetchall())
+        tokens = dict(
+            con.execute("SELECT rank, sum(tokens) FROM moe_layer_facts WHERE run = 'r' GROUP BY rank").fetchall()
+        )
     finally:
         con.close()
     # every rank routes 256 tokens per layer instance; 60 % of them pinned to rank 2's experts
