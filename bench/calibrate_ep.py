@@ -303,7 +303,9 @@ def run_shared(work: Path) -> str:
     )
 
 
-def run_torch(work: Path, seeds: int) -> list[dict] | str:
+def run_torch(
+    work: Path, seeds: int, balanced_only: bool = False, worlds: tuple[int, ...] = (4, 6)
+) -> list[dict] | str:
     try:
         import torch  # noqa: F401
     except ImportError:
@@ -328,7 +330,9 @@ def run_torch(work: Path, seeds: int) -> list[dict] | str:
         ("slow_compute", "slow-compute", 2.5),
         ("slow_comm", "slow-comm", 5.0),
     ]
-    for world in (4, 6):
+    if balanced_only:  # false alarms only (more balanced runs in the same time)
+        plan = [p for p in plan if p[1] is None]
+    for world in worlds:
         for i, (scenario, cause, effect) in enumerate(plan):
             for seed in range(seeds):
                 # host noise on every rank: none on even seeds, 0.5 ms mean sleeps on odd ones
@@ -383,6 +387,8 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=None, help="seeds per lock-step cell (default 12, quick 4)")
     ap.add_argument("--torch-seeds", type=int, default=2)
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--torch-balanced-only", action="store_true", help="torch source: balanced runs only")
+    ap.add_argument("--torch-worlds", default="4,6", help="torch source: world sizes (default 4,6)")
     ap.add_argument("--only", default="lockstep,synth,shared,torch")
     a = ap.parse_args()
     seeds = a.seeds or (4 if a.quick else 12)
@@ -401,7 +407,16 @@ def main() -> None:
             (
                 "torch",
                 "Real torch.profiler runs on CPU processes (bench/torch_ep_trace.py)",
-                lambda: "skipped (--no-torch)" if a.no_torch else run_torch(work, a.torch_seeds),
+                lambda: (
+                    "skipped (--no-torch)"
+                    if a.no_torch
+                    else run_torch(
+                        work,
+                        a.torch_seeds,
+                        a.torch_balanced_only,
+                        tuple(int(w) for w in a.torch_worlds.split(",")),
+                    )
+                ),
             ),
         ):
             if key not in only:
