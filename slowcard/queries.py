@@ -453,18 +453,31 @@ def _relation_has_run(con, name: str) -> bool | None:
     return cached.get(name)
 
 
+# Per read-only connection (nothing can write while it is open): (relation, run) -> rows (0/1).
+# Many queries require the same relation; diagnose asks once.
+_HAS_ROWS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def _relation_rows(con, name: str, run: str) -> int | None:
     """None when the table/view does not exist; else 1 if it has a row for the run, 0 if not."""
+    from .store import _FRESH
+
     has_run = _relation_has_run(con, name)
     if has_run is None:
         return None
+    known = _HAS_ROWS.setdefault(con, {}) if con in _FRESH else {}
+    if (name, run) in known:
+        return known[(name, run)]
     cur = scoped_cursor(con, run)
     try:
         if has_run:
-            return len(cur.execute(f'SELECT 1 FROM "{name}" WHERE run = ? LIMIT 1', [run]).fetchall())
-        return len(cur.execute(f'SELECT 1 FROM "{name}" LIMIT 1').fetchall())
+            n = len(cur.execute(f'SELECT 1 FROM "{name}" WHERE run = ? LIMIT 1', [run]).fetchall())
+        else:
+            n = len(cur.execute(f'SELECT 1 FROM "{name}" LIMIT 1').fetchall())
     finally:
         cur.close()
+    known[(name, run)] = n
+    return n
 
 
 def scoped_cursor(con, run: str | None):
