@@ -137,10 +137,30 @@ def test_random_bytes_after_a_trace_prefix(con, work, data):
     check(con, work / "prefixed.json", b'{"traceEvents": [' + data, "chrome")
 
 
-def test_truncation_at_every_position(con, work):
+def _truncation_cuts(full: bytes, every: bool) -> list[int]:
+    """Where to cut the trace: every byte, or (default run) every byte of the header, the first
+    event and the end (the last event, ']', trailing keys: where the parser's states change), the
+    bytes around each boundary between events, and a fresh seeded quarter of the bytes inside the
+    middle events (a cut there behaves like the cuts beside it); each run covers another quarter,
+    and `-m slow` runs every byte."""
+    if every:
+        return list(range(len(full) + 1))
+    starts = [i for i in range(len(full)) if full[i : i + 1] == b"{" and full[:i].rstrip().endswith((b"[", b","))]
+    head_end = starts[1] if len(starts) > 1 else len(full)
+    tail_start = starts[-1] if starts else 0
+    cuts = set(range(0, head_end + 1)) | set(range(tail_start, len(full) + 1))
+    for i in starts:
+        cuts |= {c for c in range(i - 3, i + 2) if 0 <= c <= len(full)}
+    rng = random.Random(SEED)
+    cuts |= {c for c in range(len(full) + 1) if rng.random() < 1 / 4}
+    return sorted(cuts)
+
+
+@pytest.mark.parametrize("every", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["structural", "every"])
+def test_truncation_at_every_position(con, work, every):
     full = small_trace()
     kept_prev = 0
-    for cut in range(len(full) + 1):
+    for cut in _truncation_cuts(full, every):
         res = check(con, work / "cut.json", full[:cut], "chrome truncation")
         kept = res.rows_kept if res.status != "failed" else 0
         assert kept >= kept_prev or res.status == "failed", (cut, kept, kept_prev)
