@@ -483,9 +483,11 @@ def _relation_rows(con, name: str, run: str) -> int | None:
 def scoped_cursor(con, run: str | None):
     """A connection of its own whose views read ``run`` only (every run when None): the variable
     slowcard_scope that ``scoped_sources`` (schema.sql) filters on."""
+    from .store import set_scope
+
     cur = con.cursor()
     if run is not None:
-        cur.execute("SET VARIABLE slowcard_scope = " + _sql_literal(run, "VARCHAR"))
+        set_scope(cur, run)
     return cur
 
 

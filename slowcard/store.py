@@ -333,11 +333,11 @@ def refresh_materialized(con) -> bool:
                 # run by run, each with the views scoped to it (scoped_sources): a run's refill
                 # costs its own size, not the database's
                 for r in stale:
-                    con.execute("SET VARIABLE slowcard_scope = " + _quote(r))
+                    set_scope(con, r)
                     try:
                         con.execute(f'INSERT INTO "_mat_{v}" BY NAME SELECT * FROM "_live_{v}" WHERE run = ?', [r])
                     finally:
-                        con.execute("RESET VARIABLE slowcard_scope")
+                        set_scope(con, None)
             con.execute("COMMIT")
         except duckdb.Error as exc:
             con.execute("ROLLBACK")
@@ -360,9 +360,13 @@ def refresh_materialized(con) -> bool:
     return True
 
 
-def _quote(text: str) -> str:
-    """A SQL string literal (SET VARIABLE takes no bound parameter)."""
-    return "'" + text.replace("'", "''") + "'"
+def set_scope(con, run: str | None) -> None:
+    """Make this connection's views read ``run`` only (``scoped_sources`` in schema.sql), or every
+    run again (None). SET VARIABLE takes no bound parameter: the run is a quoted literal."""
+    if run is None:
+        con.execute("RESET VARIABLE slowcard_scope")
+    else:
+        con.execute("SET VARIABLE slowcard_scope = '" + run.replace("'", "''") + "'")
 
 
 def _reads(con, view: str) -> set[str]:
