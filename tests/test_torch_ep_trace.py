@@ -24,7 +24,7 @@ from slowcard.ingest import ingest_paths  # noqa: E402
 
 def test_token_skew_run_is_read_as_token_skew_on_the_slow_rank(tmp_path):
     out = tmp_path / "run"
-    cost = torch_ep_trace.generate(out, world=3, scenario="token_skew", effect=0.6, slow_rank=2, steps=3, layers=3)
+    cost = torch_ep_trace.generate(out, world=3, scenario="token_skew", effect=0.6, slow_rank=2, steps=6, layers=3)
     files = sorted(out.glob("rank*.pt.trace.json.gz"))
     assert [f.name for f in files] == [f"rank{r}.pt.trace.json.gz" for r in range(3)]
     assert cost is not None and cost > 0
@@ -48,7 +48,7 @@ def test_token_skew_run_is_read_as_token_skew_on_the_slow_rank(tmp_path):
     finally:
         con.close()
     # every rank routes 256 tokens per layer instance; 60 % of them pinned to rank 2's experts
-    assert sum(tokens.values()) == 3 * 256 * 9
+    assert sum(tokens.values()) == 3 * 256 * (6 * 3)  # 3 ranks x 256 tokens x (6 steps x 3 layers)
     assert tokens[2] > 1.8 * max(tokens[0], tokens[1])
     assert res.status in ("FAIL", "WARN"), res.summary
     assert (res.rows[0]["rank"], res.rows[0]["cause"]) == (2, "token-skew")
