@@ -20,6 +20,7 @@ DuckDB file (batch.csv and request.csv only) and dp-imbalance runs with its defa
 from __future__ import annotations
 
 import argparse
+import math
 import multiprocessing
 import shutil
 import sys
@@ -28,6 +29,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from statistics import NormalDist
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -41,6 +43,8 @@ from slowcard.ingest import ingest_paths  # noqa: E402
 LEVELS = (0.6, 0.8, 1.2)  # requests/s per domain
 ASSIGN = ("round_robin", "random")
 N_DP = 4
+LONG_RUNS_S = (180.0, 240.0, 600.0)
+LONG_LABEL = "request skew 1.5x, longer runs"
 HOT = 1
 # (label, scenario, overrides, expected cause)
 CAUSES = (
@@ -70,7 +74,7 @@ class Outcome:
 
 def tasks(n_balanced: int, per_cause: int) -> list[Task]:
     """The runs: balanced/burst over levels and dispatchers, then each cause likewise."""
-    out = []
+    out: list[Task] = []
     for i in range(n_balanced):
         level, assign = LEVELS[i % len(LEVELS)], ASSIGN[(i // len(LEVELS)) % len(ASSIGN)]
         burst = i % 3 == 2
@@ -91,7 +95,24 @@ def tasks(n_balanced: int, per_cause: int) -> list[Task]:
             level, assign = LEVELS[i % len(LEVELS)], ASSIGN[(i // len(LEVELS)) % len(ASSIGN)]
             ov = {"rate_rps": level * N_DP, "assign": assign, "hot_dp": HOT} | extra
             out.append(Task(label, scenario, tuple(sorted(ov.items())), 5000 + i, cause))
+    # request skew under a random dispatcher over longer recordings: how long a run must be
+    for duration in LONG_RUNS_S:
+        for i in range(per_cause // 3):
+            ov = {"rate_rps": 0.8 * N_DP, "assign": "random", "hot_dp": HOT, "skew_weight": 1.5, "duration_s": duration}
+            out.append(Task(LONG_LABEL, "request_skew", tuple(sorted(ov.items())), 7000 + i, "request-skew"))
     return out
+
+
+def count_bound(rate_per_dp: float, duration_s: float, weight: float, alpha: float = 0.01) -> float:
+    """The detection rate of the best test on request counts alone at dp-imbalance's critical value
+    (one-sided alpha / (4 tests x domains)): the hot domain's expected excess over its share, in
+    binomial standard deviations, against that critical value (normal approximation). No test on
+    counts does better at the same false-alarm rate under a random dispatcher."""
+    n = rate_per_dp * N_DP * duration_s
+    share = weight / (weight + N_DP - 1)
+    z_mean = (n * share - n / N_DP) / math.sqrt(n / N_DP * (1 - 1 / N_DP))
+    z_crit = NormalDist().inv_cdf(1 - alpha / (4 * N_DP))
+    return NormalDist().cdf(z_mean - z_crit)
 
 
 def run_one(task: Task) -> Outcome:
@@ -153,9 +174,10 @@ def report(outcomes: list[Outcome]) -> str:
                 )
     lines += [
         "",
-        f"{'cause':<28} {'dispatcher':<12} {'req/s/dp':>8} {'runs':>5} {'detected':>9} {'as FAIL':>8} {'other findings':>15}",
+        f"{'cause':<28} {'dispatcher':<12} {'req/s/dp':>8} {'runs':>5} {'detected':>9} {'as FAIL':>8} {'other findings':>15}"
+        f" {'count bound':>12}",
     ]
-    for label, *_ in CAUSES:
+    for label, *_ in CAUSES:  # (the longer runs have their own table below)
         mine = [o for o in outcomes if o.task.group == label]
         if not mine:
             continue
@@ -173,12 +195,26 @@ def report(outcomes: list[Outcome]) -> str:
             other = sum(
                 any((dp, c) != (HOT, o.task.expect) and c != "config-mismatch" for dp, c, _ in o.findings) for o in sub
             )
+            bound = ""
+            if label.startswith("request skew") and assign == "random":
+                ov = dict(sub[0].task.overrides)
+                bound = f"{100 * count_bound(level, ov.get('duration_s', 120.0), ov['skew_weight']):.0f}%"
             lines.append(
                 f"{label:<28} {assign:<12} {level:>8.1f} {len(sub):>5} {len(det):>4} ({100 * len(det) / len(sub):3.0f}%) "
-                f"{as_fail:>8} {other:>15}"
+                f"{as_fail:>8} {other:>15} {bound:>12}"
             )
         det = sum(_detected(o) for o in mine)
         lines.append(f"{label:<28} {'all':<12} {'':>8} {len(mine):>5} {det:>4} ({100 * det / len(mine):3.0f}%)")
+    long = [o for o in outcomes if o.task.group == LONG_LABEL]
+    if long:
+        lines += ["", f"{LONG_LABEL} (random dispatcher, 0.8 req/s/dp): duration, runs, detected, count bound"]
+        for duration in sorted({dict(o.task.overrides)["duration_s"] for o in long}):
+            sub = [o for o in long if dict(o.task.overrides)["duration_s"] == duration]
+            det = sum(_detected(o) for o in sub)
+            lines.append(
+                f"  {duration:>5.0f} s {len(sub):>5} {det:>4} ({100 * det / len(sub):3.0f}%) "
+                f"{100 * count_bound(0.8, duration, 1.5):>6.0f}%"
+            )
     secs = sum(o.seconds for o in outcomes)
     lines += [
         "",

@@ -1,5 +1,5 @@
 -- name: dp-imbalance
--- version: 2
+-- version: 3
 -- description: Hot DP domains: a data-parallel domain that gets more requests, heavier requests, runs slower or sits under KV-cache pressure beyond what chance gives, why (request-skew, token-skew, slow-execution, kv-pressure; config-mismatch as evidence), what it costs the service in first-token time, and whether the instance's P95/P99 rises with it.
 -- requires: _dp_batches
 -- param: window_s DOUBLE = 5.0        -- window length in seconds: execution time and KV usage are compared within the same window
@@ -24,14 +24,18 @@
 
 -- How it decides (the DP guide's steps, with statistics instead of fixed ratios on single windows;
 -- with ~4 requests per domain in a 5 s window a 1.5x ratio is what chance gives):
---  * request-skew: the domain's requests against its fair share (1/n of each window's arrivals).
---    With >= 10 windows, a one-sample t-test of its per-window excess (n_w - N_w/n) over the
---    windows: the spread is measured, so it holds for a random dispatcher (binomial counts) and is
---    far more sensitive under a balancing one (round robin: counts within one of the share). With
---    fewer windows, the binomial z = (x - N/n) / sqrt(N/n (1 - 1/n)). Persistence: a long run
---    leaves out the domain's min_windows - 1 windows of largest excess (a burst cannot carry it);
---    a short one (< 10 windows after that) keeps them all and asks the domain to be above its
---    share in min_windows windows. The ratio to the others' mean must reach skew_ratio.
+--  * request-skew: the domain's requests against its fair share (1/n of each window's arrivals),
+--    by two statistics, either of which may carry it:
+--    - pooled over the run: z = (x - N/n) / sqrt(V), V the binomial N/n (1 - 1/n) (what a random
+--      dispatcher gives: the most a count can tell there), or the measured sum of per-window excess
+--      variances when the windows vary more than binomial (dispersion above its 95 % chi-square
+--      bound: a burstier dispatcher);
+--    - steady excess, with >= 10 windows once the domain's min_windows - 1 windows of largest excess
+--      are left out (a burst cannot carry it): a one-sample t-test of the per-window excess
+--      (n_w - N_w/n). A balancing dispatcher (round robin) keeps counts within one of the share, so
+--      its steady excess stands out far beyond binomial chance.
+--    Persistence: the domain is above its share in >= min_windows windows, and its requests reach
+--    skew_ratio x the other domains' mean over the run (a 3 s burst does not).
 --  * token-skew: prompt+output lengths are heavy-tailed (lognormal), so token SUMS are tested on the
 --    log scale: Welch's z of the mean log(tokens) per request of the domain vs the other domains'
 --    requests (same persistence rule), required together with a token-sum ratio >= token_ratio. Only when
@@ -111,6 +115,8 @@ req_test AS (
            sum(n) FILTER (WHERE req_rank > drop_n) AS x_kept,
            sum(n_all) FILTER (WHERE req_rank > drop_n) AS n_kept,
            count(*) FILTER (WHERE req_rank > drop_n) AS w_kept,
+           count(*) AS w_all,
+           stddev_samp(n - n_all / k) AS excess_sd_all,
            avg(n - n_all / k) FILTER (WHERE req_rank > drop_n) AS excess_mean,
            stddev_samp(n - n_all / k) FILTER (WHERE req_rank > drop_n) AS excess_sd,
            count(*) FILTER (WHERE n > n_all / k) AS req_hot_windows,
@@ -171,22 +177,29 @@ cfg_mode AS (
     GROUP BY total_blocks ORDER BY count(*) DESC, total_blocks DESC LIMIT 1
 ),
 tests AS (
-    SELECT r.dp_rank, r.k, r.drop_n, c.z_crit, r.requests, r.tokens, r.req_hot_windows, r.tok_hot_windows,
+    SELECT r.dp_rank, r.k, r.drop_n, r.w_all, r.w_kept, c.z_crit, r.requests, r.tokens, r.req_hot_windows, r.tok_hot_windows,
            r.requests / nullif(r.others_requests / (r.k - 1.0), 0) AS requests_ratio,
            r.tokens / nullif(r.others_tokens / (r.k - 1.0), 0) AS tokens_ratio,
-           -- with >= 10 windows: a t-test on the per-window excess (variance from the windows, valid
-           -- whatever the dispatcher); counts are integers, so a spread below a quarter request is
-           -- rounding. With fewer windows: the binomial z.
+           -- pooled over every window: the domain's requests against its share of all arrivals. The
+           -- variance is the binomial one (a random dispatcher) unless the windows vary more than that
+           -- (dispersion above its 95 % chi-square bound: a burstier dispatcher), then the measured one
+           (r.requests - (r.requests + r.others_requests) / r.k)
+               / nullif(sqrt(CASE WHEN r.w_all >= 3 AND r.w_all * pow(coalesce(r.excess_sd_all, 0), 2)
+                                      > (r.requests + r.others_requests) * (1.0 / r.k) * (1 - 1.0 / r.k)
+                                        * (1 + 1.645 * sqrt(2.0 / (r.w_all - 1)))
+                                  THEN r.w_all * pow(r.excess_sd_all, 2)
+                                  ELSE (r.requests + r.others_requests) * (1.0 / r.k) * (1 - 1.0 / r.k) END), 0) AS requests_z,
+           -- with >= 10 windows after the hottest are left out: a t-test on the per-window excess
+           -- (variance from the windows: a balancing dispatcher keeps counts within one of the share,
+           -- so a steady excess stands out far beyond binomial chance); counts are integers, so a
+           -- spread below a quarter request is rounding
            CASE WHEN r.drop_n > 0 OR r.w_kept >= 10
-                THEN r.excess_mean / (greatest(r.excess_sd, 0.25) / sqrt(r.w_kept))
-                ELSE (r.x_kept - r.n_kept / r.k) / nullif(sqrt(r.n_kept * (1.0 / r.k) * (1 - 1.0 / r.k)), 0)
-           END AS requests_z,
+                THEN r.excess_mean / (greatest(r.excess_sd, 0.25) / sqrt(r.w_kept)) END AS requests_t,
            -- the t critical value for w_kept - 1 degrees of freedom (Cornish-Fisher from z_crit)
            CASE WHEN r.drop_n > 0 OR r.w_kept >= 10
                 THEN c.z_crit + (pow(c.z_crit, 3) + c.z_crit) / (4.0 * (r.w_kept - 1))
                      + (5 * pow(c.z_crit, 5) + 16 * pow(c.z_crit, 3) + 3 * c.z_crit) / (96.0 * pow(r.w_kept - 1, 2))
-                ELSE c.z_crit
-           END AS requests_crit,
+           END AS requests_t_crit,
            (t.m1 - t.m0) / nullif(sqrt(t.v1 / t.n1 + t.v0 / t.n0), 0) AS tokens_z,
            e.median_ratio AS exec_ratio, e.above AS exec_above, e.nw AS exec_windows,
            (e.above - e.nw / 2.0 - 0.5) / nullif(sqrt(e.nw / 4.0), 0) AS exec_z,
@@ -204,8 +217,8 @@ tests AS (
 ),
 judged AS (
     SELECT *,
-           coalesce(requests_z >= requests_crit AND requests_ratio >= $skew_ratio
-                    AND (drop_n > 0 OR req_hot_windows >= $min_windows), false) AS sig_req,
+           coalesce((requests_z >= z_crit OR requests_t >= requests_t_crit) AND requests_ratio >= $skew_ratio
+                    AND req_hot_windows >= $min_windows, false) AS sig_req,
            coalesce(tokens_z >= z_crit AND tokens_ratio >= $token_ratio
                     AND (drop_n > 0 OR tok_hot_windows >= $min_windows), false) AS sig_tok,
            coalesce(exec_z >= z_crit AND exec_ratio >= $exec_ratio, false) AS sig_exec,
@@ -321,7 +334,10 @@ SELECT dp_rank,
        round(cost_ms_, 1) AS cost_ms,
        round(100.0 * cost_ms_ * n_own / nullif(instance_ttft_total_ms, 0), 1) AS cost_pct,
        CASE cause
-           WHEN 'request-skew' THEN round(requests_ratio, 2) || 'x requests (z ' || round(requests_z, 1) || ' >= ' || round(requests_crit, 1) || ')'
+           WHEN 'request-skew' THEN round(requests_ratio, 2) || 'x requests ('
+                || CASE WHEN requests_z >= z_crit
+                        THEN 'z ' || round(requests_z, 1) || ' >= ' || round(z_crit, 1) || ' over ' || w_all || ' windows'
+                        ELSE 'steady excess: t ' || round(requests_t, 1) || ' >= ' || round(requests_t_crit, 1) || ' over ' || w_kept || ' windows' END || ')'
            WHEN 'token-skew' THEN round(tokens_ratio, 2) || 'x tokens, ' || round(requests_ratio, 2) || 'x requests (log-token z ' || round(tokens_z, 1) || ' >= ' || round(z_crit, 1) || ')'
            WHEN 'slow-execution' THEN round(exec_ratio, 2) || 'x execution time in ' || exec_above || ' of ' || exec_windows || ' windows, ' || round(requests_ratio, 2) || 'x requests, ' || round(tokens_ratio, 2) || 'x tokens'
            WHEN 'kv-pressure' THEN 'KV usage ' || round(kv_usage, 2) || ' vs ' || round(others_kv_usage, 2) || ' (' || round(kv_ratio, 1) || 'x) in ' || kv_above || ' of ' || kv_windows || ' windows, min free blocks ' || coalesce(CAST(min_free_blocks AS VARCHAR), '?') || ', ' || round(requests_ratio, 2) || 'x requests, ' || round(tokens_ratio, 2) || 'x tokens'
@@ -337,7 +353,7 @@ SELECT dp_rank,
        round(kv_usage, 3) AS kv_usage, round(others_kv_usage, 3) AS others_kv_usage,
        round(kv_ratio, 2) AS kv_ratio, round(kv_z, 2) AS kv_z, min_free_blocks,
        total_blocks, others_total_blocks,
-       round(z_crit, 2) AS z_crit, round(requests_crit, 2) AS requests_crit,
+       round(requests_t, 2) AS requests_t, round(requests_t_crit, 2) AS requests_t_crit, round(z_crit, 2) AS z_crit,
        round(queue_wait_ms, 1) AS queue_wait_ms, round(others_queue_wait_ms, 1) AS others_queue_wait_ms,
        round(ttft_mean_ms, 1) AS ttft_mean_ms, round(others_ttft_mean_ms, 1) AS others_ttft_mean_ms,
        round(ttft_p99_ms, 1) AS ttft_p99_ms, round(others_ttft_p99_ms, 1) AS others_ttft_p99_ms,

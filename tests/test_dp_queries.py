@@ -150,7 +150,11 @@ def test_hot_domain_evidence_numbers(con):
         for r in ("request_skew", "token_skew", "slow_execution", "hot_no_impact")
     }
     rq, tk, sl, ok = rows["request_skew"], rows["token_skew"], rows["slow_execution"], rows["hot_no_impact"]
-    assert rq["requests_ratio"] >= 1.8 and rq["tokens_ratio"] >= 1.8 and rq["requests_z"] >= rq["requests_crit"]
+    assert (
+        rq["requests_ratio"] >= 1.8
+        and rq["tokens_ratio"] >= 1.8
+        and (rq["requests_z"] >= rq["z_crit"] or rq["requests_t"] >= rq["requests_t_crit"])
+    )
     assert tk["requests_ratio"] < 1.3 <= tk["tokens_ratio"] and tk["tokens_z"] >= tk["z_crit"]
     assert sl["requests_ratio"] < 1.3 and sl["tokens_ratio"] < 1.3 and sl["exec_ratio"] >= 1.8
     assert sl["exec_above"] == sl["exec_windows"] >= 13 and sl["exec_z"] >= sl["z_crit"]
