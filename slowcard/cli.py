@@ -251,8 +251,8 @@ def diagnose(
     if paths:
         con = store.open_db(db)
         try:
+            # ingest_paths refreshes the stored views at its end: the read-only open finds them fresh
             report = ingest_paths(db, paths, run=run, con=con, progress=progress_printer())
-            store.refresh_materialized(con)  # here, not at the read-only open: no second open
         finally:
             con.close()
         run = report.run

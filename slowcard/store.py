@@ -315,34 +315,39 @@ def materialized_stale(con) -> bool:
 
 def refresh_materialized(con) -> bool:
     """Recompute the stored views of the runs whose files or taxonomy changed since they were
-    stored; False when all were up to date. One transaction per view; the stamps are written last,
-    so an interrupted refresh is redone at the next open (nothing reads the database while this
+    stored; False when all were up to date. All views and the stamps in one transaction (one
+    commit instead of 13: ~60 ms of a small ingest); when a view fails on a run's data, again
+    one transaction per view, so that the others keep their rows. Stamps are written last, so an
+    interrupted refresh is redone at the next open (nothing reads the database while this
     writer holds it). A view that fails on a run's data (a query over it used to ERROR) leaves
     no rows for that run and its message in `_mat_errors`, and so do the stored views built on
     it; queries that read them report that message as their ERROR (queries.run_query)."""
     stale, gone = _stale_runs(con)
     if not stale and not gone:
         return False
-    every = not gone and stale and len(stale) == scalar(con, "SELECT count(DISTINCT run) FROM sources")
+    every = bool(not gone and stale and len(stale) == scalar(con, "SELECT count(DISTINCT run) FROM sources"))
     where, params = ("", []) if every else (" WHERE run IN (SELECT unnest(?::VARCHAR[]))", [stale + gone])
+    con.execute("BEGIN")
+    try:
+        con.execute(f"DELETE FROM _mat_errors{where}", params)
+        for v in MATERIALIZED:
+            _refill_view(con, v, stale, every, where, params)
+        _write_stamps(con)
+        con.execute("COMMIT")
+        return True
+    except duckdb.Error:
+        con.execute("ROLLBACK")  # a view fails on this data: view by view below
+        set_scope(con, None)
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
     con.execute(f"DELETE FROM _mat_errors{where}", params)
     failed: dict[str, str] = {}
     for v in MATERIALIZED:
         reads = [w for w in failed if w in _reads(con, v)] if failed else []
         con.execute("BEGIN")
         try:
-            con.execute(f'DELETE FROM "_mat_{v}"{where}', params)
-            if stale and not reads and every:
-                con.execute(f'INSERT INTO "_mat_{v}" BY NAME SELECT * FROM "_live_{v}"')
-            elif stale and not reads:
-                # run by run, each with the views scoped to it (scoped_sources): a run's refill
-                # costs its own size, not the database's
-                for r in stale:
-                    set_scope(con, r)
-                    try:
-                        con.execute(f'INSERT INTO "_mat_{v}" BY NAME SELECT * FROM "_live_{v}" WHERE run = ?', [r])
-                    finally:
-                        set_scope(con, None)
+            _refill_view(con, v, [] if reads else stale, every, where, params)
             con.execute("COMMIT")
         except duckdb.Error as exc:
             con.execute("ROLLBACK")
@@ -359,10 +364,31 @@ def refresh_materialized(con) -> bool:
             [stale, list(failed), list(failed.values())],
         )
     con.execute("BEGIN")
-    con.execute("DELETE FROM _mat_stamps")
-    con.execute(f"INSERT INTO _mat_stamps {_STAMP_SQL}")
+    _write_stamps(con)
     con.execute("COMMIT")
     return True
+
+
+def _refill_view(con, v: str, stale: list[str], every: bool, where: str, params: list) -> None:
+    """Inside the caller's transaction: drop the stored rows of view ``v`` for the refreshed runs
+    and store its rows of the ``stale`` runs again (none when ``stale`` is empty)."""
+    con.execute(f'DELETE FROM "_mat_{v}"{where}', params)
+    if stale and every:
+        con.execute(f'INSERT INTO "_mat_{v}" BY NAME SELECT * FROM "_live_{v}"')
+    elif stale:
+        # run by run, each with the views scoped to it (scoped_sources): a run's refill
+        # costs its own size, not the database's
+        for r in stale:
+            set_scope(con, r)
+            try:
+                con.execute(f'INSERT INTO "_mat_{v}" BY NAME SELECT * FROM "_live_{v}" WHERE run = ?', [r])
+            finally:
+                set_scope(con, None)
+
+
+def _write_stamps(con) -> None:
+    con.execute("DELETE FROM _mat_stamps")
+    con.execute(f"INSERT INTO _mat_stamps {_STAMP_SQL}")
 
 
 def set_scope(con, run: str | None) -> None:
