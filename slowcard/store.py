@@ -220,9 +220,16 @@ def apply_schema(con: duckdb.DuckDBPyConnection) -> None:
         pass
     con.execute("BEGIN")
     try:
+        _materialize_start(con)
         for _name, text in ddl_texts():
-            con.execute(text)
-        _materialize_views(con)
+            # statement by statement, storing each view of MATERIALIZED as soon as it exists: the
+            # views created after it then bind against its stored table, not its whole definition
+            # (binding was most of the cost of a new database's schema: 0.27 -> 0.22 s)
+            for stmt in duckdb.extract_statements(text):
+                con.execute(stmt.query)
+                m = _CREATE_VIEW.match(stmt.query)
+                if m and m.group(1) in MATERIALIZED:
+                    _materialize_view(con, m.group(1))
         taxonomy.load_builtin(con)
         rebuild_derived(con)
         con.execute(
@@ -280,17 +287,23 @@ GROUP BY s.run, tax.h
 _FRESH: weakref.WeakSet = weakref.WeakSet()
 
 
-def _materialize_views(con) -> None:
-    """After the DDL ran (every name in MATERIALIZED is then a plain view): keep each definition as
-    ``_live_V``, store its rows in ``_mat_V`` (filled by refresh_materialized) and make V read them."""
+# The view a DDL statement creates (its text may start with comment lines).
+_CREATE_VIEW = re.compile(r'(?:\s*--[^\n]*\n)*\s*CREATE\s+(?:OR\s+REPLACE\s+)?VIEW\s+"?(\w+)"?', re.I)
+
+
+def _materialize_start(con) -> None:
     con.execute("CREATE TABLE IF NOT EXISTS _mat_stamps (run VARCHAR PRIMARY KEY, stamp VARCHAR NOT NULL)")
     con.execute("CREATE TABLE IF NOT EXISTS _mat_errors (run VARCHAR, view VARCHAR, message VARCHAR)")
     con.execute("DELETE FROM _mat_stamps")  # new definitions: every run is refilled
-    for v in MATERIALIZED:
-        con.execute(f'DROP VIEW IF EXISTS "_live_{v}"')
-        con.execute(f'ALTER VIEW "{v}" RENAME TO "_live_{v}"')
-        con.execute(f'CREATE OR REPLACE TABLE "_mat_{v}" AS SELECT * FROM "_live_{v}" LIMIT 0')
-        con.execute(f'CREATE VIEW "{v}" AS SELECT * FROM "_mat_{v}"')
+
+
+def _materialize_view(con, v: str) -> None:
+    """Right after the DDL created view ``v`` (of MATERIALIZED): keep its definition as
+    ``_live_V``, store its rows in ``_mat_V`` (filled by refresh_materialized) and make V read them."""
+    con.execute(f'DROP VIEW IF EXISTS "_live_{v}"')
+    con.execute(f'ALTER VIEW "{v}" RENAME TO "_live_{v}"')
+    con.execute(f'CREATE OR REPLACE TABLE "_mat_{v}" AS SELECT * FROM "_live_{v}" LIMIT 0')
+    con.execute(f'CREATE VIEW "{v}" AS SELECT * FROM "_mat_{v}"')
 
 
 def _stale_runs(con) -> tuple[list[str], list[str]]:
