@@ -451,6 +451,9 @@ DERIVED = (("op_class_rows", "_op_classes_for"), ("a2a_split_rows", "_a2a_splits
 def rebuild_derived(con) -> None:
     """Recompute the derived rows of every file (after a taxonomy or view change)."""
     files = con.execute("SELECT 1 FROM sources LIMIT 1").fetchone() is not None
+    con.execute("DELETE FROM _name_classes")
+    if files:
+        classify_new_names(con, None)
     for table, macro in DERIVED:
         con.execute(f"DELETE FROM {table}")
         if not files:  # a new database: nothing to derive (planning the macro alone takes ~0.1 s)
@@ -458,6 +461,20 @@ def rebuild_derived(con) -> None:
         con.execute(
             f"INSERT INTO {table} SELECT * FROM {macro}(NULL) WHERE source_id IN (SELECT source_id FROM sources)"
         )
+
+
+def classify_new_names(con, sid: int | None) -> None:
+    """Add to ``_name_classes`` the taxonomy's answer for the names of file ``sid`` (every file:
+    None) that it does not hold yet; the classification is planned only when there are some."""
+    new = "SELECT name FROM _names_of(?) WHERE name NOT IN (SELECT name FROM _name_classes)"
+    if con.execute(f"{new} LIMIT 1", [sid]).fetchone() is None:
+        return
+    con.execute(
+        f"""INSERT INTO _name_classes
+            SELECT n.name, c.op_class, c.coll_kind, c.pattern
+            FROM ({new}) n LEFT JOIN _name_class_for(?) c USING (name)""",
+        [sid, sid],
+    )
 
 
 def open_db(path: str | Path, read_only: bool = False, wait_s: float | None = None):
@@ -693,6 +710,7 @@ def commit_source(
         if drops:
             con.executemany("INSERT INTO source_drops VALUES (?, ?, ?, ?)", [(sid, r, p, n) for r, p, n in drops])
         # Derived rows, in the same transaction so that they appear with the file.
+        classify_new_names(con, sid)
         for table, macro in DERIVED:
             con.execute(f"INSERT INTO {table} SELECT * FROM {macro}(?)", [sid])
         con.execute("DELETE FROM pending_sources WHERE source_id = ?", [sid])

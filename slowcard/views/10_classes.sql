@@ -14,13 +14,15 @@
 CREATE OR REPLACE MACRO _builtin_taxonomy_any(name) AS true;
 CREATE OR REPLACE MACRO _builtin_taxonomy_hit(name) AS NULL::VARCHAR;
 
+-- The operation names of a file (every file: sid NULL).
+CREATE OR REPLACE MACRO _names_of(sid) AS TABLE
+SELECT DISTINCT name FROM event_rows
+WHERE ph = 'X' AND name IS NOT NULL AND (sid IS NULL OR source_id = sid)
+UNION
+SELECT DISTINCT name FROM op_rows WHERE name IS NOT NULL AND (sid IS NULL OR source_id = sid);
+
 CREATE OR REPLACE MACRO _name_class_for(sid) AS TABLE
-WITH names AS (
-    SELECT DISTINCT name FROM event_rows
-    WHERE ph = 'X' AND name IS NOT NULL AND (sid IS NULL OR source_id = sid)
-    UNION
-    SELECT DISTINCT name FROM op_rows WHERE name IS NOT NULL AND (sid IS NULL OR source_id = sid)
-),
+WITH names AS (SELECT name FROM _names_of(sid)),
 builtin_hits AS (
     SELECT b.name, {'op_class': t.op_class, 'coll_kind': t.coll_kind, 'pattern': t.pattern} AS hit
     FROM (SELECT name, _builtin_taxonomy_hit(name) AS pattern FROM names WHERE _builtin_taxonomy_any(name)) b
@@ -83,9 +85,10 @@ CREATE OR REPLACE MACRO _coll_kind_of(collective_name) AS
 -- The store copies this into the table op_class_rows when a file is committed (and rebuilds it
 -- when the taxonomy changes), because every EP query reads it several times.
 CREATE OR REPLACE MACRO _op_classes_for(sid) AS TABLE
--- The name classes once (MATERIALIZED): both branches below read them, and inlined twice the
--- classification was planned twice (its ~100 constant regexes: ~30 ms of every file's commit).
-WITH nc AS MATERIALIZED (SELECT * FROM _name_class_for(sid)),
+-- Name classes from the table _name_classes (schema.sql), which the store keeps holding every
+-- name's _name_class_for answer (store.classify_new_names): planning the classification itself,
+-- ~100 constant regexes, took most of a small file's commit.
+WITH nc AS (SELECT DISTINCT name, op_class, coll_kind, pattern FROM _name_classes WHERE op_class IS NOT NULL),
 e AS (
     -- parse args only where it can hold a collective name: a JSON parse of every kernel's args
     -- is most of the cost of classifying a large trace
