@@ -524,7 +524,7 @@ def _no_pandas_search():
     import importlib.util
 
     if "pandas" not in sys.modules and importlib.util.find_spec("pandas") is None:
-        sys.modules["pandas"] = None  # type: ignore[assignment]
+        sys.modules["pandas"] = None
 
 
 def _env_warnings():
