@@ -13,11 +13,29 @@ The Python API is the same code the CLI runs, for notebooks::
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .diagnosis import Diagnosis
 from .errors import DatabaseBusy, InputError, QueryDefinitionError, SlowcardError, UsageError
-from .ingest import IngestReport
 from .queries import Query, Result
+
+if TYPE_CHECKING:
+    from .diagnosis import Diagnosis
+    from .ingest import IngestReport
+
+
+def __getattr__(name: str):
+    """Diagnosis and IngestReport on first use: `slowcard query` needs neither the ingest
+    package nor the diagnosis modules (issue 17)."""
+    if name == "Diagnosis":
+        from .diagnosis import Diagnosis
+
+        return Diagnosis
+    if name == "IngestReport":
+        from .ingest import IngestReport
+
+        return IngestReport
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __version__ = "0.1.0"
 

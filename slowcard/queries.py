@@ -495,8 +495,30 @@ def runs(con) -> list[str]:
     return [r[0] for r in con.execute("SELECT run FROM runs ORDER BY created_at, run").fetchall()]
 
 
+# Per read-only connection: (what, run) -> the answer, for per-run facts every query of a diagnose
+# asks again (the rank-conflict note of each skipped query: ~6 ms each; the stored-view errors).
+_PER_RUN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _per_run(con, what: str, run: str, compute):
+    """``compute(con, run)``, once per read-only connection from open_db (nothing can change
+    while it is open); computed every time on other connections."""
+    from .store import _FRESH
+
+    if con not in _FRESH:
+        return compute(con, run)
+    known = _PER_RUN.setdefault(con, {})
+    if (what, run) not in known:
+        known[(what, run)] = compute(con, run)
+    return known[(what, run)]
+
+
 def _rank_conflict_note(con, run: str) -> str:
     """Why the cross-rank views are empty for a run whose ranks are not unique (05_runs.sql)."""
+    return _per_run(con, "rank_conflicts", run, _rank_conflict_note_now)
+
+
+def _rank_conflict_note_now(con, run: str) -> str:
     try:
         rows = con.execute(
             "SELECT rank, format, n_files FROM rank_conflicts WHERE run = ? ORDER BY rank, format LIMIT 4", [run]
@@ -532,7 +554,7 @@ def run_query(con, query: Query, run: str, params: dict | None = None) -> Result
     try:
         from .store import stored_view_errors
 
-        for view, message in stored_view_errors(con, run).items():
+        for view, message in _per_run(con, "stored_view_errors", run, stored_view_errors).items():
             if re.search(rf"\b{view}\b", _strip_comments_and_strings(query.body) + " " + " ".join(query.requires)):
                 # what running the view's definition inside this query gave (store.refresh_materialized)
                 res.status = verdict_mod.Status.ERROR

@@ -1,5 +1,5 @@
 -- name: why-op-diff
--- version: 2
+-- version: 3
 -- description: Why is this card slow, operator by operator: each rank's operators vs the median rank's in the same MoE layer instances: which take longer (excess time, share of the rank's excess), and whether their shapes are larger (more tokens) or the same (slower device).
 -- requires: sources
 -- param: top_n INTEGER = 5                -- operators shown per rank (largest excess first)
@@ -72,6 +72,7 @@ launches AS (
     FROM events e JOIN src USING (source_id)
     WHERE e.run = $run AND NOT (SELECT yes FROM has_layers) AND src.device AND e.ph = 'X'
       AND e.cat IN ('cuda_runtime', 'cuda_driver') AND contains(e.args, 'correlation')
+      AND (SELECT n FROM n_ranks) >= $min_ranks
     GROUP BY ALL
 ),
 -- Trace events of those sources, on the lane each is measured on, and operator CSV rows
@@ -86,7 +87,9 @@ evs AS MATERIALIZED (
     LEFT JOIN launches l ON l.source_id = e.source_id
                         AND l.correlation = TRY_CAST(regexp_extract(e.args, '"correlation":\s*(\d+)', 1) AS BIGINT)
                         AND e.cat IN ('kernel', 'gpu_memcpy', 'gpu_memset')
-    WHERE e.run = $run AND e.ph = 'X' AND e.dur_ns IS NOT NULL
+    -- too few ranks: the answer is the skip row alone, so read no event (a single 216k-event
+    -- trace took 1.8 s here to SKIP)
+    WHERE e.run = $run AND e.ph = 'X' AND e.dur_ns IS NOT NULL AND (SELECT n FROM n_ranks) >= $min_ranks
       AND (e.cat IN ('kernel', 'gpu_memcpy', 'gpu_memset', 'gpu_user_annotation')) = src.device
       AND NOT (NOT (SELECT yes FROM has_layers) AND e.cat = 'gpu_user_annotation')
     UNION ALL
@@ -94,7 +97,7 @@ evs AS MATERIALIZED (
            list_aggregate(TRY_CAST(string_split(split_part(o.input_shapes, ';', 1), ',') AS BIGINT[]), 'product'),
            o.ts_ns
     FROM ops o JOIN src USING (source_id)
-    WHERE o.run = $run AND o.ts_ns IS NOT NULL AND o.dur_ns IS NOT NULL
+    WHERE o.run = $run AND o.ts_ns IS NOT NULL AND o.dur_ns IS NOT NULL AND (SELECT n FROM n_ranks) >= $min_ranks
 ),
 -- Each event in its unit; events that enclose the whole unit (the layer annotation itself, the
 -- step, the profiler span) are not operators of it.

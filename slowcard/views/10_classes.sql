@@ -14,13 +14,15 @@
 CREATE OR REPLACE MACRO _builtin_taxonomy_any(name) AS true;
 CREATE OR REPLACE MACRO _builtin_taxonomy_hit(name) AS NULL::VARCHAR;
 
+-- The operation names of a file (every file: sid NULL).
+CREATE OR REPLACE MACRO _names_of(sid) AS TABLE
+SELECT DISTINCT name FROM event_rows
+WHERE ph = 'X' AND name IS NOT NULL AND (sid IS NULL OR source_id = sid)
+UNION
+SELECT DISTINCT name FROM op_rows WHERE name IS NOT NULL AND (sid IS NULL OR source_id = sid);
+
 CREATE OR REPLACE MACRO _name_class_for(sid) AS TABLE
-WITH names AS (
-    SELECT DISTINCT name FROM event_rows
-    WHERE ph = 'X' AND name IS NOT NULL AND (sid IS NULL OR source_id = sid)
-    UNION
-    SELECT DISTINCT name FROM op_rows WHERE name IS NOT NULL AND (sid IS NULL OR source_id = sid)
-),
+WITH names AS (SELECT name FROM _names_of(sid)),
 builtin_hits AS (
     SELECT b.name, {'op_class': t.op_class, 'coll_kind': t.coll_kind, 'pattern': t.pattern} AS hit
     FROM (SELECT name, _builtin_taxonomy_hit(name) AS pattern FROM names WHERE _builtin_taxonomy_any(name)) b
@@ -83,7 +85,11 @@ CREATE OR REPLACE MACRO _coll_kind_of(collective_name) AS
 -- The store copies this into the table op_class_rows when a file is committed (and rebuilds it
 -- when the taxonomy changes), because every EP query reads it several times.
 CREATE OR REPLACE MACRO _op_classes_for(sid) AS TABLE
-WITH e AS (
+-- Name classes from the table _name_classes (schema.sql), which the store keeps holding every
+-- name's _name_class_for answer (store.classify_new_names): planning the classification itself,
+-- ~100 constant regexes, took most of a small file's commit.
+WITH nc AS (SELECT DISTINCT name, op_class, coll_kind, pattern FROM _name_classes WHERE op_class IS NOT NULL),
+e AS (
     -- parse args only where it can hold a collective name: a JSON parse of every kernel's args
     -- is most of the cost of classifying a large trace
     SELECT *, CASE WHEN cat = 'kernel' AND contains(args, 'Collective name')
@@ -95,7 +101,7 @@ classified AS (
     SELECT e.source_id, e.pid, e.tid, e.cat, e.name, e.ts_ns, e.dur_ns, e.args, e.coll_name,
            c.op_class, c.coll_kind, c.pattern,
            e.cat IN ('kernel', 'gpu_user_annotation') AS on_device
-    FROM e LEFT JOIN _name_class_for(sid) c USING (name)
+    FROM e LEFT JOIN nc c USING (name)
     WHERE (c.op_class IS NOT NULL OR e.coll_name IS NOT NULL)
       -- the device copy of a host collective range (gpu_user_annotation "nccl:all_to_all") spans
       -- the collective's kernels: it is not a second call
@@ -118,12 +124,14 @@ runtime AS (  -- traces without flow events: the launch call names the same corr
            min(ts_ns) AS launch_ns
     FROM event_rows
     WHERE ph = 'X' AND cat IN ('cuda_runtime', 'cuda_driver') AND (sid IS NULL OR source_id = sid)
-      AND source_id IN (SELECT source_id FROM corr) AND contains(args, 'correlation')
-      AND source_id NOT IN (SELECT source_id FROM flows)
+      -- one semi join, empty when the file has flows: DuckDB then skips this scan (with NOT IN
+      -- it read the args of every runtime event: 0.15 s on a 300 MB trace, for no row)
+      AND source_id IN (SELECT source_id FROM corr EXCEPT SELECT source_id FROM flows)
+      AND contains(args, 'correlation')
     GROUP BY ALL
 ),
 launched AS (
-    SELECT k.source_id, k.pid, k.tid, k.ts_ns, k.name, coalesce(f.launch_ns, r.launch_ns) AS launch_ns
+    SELECT k.source_id, k.pid, k.tid, k.ts_ns, k.name, 'kernel' AS cat, coalesce(f.launch_ns, r.launch_ns) AS launch_ns
     FROM corr k
     LEFT JOIN flows f USING (source_id, correlation)
     LEFT JOIN runtime r USING (source_id, correlation)
@@ -131,7 +139,8 @@ launched AS (
 rows AS (
     SELECT c.*, l.launch_ns
     FROM classified c
-    LEFT JOIN launched l ON c.cat = 'kernel' AND l.source_id = c.source_id AND l.pid = c.pid
+    -- equalities only (c.cat = 'kernel' as a condition made it a nested-loop join)
+    LEFT JOIN launched l ON l.cat = c.cat AND l.source_id = c.source_id AND l.pid = c.pid
                         AND l.tid = c.tid AND l.ts_ns = c.ts_ns AND l.name = c.name
 ),
 host_a2a AS (  -- host all-to-all ops, to name the NCCL kernels they launch
@@ -168,7 +177,7 @@ SELECT o.source_id, 'ops' AS origin, CAST(o.device_id AS VARCHAR) AS pid,
        coalesce(o.extra->>'$."Group Name"', 'default') AS pg, NULL::BIGINT AS seq,
        TRUE AS on_device, o.gmm_tokens AS tokens, NULL::BIGINT AS launch_ns
 FROM ops o
-JOIN _name_class_for(sid) c USING (name)
+JOIN nc c USING (name)
 WHERE o.ts_ns IS NOT NULL AND o.dur_ns IS NOT NULL AND (sid IS NULL OR o.source_id = sid);
 
 CREATE OR REPLACE VIEW _op_classes_live AS SELECT * FROM _op_classes_for(NULL);
