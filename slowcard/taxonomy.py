@@ -75,6 +75,15 @@ def load_builtin(con) -> None:
     define_builtin_prefilter(con, rows)
 
 
+def _sql_literal(v) -> str:
+    """A taxonomy value (pattern, class, priority or NULL) as a DuckDB literal."""
+    if v is None:
+        return "NULL"
+    if isinstance(v, int):
+        return str(int(v))
+    return "'" + str(v).replace("'", "''") + "'"
+
+
 def define_builtin_prefilter(con, rows: list[tuple]) -> None:
     """(Re)write two macros over the built-in patterns, each with CONSTANT regexes (compiled once
     per query; a join with the pattern column compiles every pattern for every name, see
@@ -82,15 +91,14 @@ def define_builtin_prefilter(con, rows: list[tuple]) -> None:
     built-in pattern (one alternation: RE2 runs it in one pass), and
     ``_builtin_taxonomy_hit(name)``, the winning built-in pattern (lowest priority, then file
     order). User rows are matched separately there, so they never go stale here."""
-
-    def lit(s: str) -> str:
-        return "'" + s.replace("'", "''") + "'"
-
     alternation = "|".join(f"(?:{pattern})" for pattern, *_ in rows) or "$^"
-    con.execute(f"CREATE OR REPLACE MACRO _builtin_taxonomy_any(name) AS regexp_matches(name, {lit(alternation)}, 'i')")
+    con.execute(
+        f"CREATE OR REPLACE MACRO _builtin_taxonomy_any(name) AS regexp_matches(name, {_sql_literal(alternation)}, 'i')"
+    )
     ordered = sorted(enumerate(rows), key=lambda ir: (ir[1][3], ir[0]))
     whens = " ".join(
-        f"WHEN regexp_matches(name, {lit(pattern)}, 'i') THEN {lit(pattern)}" for _, (pattern, *_rest) in ordered
+        f"WHEN regexp_matches(name, {_sql_literal(pattern)}, 'i') THEN {_sql_literal(pattern)}"
+        for _, (pattern, *_rest) in ordered
     )
     con.execute(
         "CREATE OR REPLACE MACRO _builtin_taxonomy_hit(name) AS " + (f"CASE {whens} END" if whens else "NULL::VARCHAR")
@@ -101,16 +109,8 @@ def _insert(con, rows: list[tuple], origin: str) -> None:
     """One statement for all rows (executemany runs one statement per row), values as literals:
     DuckDB's Python client tries `import pandas` for every bound parameter (540 here), a sys.path
     search each when pandas is not installed (~30 ms of every new database)."""
-
-    def lit(v) -> str:
-        if v is None:
-            return "NULL"
-        if isinstance(v, int):
-            return str(int(v))
-        return "'" + str(v).replace("'", "''") + "'"
-
     if rows:
-        values = ", ".join("(" + ", ".join(lit(v) for v in (*row, origin)) + ")" for row in rows)
+        values = ", ".join("(" + ", ".join(_sql_literal(v) for v in (*row, origin)) + ")" for row in rows)
         con.execute(f"INSERT INTO op_taxonomy VALUES {values}")
 
 
