@@ -459,19 +459,15 @@ def fast_parse(argv: list[str]) -> tuple[str, dict] | None:
 
 
 def _run_fast(command: str, kwargs: dict) -> None:
-    """Run a command parsed by fast_parse the way typer runs it: the error boundary of
-    cli_common.Commands, typer.Exit -> exit code, Ctrl-C -> 130."""
-    from .cli_common import debug_on
+    """Run a command parsed by fast_parse the way typer runs it: cli_common's error boundary,
+    typer.Exit -> exit code, Ctrl-C -> 130."""
+    from .cli_common import error_boundary
 
     func: Callable[..., None] = query if command == "query" else diagnose
     try:
         try:
-            func(**kwargs)
-        except (SlowcardError, FileNotFoundError) as exc:
-            if debug_on():
-                raise
-            typer.echo(f"Error: {exc}", err=True)
-            raise typer.Exit(2) from None
+            with error_boundary():
+                func(**kwargs)
         except KeyboardInterrupt:
             raise typer.Exit(130) from None
         except EOFError:

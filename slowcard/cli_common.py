@@ -1,7 +1,7 @@
 """What every `slowcard` command shares: the options declared once, the one error boundary, run
 picking and the progress line. Part of the command line (it may print to stderr and exit).
 
-The error boundary is the command group itself (``Commands``): a library error (SlowcardError)
+The error boundary (``error_boundary``, around the command group's commands): a library error (SlowcardError)
 or a missing file ends the command with ``Error: <message>`` on stderr and exit code 2; with
 ``--debug`` (``slowcard --debug CMD`` or anywhere on the command line) it is re-raised with its
 traceback instead.
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
@@ -39,17 +40,25 @@ def debug_on(ctx=None) -> bool:
     return bool(ctx is not None and ctx.params.get("debug")) or os.environ.get("SLOWCARD_DEBUG") == "1"
 
 
+@contextmanager
+def error_boundary(ctx=None):
+    """The one place where library errors become exit code 2: around the command group's commands
+    (``Commands``) and around the commands that ``cli.main`` runs without typer (``cli._run_fast``)."""
+    try:
+        yield
+    except (SlowcardError, FileNotFoundError) as exc:
+        if debug_on(ctx):
+            raise
+        typer.echo(f"Error: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+
 class Commands(TyperGroup):
-    """The command group: the one place where library errors become exit code 2."""
+    """The command group: its commands run inside the error boundary."""
 
     def invoke(self, ctx):
-        try:
+        with error_boundary(ctx):
             return super().invoke(ctx)
-        except (SlowcardError, FileNotFoundError) as exc:
-            if debug_on(ctx):
-                raise
-            typer.echo(f"Error: {exc}", err=True)
-            raise typer.Exit(2) from None
 
 
 def fail(msg: str, code: int = 2):
