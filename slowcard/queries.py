@@ -432,52 +432,56 @@ def bind_params(query: Query, given: dict | None) -> dict:
     return values
 
 
-# Per read-only connection (its catalog cannot change): relation name -> has a `run` column.
-# One catalog read instead of one information_schema query per required relation per query.
-_RELATIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# Per read-only connection from open_db (nothing can write while it is open, so neither its
+# catalog nor its rows change): key -> answer, for what every query of a diagnose asks again (the
+# relations and whether they have rows for the run, the rank-conflict note of each skipped query:
+# ~6 ms each, the stored-view errors).
+_KNOWN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _once(con, key: tuple, compute):
+    """``compute()``, once per read-only connection from open_db; every time on other connections."""
+    from .store import _FRESH
+
+    if con not in _FRESH:
+        return compute()
+    known = _KNOWN.setdefault(con, {})
+    if key not in known:
+        known[key] = compute()
+    return known[key]
 
 
 def _relation_has_run(con, name: str) -> bool | None:
-    """None when the table/view does not exist; else whether it has a `run` column."""
-    from .store import _FRESH
+    """None when the table/view does not exist; else whether it has a `run` column. One catalog
+    read instead of one information_schema query per required relation per query."""
 
-    cached = _RELATIONS.get(con) if con in _FRESH else None
-    if cached is None:
-        rows = con.execute(
-            "SELECT table_name, bool_or(column_name = 'run') FROM information_schema.columns "
-            "WHERE table_schema = 'main' GROUP BY table_name"
-        ).fetchall()
-        cached = dict(rows)
-        if con in _FRESH:
-            _RELATIONS[con] = cached
-    return cached.get(name)
+    def relations() -> dict:
+        return dict(
+            con.execute(
+                "SELECT table_name, bool_or(column_name = 'run') FROM information_schema.columns "
+                "WHERE table_schema = 'main' GROUP BY table_name"
+            ).fetchall()
+        )
 
-
-# Per read-only connection (nothing can write while it is open): (relation, run) -> rows (0/1).
-# Many queries require the same relation; diagnose asks once.
-_HAS_ROWS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+    return _once(con, ("relations",), relations).get(name)
 
 
 def _relation_rows(con, name: str, run: str) -> int | None:
     """None when the table/view does not exist; else 1 if it has a row for the run, 0 if not."""
-    from .store import _FRESH
-
     has_run = _relation_has_run(con, name)
     if has_run is None:
         return None
-    known = _HAS_ROWS.setdefault(con, {}) if con in _FRESH else {}
-    if (name, run) in known:
-        return known[(name, run)]
-    cur = scoped_cursor(con, run)
-    try:
-        if has_run:
-            n = len(cur.execute(f'SELECT 1 FROM "{name}" WHERE run = ? LIMIT 1', [run]).fetchall())
-        else:
-            n = len(cur.execute(f'SELECT 1 FROM "{name}" LIMIT 1').fetchall())
-    finally:
-        cur.close()
-    known[(name, run)] = n
-    return n
+
+    def count() -> int:
+        cur = scoped_cursor(con, run)
+        try:
+            if has_run:
+                return len(cur.execute(f'SELECT 1 FROM "{name}" WHERE run = ? LIMIT 1', [run]).fetchall())
+            return len(cur.execute(f'SELECT 1 FROM "{name}" LIMIT 1').fetchall())
+        finally:
+            cur.close()
+
+    return _once(con, ("rows", name, run), count)
 
 
 def scoped_cursor(con, run: str | None):
@@ -495,27 +499,9 @@ def runs(con) -> list[str]:
     return [r[0] for r in con.execute("SELECT run FROM runs ORDER BY created_at, run").fetchall()]
 
 
-# Per read-only connection: (what, run) -> the answer, for per-run facts every query of a diagnose
-# asks again (the rank-conflict note of each skipped query: ~6 ms each; the stored-view errors).
-_PER_RUN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def _per_run(con, what: str, run: str, compute):
-    """``compute(con, run)``, once per read-only connection from open_db (nothing can change
-    while it is open); computed every time on other connections."""
-    from .store import _FRESH
-
-    if con not in _FRESH:
-        return compute(con, run)
-    known = _PER_RUN.setdefault(con, {})
-    if (what, run) not in known:
-        known[(what, run)] = compute(con, run)
-    return known[(what, run)]
-
-
 def _rank_conflict_note(con, run: str) -> str:
     """Why the cross-rank views are empty for a run whose ranks are not unique (05_runs.sql)."""
-    return _per_run(con, "rank_conflicts", run, _rank_conflict_note_now)
+    return _once(con, ("rank_conflicts", run), lambda: _rank_conflict_note_now(con, run))
 
 
 def _rank_conflict_note_now(con, run: str) -> str:
@@ -554,7 +540,7 @@ def run_query(con, query: Query, run: str, params: dict | None = None) -> Result
     try:
         from .store import stored_view_errors
 
-        for view, message in _per_run(con, "stored_view_errors", run, stored_view_errors).items():
+        for view, message in _once(con, ("stored_view_errors", run), lambda: stored_view_errors(con, run)).items():
             if re.search(rf"\b{view}\b", _strip_comments_and_strings(query.body) + " " + " ".join(query.requires)):
                 # what running the view's definition inside this query gave (store.refresh_materialized)
                 res.status = verdict_mod.Status.ERROR
