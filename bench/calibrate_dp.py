@@ -119,12 +119,11 @@ def count_bound(rate_per_dp: float, duration_s: float, weight: float, alpha: flo
     return NormalDist().cdf(z_mean - z_crit)
 
 
-def realized_ratio(cfg) -> float:
+def realized_ratio(per_dp: list[int], hot: int) -> float:
     """What the dispatcher gave the hot domain in this run: its requests over the other domains' mean
     (a random dispatcher with weight 1.5 gives 1.2x in one run and 1.8x in another)."""
-    counts = Counter(r.dp for r in ss.make_requests(cfg))
-    others = [counts[d] for d in range(cfg.n_dp) if d != cfg.hot_dp]
-    return counts[cfg.hot_dp] / max(sum(others) / len(others), 1e-9)
+    others = [n for d, n in enumerate(per_dp) if d != hot]
+    return per_dp[hot] / max(sum(others) / len(others), 1e-9)
 
 
 def run_one(task: Task) -> Outcome:
@@ -132,7 +131,7 @@ def run_one(task: Task) -> Outcome:
     work = Path(tempfile.mkdtemp(prefix="slowcard-cal-"))
     try:
         cfg = ss.realistic_config(task.scenario, seed=task.seed, **dict(task.overrides))
-        ss.write_run(work / "run", cfg, only=("batch.csv", "request.csv"))
+        written = ss.write_run(work / "run", cfg, only=("batch.csv", "request.csv"))
         db = work / "cal.duckdb"
         ingest_paths(db, [work / "run"], run="cal")
         con = store.open_db(db, read_only=True)
@@ -142,7 +141,13 @@ def run_one(task: Task) -> Outcome:
         finally:
             con.close()
         found = tuple((r["dp_rank"], r["cause"], r["level"]) for r in res.rows if r.get("level"))
-        return Outcome(task, str(res.status), found, time.perf_counter() - t, realized_ratio(cfg))
+        return Outcome(
+            task,
+            str(res.status),
+            found,
+            time.perf_counter() - t,
+            realized_ratio(written["requests_per_dp"], cfg.hot_dp),
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

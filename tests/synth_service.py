@@ -695,7 +695,10 @@ def write_run(out: str | Path, cfg: ServiceConfig, only: tuple[str, ...] | None 
                 f"{_ms(r.finish_us - r.arrival_us)},{_ms(r.first_sched_us - r.arrival_us)},"
                 f"{_ms(r.first_token_us - r.arrival_us)},N/A,{r.arrival_us // 1000}\n"
             )
-    return {"batch_rows": n_batch, "requests": len(reqs), "trace_events": w.n_trace}
+    per_dp = [0] * cfg.n_dp
+    for r in reqs:
+        per_dp[r.dp] += 1
+    return {"batch_rows": n_batch, "requests": len(reqs), "requests_per_dp": per_dp, "trace_events": w.n_trace}
 
 
 def main(argv: list[str] | None = None) -> int:
