@@ -130,7 +130,7 @@ def ingest_one_file(
     its rows as Parquet in ``stage_dir``. Returns the small dict the coordinator registers."""
     t0 = time.perf_counter()
     work = tempspace.make_dir("worker")
-    out: dict = {"source": None, "drops": [], "parquet": {}, "columns": {}}
+    out: dict = {"source": None, "row_drops": [], "cell_drops": [], "parquet": {}, "columns": {}}
     try:
         db = work / "file.duckdb"
         shutil.copyfile(_template_db(stage_dir), db)
@@ -148,12 +148,14 @@ def ingest_one_file(
             if rows:
                 out["source"] = dict(zip([d[0] for d in cur.description], rows[0]))
                 sid = out["source"]["source_id"]
-                out["drops"] = [
-                    tuple(r)
-                    for r in con.execute(
-                        "SELECT reason, position, n_rows FROM source_drops WHERE source_id = ?", [sid]
-                    ).fetchall()
-                ]
+                for scope in ("row", "cell"):
+                    out[f"{scope}_drops"] = [
+                        tuple(r)
+                        for r in con.execute(
+                            "SELECT reason, position, n_rows FROM source_drops WHERE source_id = ? AND scope = ?",
+                            [sid, scope],
+                        ).fetchall()
+                    ]
                 token = uuid.uuid4().hex
                 for table in _staged_tables(con):
                     if not con.execute(f'SELECT 1 FROM "{table}" LIMIT 1').fetchall():
@@ -230,7 +232,9 @@ def _register(con, run: str, size: int, out: dict, columns: dict[str, list[str]]
                     f'INSERT INTO "{table}" ("source_id", {names}) SELECT $sid, {names} FROM read_parquet($pq)',
                     {"sid": sid, "pq": pq},
                 )
-            store.commit_source(con, sid, run, res.path, size, src["fingerprint"], _record(src), out["drops"])
+            store.commit_source(
+                con, sid, run, res.path, size, src["fingerprint"], _record(src), out["row_drops"], out["cell_drops"]
+            )
     except duckdb.Error as exc:
         res.status, res.rows_kept, res.rows_dropped = "failed", 0, 0
         res.rank = res.rank_source = None

@@ -55,13 +55,19 @@ CREATE OR REPLACE VIEW scoped_sources AS
 SELECT * FROM sources
 WHERE getvariable('slowcard_scope') IS NULL OR run = getvariable('slowcard_scope');
 
--- Why rows were dropped, per file (the reconciliation companion of sources.rows_dropped).
+-- Why rows were dropped, per file (the reconciliation companion of sources.rows_dropped:
+-- sum(n_rows) FILTER (WHERE scope = 'row') = rows_dropped).
 CREATE TABLE IF NOT EXISTS source_drops (
     source_id INTEGER,
     reason    VARCHAR,               -- e.g. "truncated tail", "event is not an object", "bad ts"
     position  VARCHAR,               -- first event index / line where it happened
-    n_rows    BIGINT
+    n_rows    BIGINT,
+    scope     VARCHAR DEFAULT 'row'  -- 'row': the rows are gone (counted in rows_dropped);
+                                     -- 'cell': the rows are kept, one cell's content was not read
+                                     -- (a batch.csv res_list: the row stays, its per-request rows do not)
 );
+-- databases made before the scope column: their drops were all whole rows but for res_list cells
+ALTER TABLE source_drops ADD COLUMN IF NOT EXISTS scope VARCHAR DEFAULT 'row';
 
 -- Operator taxonomy: name patterns (case-insensitive regular expressions) -> op class.
 -- origin 'builtin' rows are rewritten from slowcard/taxonomy.csv on every write-open;

@@ -16,6 +16,7 @@ import signal
 import threading
 import time
 import weakref
+from collections.abc import Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -668,6 +669,7 @@ def commit_source(
     fingerprint: str,
     rec: SourceRecord,
     drops: list[tuple[str, str, int]],
+    cell_drops: Sequence[tuple[str, str, int]] = (),
 ) -> None:
     """Publish a file's rows in one short transaction: the previous ingest of the same (run, path),
     if any, disappears and this one appears, or (on any error) nothing changes."""
@@ -707,8 +709,11 @@ def commit_source(
                 json.dumps(rec.metadata, default=str),
             ],
         )
-        if drops:
-            con.executemany("INSERT INTO source_drops VALUES (?, ?, ?, ?)", [(sid, r, p, n) for r, p, n in drops])
+        ledger = [(sid, r, p, n, "row") for r, p, n in drops] + [(sid, r, p, n, "cell") for r, p, n in cell_drops]
+        if ledger:
+            con.executemany(
+                "INSERT INTO source_drops (source_id, reason, position, n_rows, scope) VALUES (?, ?, ?, ?, ?)", ledger
+            )
         # Derived rows, in the same transaction so that they appear with the file.
         classify_new_names(con, sid)
         for table, macro in DERIVED:

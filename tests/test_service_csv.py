@@ -174,15 +174,22 @@ def test_res_list_cells_that_do_not_parse_are_counted_with_their_lines(tmp_path)
         batch_line("[1, 2]"),  # line 8: JSON-valid, not dicts
         batch_line("__import__('os').system('echo pwned')"),  # line 9: never evaluated
         batch_line("", name="modelExec"),  # line 10: empty cell = no requests
+        batch_line("N/A"),  # line 11: the profiler's missing value: requests unknown, not a bad cell
+        batch_line("N/A+1"),  # line 12: not a literal; the reason names no memory address
     ]
     p = tmp_path / "batch.csv"
     p.write_text(BATCH_HEADER + "".join(lines))
     res = ingest_one(tmp_path / "t.duckdb", p)
-    assert res.status == "salvaged" and res.rows_kept == 9 and res.rows_dropped == 0
+    assert res.status == "salvaged" and res.rows_kept == 11 and res.rows_dropped == 0
     assert "did not parse" in res.message and "line 3" in res.message
     con = con_of(tmp_path / "t.duckdb")
     items = dict(con.execute("SELECT line_no, res_list_items FROM batches ORDER BY 1").fetchall())
-    assert items == {2: 1, 3: None, 4: 1, 5: None, 6: None, 7: 1, 8: None, 9: None, 10: 0}
+    assert items == {2: 1, 3: None, 4: 1, 5: None, 6: None, 7: 1, 8: None, 9: None, 10: 0, 11: None, 12: None}
+    # the rows stay: every drop is a 'cell' drop, and none adds to rows_dropped
+    assert con.execute("SELECT DISTINCT scope FROM source_drops").fetchall() == [("cell",)]
+    assert not con.execute("SELECT 1 FROM source_drops WHERE position LIKE '%11%'").fetchall()
+    (reason12,) = con.execute("SELECT reason FROM source_drops WHERE position = 'line 12'").fetchone()
+    assert "BinOp" in reason12 and "0x" not in reason12, reason12
     reqs = con.execute("SELECT line_no, rid, iter, req_type FROM batch_requests ORDER BY 1").fetchall()
     assert reqs == [(2, "a", 0, 0), (4, "it's", 2, 1), (7, "e", None, None)]
     drops = con.execute("SELECT reason, position, n_rows FROM source_drops ORDER BY position").fetchall()
@@ -191,7 +198,7 @@ def test_res_list_cells_that_do_not_parse_are_counted_with_their_lines(tmp_path)
     assert "expected a list" in positions["line 5"]
     assert any("item 1" in r and ("6" in p and "8" in p) for r, p, _ in drops), drops
     assert "line 9" in positions
-    assert sum(n for *_, n in drops) == 5
+    assert sum(n for *_, n in drops) == 6
 
 
 def test_csv_rows_the_reader_cannot_split_are_dropped_and_later_lines_keep_their_numbers(tmp_path):

@@ -523,7 +523,17 @@ def ingest_file(
                 world_size=info.world_size,
                 host=info.host,
             )
-            store.commit_source(con, sid, run, str(path), size, store.fingerprint_file(path, size), rec, outcome.drops)
+            store.commit_source(
+                con,
+                sid,
+                run,
+                str(path),
+                size,
+                store.fingerprint_file(path, size),
+                rec,
+                outcome.drops,
+                outcome.cell_drops,
+            )
     except InputError as exc:
         result.message = str(exc)
         return result

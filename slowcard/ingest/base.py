@@ -85,6 +85,9 @@ class Outcome:
     status: str = "ok"  # ok | salvaged | truncated
     message: str = ""
     drops: list[tuple[str, str, int]] = field(default_factory=list)  # (reason, position, n)
+    # (reason, position, n) of rows kept whole but for one cell whose content was not read
+    # (source_drops scope 'cell'; not part of rows_dropped)
+    cell_drops: list[tuple[str, str, int]] = field(default_factory=list)
     metadata: dict = field(default_factory=dict)  # header keys worth keeping
     rank_hints: dict = field(default_factory=dict)  # rank, world_size, dp_rank, host, … from content
     base_time_ns: int = 0

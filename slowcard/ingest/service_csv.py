@@ -26,6 +26,7 @@ from __future__ import annotations
 import ast
 import csv
 import io
+import re
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
@@ -112,6 +113,8 @@ def parse_res_list(text: str) -> list[tuple]:
         value = ast.literal_eval(text.strip())
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError) as exc:
         reason = type(exc).__name__ if not str(exc) else str(exc).splitlines()[0]
+        # "malformed node or string on line 1: <ast.BinOp object at 0x7f…>": no address in a message
+        reason = re.sub(r"<ast\.(\w+) object at 0x[0-9a-fA-F]+>", r"a \1 expression", reason)
         raise ResListError(f"not a Python literal ({reason})") from None
     if not isinstance(value, (list, tuple)):
         raise ResListError(f"expected a list of request dicts, got {type(value).__name__}")
@@ -403,7 +406,6 @@ def _finish(
     """Outcome with rows_seen = kept + rows dropped (CSV rejects + row-level drops)."""
     drops = f.reject_drops() + list(row_drops)
     dropped = sum(n for _, _, n in drops)
-    all_drops = drops + list(cell_drops)
     msgs = []
     if dropped:
         msgs.append(f"{dropped} row(s) dropped: " + "; ".join(f"{r} at {p}" for r, p, _ in drops[:3]))
@@ -422,7 +424,8 @@ def _finish(
         rows_dropped=dropped,
         status=status,
         message="; ".join(msgs),
-        drops=all_drops,
+        drops=drops,
+        cell_drops=list(cell_drops),
         metadata=meta,
     )
 
@@ -465,6 +468,9 @@ def _ingest_batch(ctx: Context) -> Outcome:
             CREATE OR REPLACE TEMP TABLE {stage} AS
             SELECT * EXCLUDE (rl), CASE WHEN rl_state = 'python' THEN rl END AS rl_raw FROM (
               SELECT *, CASE WHEN rl IS NULL OR (strlen(rl) < 16 AND trim(rl) = '') THEN 'empty'
+                             -- the profiler's missing-value markers: the batch's requests are unknown
+                             -- (res_list_items NULL), which is neither an empty batch nor a bad cell
+                             WHEN strlen(rl) < 16 AND trim(rl) IN ('N/A', '<NA>') THEN 'missing'
                              WHEN items IS NOT NULL THEN 'json' ELSE 'python' END AS rl_state
               FROM (
                 SELECT {_text(r("name"))} AS name,
