@@ -170,13 +170,6 @@ def row_levels(rows: list[dict], rule: list[Clause] | None) -> list[Status | Non
             next((Status(c.level.upper()) for c in holding if c.column is None or _truthy(row.get(c.column))), None)
         )
     return out
-    if "level" in row:
-        lv = str(row["level"] or "").upper()
-        return Status(lv) if lv in ("FAIL", "WARN") else None
-    for clause in rule:
-        if clause.holds(rows) and (clause.column is None or _truthy(row.get(clause.column))):
-            return Status(clause.level.upper())
-    return None
 
 
 def fmt_value(v) -> str:
