@@ -7,6 +7,8 @@ On one generated Kineto trace (bench/gen_kineto.py, libkineto layout) it measure
 process (wall seconds, peak RSS of that process):
   - DuckDB's floor: the file already cut into parts (untimed), then slowcard's own INSERT of them
     all into a persisted table + CHECKPOINT, nothing else; what DuckDB itself can do on this machine,
+  - the issue's floor: the events pre-split to one per line (untimed), DuckDB's read_json of that
+    NDJSON file into a persisted table (typed columns) + CHECKPOINT,
   - slowcard ingest of the .json and of the .json.gz (MB/s of the UNCOMPRESSED size),
   - orjson.loads of the whole file (GC disabled): the usual Python floor,
   - msgspec typed decode of the events (args left raw): the fastest Python parse,
@@ -71,6 +73,32 @@ elif kind == "duckdb_floor":
     # the very statement slowcard runs, over the same parts
     n = con.execute(chrome_ts._insert_sql("DOUBLE"), {"sid": 1, "base_ns": 0, "files": parts}).fetchone()[0]
     con.execute("CHECKPOINT")
+    con.close()
+    shutil.rmtree(tmp)
+elif kind == "duckdb_ndjson":
+    # The floor, literally: the events pre-split to one per line (untimed, orjson), then
+    # DuckDB's own read_json of that file into a persisted table + CHECKPOINT. The columns are
+    # given (DuckDB's auto-detection stops on these args: "Duplicate name in struct").
+    import shutil, tempfile
+    import duckdb, orjson
+    from slowcard.ingest.base import IngestOptions
+    tmp = tempfile.mkdtemp(dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    nd = f"{tmp}/events.ndjson"
+    with open(path, "rb") as fh, open(nd, "wb") as out:
+        for ev in orjson.loads(fh.read())["traceEvents"]:
+            out.write(orjson.dumps(ev) + b"\n")
+    con = duckdb.connect(sys.argv[3], config={"preserve_insertion_order": False})
+    opts = IngestOptions()
+    con.execute(f"SET threads = {opts.threads}")
+    con.execute(f"SET memory_limit = '{opts.memory_limit}'")
+    t0 = time.perf_counter()
+    con.execute(
+        f"CREATE TABLE events AS SELECT * FROM read_json('{nd}', format = 'newline_delimited', columns = "
+        "{ph: 'VARCHAR', cat: 'VARCHAR', name: 'VARCHAR', pid: 'VARCHAR', tid: 'VARCHAR', ts: 'DOUBLE', "
+        "dur: 'DOUBLE', id: 'VARCHAR', args: 'JSON'})"
+    )
+    con.execute("CHECKPOINT")
+    n = con.execute("SELECT count(*) FROM events").fetchone()[0]
     con.close()
     shutil.rmtree(tmp)
 elif kind == "orjson":
@@ -157,6 +185,7 @@ def main() -> None:
         return r
 
     floor = measure("DuckDB floor (pre-cut, 1 INSERT)", "duckdb_floor", path, fresh_db("floor.duckdb"))
+    ndjson = measure("DuckDB read_json of NDJSON", "duckdb_ndjson", path, fresh_db("floor_nd.duckdb"))
     sc = measure("slowcard ingest .json", "slowcard", path, fresh_db("bench.duckdb"))
     scg = measure("slowcard ingest .json.gz", "slowcard", path.with_suffix(".json.gz"), fresh_db("bench_gz.duckdb"))
     oj = measure("orjson.loads (GC off)", "orjson", path)
@@ -187,6 +216,7 @@ def main() -> None:
     if "wall_s" in sc:
         for name, other in (
             ("DuckDB's own insert floor", floor),
+            ("DuckDB's read_json of the events as NDJSON", ndjson),
             ("orjson.loads", oj),
             ("msgspec decode", ms),
             ("HTA parse", ht),

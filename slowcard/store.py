@@ -467,17 +467,15 @@ def rebuild_derived(con) -> None:
 def classify_new_names(con, sid: int | None) -> None:
     """Add to ``_name_classes`` the taxonomy's answer for the names of file ``sid`` (every file:
     None) that it does not hold yet; the classification is planned only when there are some."""
-    (names,) = con.execute(
-        "SELECT list(name) FROM _names_of(?) WHERE name NOT IN (SELECT name FROM _name_classes)", [sid]
-    ).fetchone()
-    if not names:
+    new = "SELECT name FROM _names_of($sid) WHERE name NOT IN (SELECT name FROM _name_classes)"
+    if con.execute(f"{new} LIMIT 1", {"sid": sid}).fetchone() is None:
         return
-    # the names travel as one bound list: matching is paid for the new names only
+    # matching is paid for the new names only (the rule takes them as one list)
     con.execute(
-        """INSERT INTO _name_classes
-           SELECT n.name, c.op_class, c.coll_kind, c.pattern
-           FROM (SELECT unnest($names::VARCHAR[]) AS name) n LEFT JOIN _name_class_in($names::VARCHAR[]) c USING (name)""",
-        {"names": names},
+        f"""INSERT INTO _name_classes
+            SELECT n.name, c.op_class, c.coll_kind, c.pattern
+            FROM ({new}) n LEFT JOIN _name_class_in((SELECT list(name) FROM ({new}))) c USING (name)""",
+        {"sid": sid},
     )
 
 
