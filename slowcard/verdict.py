@@ -134,6 +134,12 @@ def skip_reason(rows: list[dict]) -> str | None:
     return "; ".join(dict.fromkeys(str(r["skip_reason"]) for r in rows))
 
 
+def pass_rows(rows: list[dict]) -> bool:
+    """True when the rows are what a PASS rests on, not findings: every row has ``level`` PASS
+    (e.g. dp-imbalance's one row with the requests, windows and the skew the run could show)."""
+    return bool(rows) and all(str(r.get("level") or "").upper() == "PASS" for r in rows)
+
+
 def evaluate(rows: list[dict], rule: list[Clause] | None) -> Status:
     """Status of a result: SKIP when every row gives a ``skip_reason``; INFO for reports, else
     FAIL / WARN / PASS by the first clause that holds. When the rows carry a ``level`` column
@@ -193,12 +199,14 @@ def fill(template: str, values: dict) -> str:
 def summarise(
     status: str, rows: list[dict], row_template: str | None, pass_template: str | None, params: dict, limit: int = 3
 ) -> str:
-    """One summary line: the skip reason, the first findings from the row template, or the pass text."""
+    """One summary line: the skip reason, the first findings from the row template, or the pass text
+    (filled with the params and, when the rows are context rows of a PASS, the first one's columns)."""
     reason = skip_reason(rows)
     if reason is not None:
         return reason
-    if not rows:
-        return fill(pass_template, params) if pass_template else "No rows."
+    if not rows or pass_rows(rows):
+        context = rows[0] if rows else {}
+        return fill(pass_template, {**params, **context}) if pass_template else "No rows."
     if not row_template:
         return f"{len(rows)} row{'s' if len(rows) != 1 else ''}."
     parts = [fill(row_template, {**params, **r}) for r in rows[:limit]]

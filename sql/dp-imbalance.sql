@@ -1,5 +1,5 @@
 -- name: dp-imbalance
--- version: 3
+-- version: 4
 -- description: Hot DP domains: a data-parallel domain that gets more requests, heavier requests, runs slower or sits under KV-cache pressure beyond what chance gives, why (request-skew, token-skew, slow-execution, kv-pressure; config-mismatch as evidence), what it costs the service in first-token time, and whether the instance's P95/P99 rises with it.
 -- requires: _dp_batches
 -- param: window_s DOUBLE = 5.0        -- window length in seconds: execution time and KV usage are compared within the same window
@@ -20,7 +20,7 @@
 -- order: 130
 -- shows: report.dp
 -- summary: DP {dp_rank}: {cause} [{level}] ({evidence}); cost {cost_ms} ms first-token time per request of this domain ({cost_pct} % of the instance's); impact: {impact_signals}; next: {next_step}
--- pass: No DP domain gets more requests, tokens, execution time or KV usage than chance gives (false-alarm rate {alpha} per run).
+-- pass: No DP domain gets more requests, tokens, execution time or KV usage than chance gives (false-alarm rate {alpha} per run); {requests} requests over {domains} domains in {windows} windows of {window_s} s: a domain getting {detectable_request_ratio}x the others' requests would show in half of such runs (random dispatch; a balancing dispatcher shows less).
 
 -- How it decides (the DP guide's steps, with statistics instead of fixed ratios on single windows;
 -- with ~4 requests per domain in a 5 s window a 1.5x ratio is what chance gives):
@@ -386,4 +386,14 @@ SELECT
                  || $min_requests || ' (min_requests) are needed to tell a hot domain from chance' END AS skip_reason
 FROM nd
 WHERE nd.k < 2 OR (SELECT count(*) FROM q) < $min_requests
+UNION ALL BY NAME
+-- PASS: one context row, not a finding (level PASS), saying what the PASS rests on: the requests
+-- and windows, and the request skew this run could have shown, the domain count that reaches
+-- z_crit against binomial chance (the pooled statistic finds it in half of such runs; under a
+-- balancing dispatcher the steady-excess test finds less), at least skew_ratio
+SELECT 'PASS' AS level, n_req AS requests, k AS domains, n_windows AS windows, round(z_crit, 2) AS z_crit,
+       round(greatest($skew_ratio, x_min / ((n_req - x_min) / (k - 1))), 2) AS detectable_request_ratio
+FROM (SELECT *, n_req / k + z_crit * sqrt(n_req / k * (1 - 1 / k)) AS x_min
+      FROM (SELECT nd.k, (SELECT count(*) FROM q) AS n_req, regime.n_windows, crit.z_crit FROM nd, regime, crit))
+WHERE k >= 2 AND n_req >= $min_requests AND NOT EXISTS (SELECT 1 FROM rows_out)
 ORDER BY level, cost_pct DESC NULLS LAST, dp_rank, cause

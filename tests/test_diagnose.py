@@ -24,7 +24,7 @@ def test_readme_main_job_on_shipped_testdata(tmp_path):
     assert lines[0] == "== slowcard diagnosis of run 'ep4_token_skew': FAIL =="
     assert lines[1] == "Slow card: rank 1 — token-skew"
     assert any(line.startswith("ep-slow-rank@v4 FAIL") for line in lines)
-    assert any(line.startswith("dp-imbalance@v3 SKIP") for line in lines)
+    assert any(line.startswith("dp-imbalance@v4 SKIP") for line in lines)
 
 
 def test_real_ep_run_names_rank_1(tmp_path):

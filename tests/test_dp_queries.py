@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import filecmp
+import math
 import shutil
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 import synth_service as ss  # noqa: E402
 
-from slowcard import queries, store  # noqa: E402
+from slowcard import queries, store, verdict  # noqa: E402
 from slowcard.ingest import ingest_paths  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -96,7 +97,10 @@ def test_each_cause_is_found_on_its_scenario_and_on_no_other(con, scenario):
     status, rows = EXPECTED[scenario]
     res = run(con, "dp-imbalance", scenario)
     assert res.status == status, res.summary
-    assert {(r["dp_rank"], r["cause"], r["impact"]) for r in res.rows} == rows, res.rows
+    found = [r for r in res.rows if r["level"] != "PASS"]
+    assert {(r["dp_rank"], r["cause"], r["impact"]) for r in found} == rows, res.rows
+    if status == "PASS":  # a PASS says what it rests on, in one context row that is not a finding
+        assert_pass_context(res)
     if rows:
         assert res.summary.startswith("DP 1: ")
         assert all(r["hot_windows"] >= 3 and r["next_step"] for r in res.rows)
@@ -126,10 +130,33 @@ def test_kv_pressure_on_the_small_pool_names_the_configuration(con, seed):
     assert kv["queue_wait_ms"] > 2 * kv["others_queue_wait_ms"] and kv["cost_ms"] > 0 and kv["cost_pct"] > 0
 
 
+def assert_pass_context(res):
+    (ctx,) = res.rows
+    assert ctx["level"] == "PASS" and ctx["dp_rank"] is None and ctx["cause"] is None, ctx
+    assert verdict.row_levels(res.rows, res.spec.rule) == [None]  # not a finding, at no level
+    # the smallest request skew this run could show: the domain count at z_crit against binomial
+    # chance, as the others' mean; computed here from the row's own counts
+    n, k, z = ctx["requests"], ctx["domains"], ctx["z_crit"]
+    x = n / k + z * math.sqrt(n / k * (1 - 1 / k))
+    assert ctx["detectable_request_ratio"] == pytest.approx(max(1.2, x / ((n - x) / (k - 1))), abs=0.011)
+    assert f"{n} requests over {k} domains" in res.summary, res.summary
+    assert f"{ctx['detectable_request_ratio']:.3g}x the others' requests" in res.summary, res.summary
+
+
 @pytest.mark.parametrize("seed", SEEDS)
 def test_equal_pools_pass(con, seed):
     res = run(con, "dp-imbalance", f"balanced_{seed}")
-    assert res.status == "PASS" and res.rows == [], res.summary
+    assert res.status == "PASS", res.summary
+    assert_pass_context(res)
+
+
+def test_the_pass_line_follows_the_false_alarm_rate(con):
+    """A looser false-alarm rate lowers the bar: the skew the same run could have shown shrinks
+    (until skew_ratio, the persistence floor, holds it)."""
+    strict, loose = (run(con, "dp-imbalance", "balanced", alpha=a, skew_ratio=1.0).rows[0] for a in (0.001, 0.2))
+    assert strict["level"] == loose["level"] == "PASS"
+    assert strict["z_crit"] > loose["z_crit"]
+    assert strict["detectable_request_ratio"] > loose["detectable_request_ratio"] > 1.0
 
 
 def test_too_little_to_compare_skips_with_the_reason(con):
