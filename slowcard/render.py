@@ -10,6 +10,7 @@ import re
 from datetime import date, datetime
 from decimal import Decimal
 
+from . import verdict
 from .verdict import Status
 
 
@@ -80,9 +81,13 @@ def result_table(res, fmt: str = "simple", limit: int = 20) -> str:
     parts = [head]
     if res.rows:
         shown = res.rows[:limit] if limit else res.rows
+        cols = res.columns
+        if verdict.pass_rows(res.rows) or verdict.skip_reason(res.rows) is not None:
+            # what a PASS rests on, or why a SKIP: a few columns of a finding's many; show those
+            cols = [c for c in cols if any(r.get(c) is not None for r in res.rows)]
         table = tabulate(
-            [[_cell(r.get(c)) for c in res.columns] for r in shown],
-            headers=res.columns,
+            [[_cell(r.get(c)) for c in cols] for r in shown],
+            headers=cols,
             tablefmt=fmt,
             floatfmt="g",
             missingval="NULL",
