@@ -153,10 +153,13 @@ def result_dict(result) -> dict:
 
 
 def evidence(f: Finding, subject_columns) -> str:
-    """The finding's numbers as ``col=value, …`` (subject and text columns left out)."""
+    """The finding's numbers as ``col=value, …`` (subject and text columns left out, and columns
+    without a value: a verdict's rows share columns that only some of them fill)."""
     from .verdict import fmt_value
 
     skip = set(subject_columns) | set(NON_EVIDENCE)
     return ", ".join(
-        f"{k}={fmt_value(v)}" for k, v in f.row.items() if k not in skip and v != "" and not isinstance(v, (dict, list))
+        f"{k}={fmt_value(v)}"
+        for k, v in f.row.items()
+        if k not in skip and v is not None and v != "" and not isinstance(v, (dict, list))
     )
