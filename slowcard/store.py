@@ -473,8 +473,8 @@ def classify_new_names(con, sid: int | None) -> None:
     # matching is paid for the new names only (the rule takes them as one list)
     con.execute(
         f"""INSERT INTO _name_classes
-            SELECT n.name, c.op_class, c.coll_kind, c.pattern
-            FROM ({new}) n LEFT JOIN _name_class_in((SELECT list(name) FROM ({new}))) c USING (name)""",
+            SELECT name, op_class, coll_kind, pattern
+            FROM _classify_names((SELECT list(name) FROM ({new})))""",
         {"sid": sid},
     )
 

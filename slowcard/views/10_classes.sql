@@ -21,20 +21,22 @@ WHERE ph = 'X' AND name IS NOT NULL AND (sid IS NULL OR source_id = sid)
 UNION
 SELECT DISTINCT name FROM op_rows WHERE name IS NOT NULL AND (sid IS NULL OR source_id = sid);
 
--- The rule, for a list of distinct names: a commit passes only the names no earlier file had
--- (store.classify_new_names); matching costs ~0.1 ms per name, so a rank whose names the previous
--- rank already brought costs almost nothing (8 GPU ranks: ~35 ms per file before).
+-- The rule, for a list of names (the matched ones, with the row that won): a commit passes only
+-- the names no earlier file had (store.classify_new_names), so it pays the matching for those only
+-- (planning the constant regexes, ~25 ms, stays per commit); `slowcard taxonomy` passes the
+-- names it is asked about (_classify_names).
 CREATE OR REPLACE MACRO _name_class_in(name_list) AS TABLE
-WITH names AS (SELECT unnest(name_list) AS name),
+WITH names AS (SELECT DISTINCT unnest(name_list) AS name),
 builtin_hits AS (
-    SELECT b.name, {'op_class': t.op_class, 'coll_kind': t.coll_kind, 'pattern': t.pattern} AS hit
+    SELECT b.name, {'op_class': t.op_class, 'coll_kind': t.coll_kind, 'pattern': t.pattern, 'origin': t.origin} AS hit
     FROM (SELECT name, _builtin_taxonomy_hit(name) AS pattern FROM names WHERE _builtin_taxonomy_any(name)) b
     JOIN (SELECT * FROM op_taxonomy WHERE origin = 'builtin'
           QUALIFY row_number() OVER (PARTITION BY pattern ORDER BY priority) = 1) t USING (pattern)
 ),
 user_hits AS (
     SELECT n.name,
-           arg_min({'op_class': t.op_class, 'coll_kind': t.coll_kind, 'pattern': t.pattern}, t.priority) AS hit
+           arg_min({'op_class': t.op_class, 'coll_kind': t.coll_kind, 'pattern': t.pattern, 'origin': t.origin},
+                   t.priority) AS hit
     FROM names n JOIN op_taxonomy t ON t.origin = 'user' AND regexp_matches(n.name, t.pattern, 'i')
     GROUP BY n.name
 ),
@@ -43,28 +45,21 @@ hits AS (  -- user rows win over built-in rows
     UNION ALL
     SELECT * FROM builtin_hits WHERE name NOT IN (SELECT name FROM user_hits)
 )
-SELECT name, hit.op_class AS op_class, hit.coll_kind AS coll_kind, hit.pattern AS pattern
+SELECT name, hit.op_class AS op_class, hit.coll_kind AS coll_kind, hit.pattern AS pattern, hit.origin AS origin
 FROM hits;
 
 -- The rule over the names of a file (every file: sid NULL).
 CREATE OR REPLACE MACRO _name_class_for(sid) AS TABLE
-SELECT * FROM _name_class_in((SELECT list(name) FROM _names_of(sid)));
+SELECT name, op_class, coll_kind, pattern FROM _name_class_in((SELECT list(name) FROM _names_of(sid)));
 
 CREATE OR REPLACE VIEW _name_class AS SELECT * FROM _name_class_for(NULL);
 
 -- The same rule for a list of names (no trace needed): what would these names be classified as?
+-- (unmatched names with NULLs)
 CREATE OR REPLACE MACRO _classify_names(name_list) AS TABLE
-WITH names AS (SELECT DISTINCT unnest(name_list) AS name),
-hits AS (
-    SELECT n.name,
-           arg_min({'op_class': t.op_class, 'coll_kind': t.coll_kind, 'pattern': t.pattern, 'origin': t.origin},
-                   (t.origin <> 'user')::INTEGER * 1000000 + t.priority) AS hit
-    FROM names n JOIN op_taxonomy t ON regexp_matches(n.name, t.pattern, 'i')
-    GROUP BY n.name
-)
-SELECT n.name, h.hit.op_class AS op_class, h.hit.coll_kind AS coll_kind, h.hit.pattern AS pattern,
-       h.hit.origin AS origin
-FROM names n LEFT JOIN hits h USING (name);
+WITH names AS (SELECT DISTINCT unnest(name_list) AS name)
+SELECT n.name, c.op_class, c.coll_kind, c.pattern, c.origin
+FROM names n LEFT JOIN _name_class_in(name_list) c USING (name);
 
 -- Normalised collective kind from a Kineto "Collective name" arg (NCCL has no all-to-all
 -- kernel: all_to_all lowers to SendRecv kernels, so the arg is the only way to tell).
