@@ -33,6 +33,24 @@ OUT = HERE / "out"
 CHILD = r"""
 import gc, json, os, resource, sys, time
 kind, path = sys.argv[1], sys.argv[2]
+
+
+def scratch_dir():
+    import tempfile
+    return tempfile.mkdtemp(dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+
+
+def floor_connection(db):
+    # a DuckDB connection with the settings slowcard ingests with (the floors' common ground)
+    import duckdb
+    from slowcard.ingest.base import IngestOptions
+    con = duckdb.connect(db, config={"preserve_insertion_order": False})
+    opts = IngestOptions()
+    con.execute(f"SET threads = {opts.threads}")
+    con.execute(f"SET memory_limit = '{opts.memory_limit}'")
+    return con
+
+
 t0 = time.perf_counter()
 n = None
 if kind == "slowcard":
@@ -45,12 +63,11 @@ if kind == "slowcard":
 elif kind == "duckdb_floor":
     # DuckDB's own limit on this machine: the same file already cut into parts (not timed), then
     # ONE INSERT of every part into a persisted table + CHECKPOINT, no Python in the loop.
-    import shutil, tempfile
+    import shutil
     from pathlib import Path
-    import duckdb
     from slowcard.ingest import chrome, chrome_pipes, chrome_ts
     from slowcard.ingest.base import Context, IngestOptions
-    tmp = tempfile.mkdtemp(dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    tmp = scratch_dir()
     ing = chrome._Ingest(Context(Path(path), "kineto", 1, "bench", None, IngestOptions()))
     s = chrome_pipes._Stream(Path(path))
     fd = s.f.fileno()
@@ -63,10 +80,7 @@ elif kind == "duckdb_floor":
             f.flush()
             chrome_pipes._copy_range(fd, f.fileno(), offset, length)
             f.write(b"]")
-    con = duckdb.connect(sys.argv[3], config={"preserve_insertion_order": False})
-    opts = IngestOptions()          # the settings slowcard ingests with
-    con.execute(f"SET threads = {opts.threads}")
-    con.execute(f"SET memory_limit = '{opts.memory_limit}'")
+    con = floor_connection(sys.argv[3])
     con.execute("CREATE TABLE event_rows (source_id INTEGER, ph VARCHAR, cat VARCHAR, name VARCHAR, "
                 "pid VARCHAR, tid VARCHAR, ts_ns BIGINT, dur_ns BIGINT, id VARCHAR, args JSON)")
     t0 = time.perf_counter()
@@ -79,18 +93,14 @@ elif kind == "duckdb_ndjson":
     # The issue's floor, literally: the events pre-split to one per line (untimed, orjson), then
     # DuckDB's own read_json of that file into a persisted table + CHECKPOINT. The columns are
     # given (DuckDB's auto-detection stops on these args: "Duplicate name in struct").
-    import shutil, tempfile
-    import duckdb, orjson
-    from slowcard.ingest.base import IngestOptions
-    tmp = tempfile.mkdtemp(dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    import shutil
+    import orjson
+    tmp = scratch_dir()
     nd = f"{tmp}/events.ndjson"
     with open(path, "rb") as fh, open(nd, "wb") as out:
         for ev in orjson.loads(fh.read())["traceEvents"]:
             out.write(orjson.dumps(ev) + b"\n")
-    con = duckdb.connect(sys.argv[3], config={"preserve_insertion_order": False})
-    opts = IngestOptions()
-    con.execute(f"SET threads = {opts.threads}")
-    con.execute(f"SET memory_limit = '{opts.memory_limit}'")
+    con = floor_connection(sys.argv[3])
     t0 = time.perf_counter()
     con.execute(
         f"CREATE TABLE events AS SELECT * FROM read_json('{nd}', format = 'newline_delimited', columns = "
