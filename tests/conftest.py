@@ -13,6 +13,26 @@ import pytest
 
 from slowcard import store
 
+def pytest_configure(config):
+    """The schema template cache (store.schema_template) in a folder of this test session, never
+    the user's ~/.cache; CLI subprocesses inherit it."""
+    import os
+    import tempfile
+
+    if "SLOWCARD_CACHE_DIR" not in os.environ:
+        config._slowcard_cache = tempfile.mkdtemp(prefix="slowcard-test-cache-")
+        os.environ["SLOWCARD_CACHE_DIR"] = config._slowcard_cache
+
+
+def pytest_unconfigure(config):
+    import os
+
+    folder = getattr(config, "_slowcard_cache", None)
+    if folder:
+        shutil.rmtree(folder, ignore_errors=True)
+        os.environ.pop("SLOWCARD_CACHE_DIR", None)
+
+
 # ../shared/realdata beside the checkout (read-only, never copied into the repo).
 REALDATA = Path(__file__).resolve().parents[1].parent / "shared" / "realdata"
 
