@@ -13,7 +13,9 @@ from outside; peak RSS is that process's own (wait4). Cases:
   - large: a large real single trace (default ../shared/realdata/kineto/df_index_resolver.json.gz).
 Tools:
   - slowcard diagnose PATH --db NEW (ingest + every query + the conclusion), and
-    slowcard query ep-slow-rank on the database just written;
+    slowcard query ep-slow-rank on the database just written; with its schema cache warm (any
+    earlier slowcard command on the machine built it) and with no cache (SLOWCARD_CACHE_DIR='':
+    a machine's first command);
   - HTA (PyPI holistictraceanalysis, the `bench` extra; needs pandas 2.x): TraceAnalysis load of
     the folder + get_potential_stragglers (multi-rank) or get_temporal_breakdown (one trace);
   - TraceLens (AMD): its collective / perf report when `TraceLens` imports in --peer-python;
@@ -60,11 +62,11 @@ for f in files:
 """
 
 
-def run(cmd: list[str], cwd: Path | None = None) -> tuple[float, float, int, str]:
+def run(cmd: list[str], cwd: Path | None = None, env: dict | None = None) -> tuple[float, float, int, str]:
     """(wall s, peak RSS MB, exit code, last stderr line) of one process."""
     t0 = time.perf_counter()
     with tempfile.TemporaryFile() as err:
-        p = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=err)
+        p = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=err, env=env)
         _, status, usage = os.wait4(p.pid, 0)
         wall = time.perf_counter() - t0
         err.seek(0)
@@ -73,12 +75,12 @@ def run(cmd: list[str], cwd: Path | None = None) -> tuple[float, float, int, str
     return wall, usage.ru_maxrss / 1024, code, (lines[-1] if lines else "")
 
 
-def median_of(repeat: int, make_cmd, cwd=None, before=None, ok_codes=(0, 1)) -> dict:
+def median_of(repeat: int, make_cmd, cwd=None, before=None, ok_codes=(0, 1), env=None) -> dict:
     walls, rss, last = [], [], None
     for _ in range(repeat):
         if before:
             before()
-        wall, mb, code, msg = run(make_cmd(), cwd)
+        wall, mb, code, msg = run(make_cmd(), cwd, env)
         if code not in ok_codes:
             return {"error": f"exit {code}: {msg[:160]}"}
         walls.append(wall)
@@ -131,6 +133,12 @@ def main() -> int:
     rows: list[tuple[str, str, dict]] = []
     with tempfile.TemporaryDirectory(prefix="bench_e2e_") as tmp_s:
         tmp = Path(tmp_s)
+        # slowcard's cache of the empty schema database (store.schema_template), built once here,
+        # untimed, as any earlier slowcard command on the machine would have; the "no cache" line
+        # times the first command on a machine (the schema created in place: the same work)
+        warm = {**os.environ, "SLOWCARD_CACHE_DIR": str(tmp / "cache")}
+        cold = {**os.environ, "SLOWCARD_CACHE_DIR": ""}
+        subprocess.run([sys.executable, "-c", "from slowcard import store; store.schema_template()"], env=warm, cwd=ROOT, check=True)
         cases = [("small", args.small, "multi"), ("multi", args.multi, "multi")]
         if args.gpu2:
             gpu2 = tmp / "gpu2"
@@ -143,10 +151,11 @@ def main() -> int:
             if not path.exists():
                 print(f"# {case}: {path} not found, skipped")
                 continue
-            checkouts = [("slowcard", ROOT)] + ([("slowcard baseline", args.baseline)] if args.baseline else [])
+            checkouts = [("slowcard", ROOT, warm), ("slowcard (no cache)", ROOT, cold)]
+            checkouts += [("slowcard baseline", args.baseline, None)] if args.baseline else []
             base = None
-            for label, repo in checkouts:
-                db = tmp / f"{case}_{label.replace(' ', '_')}.duckdb"
+            for label, repo, env in checkouts:
+                db = tmp / f"{case}_{label.replace(' ', '_').strip('()')}.duckdb"
 
                 def fresh(db=db):
                     for f in (db, Path(str(db) + ".wal")):
@@ -157,11 +166,13 @@ def main() -> int:
                     lambda db=db, path=path: [sys.executable, "-m", "slowcard", "diagnose", str(path), "--db", str(db)],
                     cwd=repo,
                     before=fresh,
+                    env=env,
                 )
                 q = median_of(
                     args.repeat,
                     lambda db=db: [sys.executable, "-m", "slowcard", "query", "ep-slow-rank", "--db", str(db)],
                     cwd=repo,
+                    env=env,
                 )
                 rows.append((case, f"{label} diagnose", d))
                 rows.append((case, f"{label} query ep-slow-rank", q))
