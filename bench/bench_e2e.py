@@ -138,7 +138,12 @@ def main() -> int:
         # times the first command on a machine (the schema created in place: the same work)
         warm = {**os.environ, "SLOWCARD_CACHE_DIR": str(tmp / "cache")}
         cold = {**os.environ, "SLOWCARD_CACHE_DIR": ""}
-        subprocess.run([sys.executable, "-c", "from slowcard import store; store.schema_template()"], env=warm, cwd=ROOT, check=True)
+        subprocess.run(
+            [sys.executable, "-c", "from slowcard import store; store.schema_template()"],
+            env=warm,
+            cwd=ROOT,
+            check=True,
+        )
         cases = [("small", args.small, "multi"), ("multi", args.multi, "multi")]
         if args.gpu2:
             gpu2 = tmp / "gpu2"

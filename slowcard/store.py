@@ -520,9 +520,10 @@ def schema_template() -> Path | None:
     if path.is_file():
         return path
     folder = path.parent
-    tmp = folder / f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp"
+    tmp = folder / tempspace.temp_name("template")
     try:
         folder.mkdir(parents=True, exist_ok=True)
+        tempspace.clean_stale([folder])  # builds cut short by a kill
         con = connect(tmp, wait_s=0)
         try:
             apply_schema(con)
@@ -555,17 +556,19 @@ def _copy_schema_template(path: str | Path) -> bool:
     template = schema_template()
     if template is None:
         return False
+    # copied beside it under a temporary name, then linked into place: another process opening
+    # the same new path meanwhile finds no file or a whole one, and never loses its own
+    tmp = Path(path).parent / tempspace.temp_name("template")
     try:
-        with open(template, "rb") as src, open(path, "xb") as dst:  # never over another's new file
-            shutil.copyfileobj(src, dst, 1 << 20)
-    except FileExistsError:
+        shutil.copyfile(template, tmp)
+        os.link(tmp, path)
+    except OSError:  # FileExistsError: another process created it first; or no hard links here
         return False
-    except OSError:
+    finally:
         try:
-            Path(path).unlink(missing_ok=True)
+            tmp.unlink(missing_ok=True)
         except OSError:
             pass
-        return False
     return True
 
 

@@ -1,4 +1,4 @@
-"""Temporary folders: named after the process that owns them, and removed by the next slowcard
+"""Temporary folders (and files): named after the process that owns them, and removed by the next slowcard
 that finds their owner gone.
 
 A process killed with SIGKILL (or a machine that lost power) runs no cleanup, and its part files
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import shutil
 import socket
 import tempfile
@@ -32,6 +33,13 @@ def make_dir(kind: str, parent: str | Path | None = None, hidden: bool = False) 
     assert kind in KINDS
     prefix = f"{'.' if hidden else ''}slowcard-{kind}-{_host()}-{os.getpid()}-"
     return Path(tempfile.mkdtemp(prefix=prefix, dir=None if parent is None else str(parent)))
+
+
+def temp_name(kind: str, hidden: bool = True) -> str:
+    """A name for a temporary file owned by this process (see the module doc), e.g. a database
+    being copied into place."""
+    assert kind in KINDS
+    return f"{'.' if hidden else ''}slowcard-{kind}-{_host()}-{os.getpid()}-{secrets.token_hex(4)}"
 
 
 def _alive(pid: int) -> bool:
@@ -70,6 +78,9 @@ def clean_stale(roots: Sequence[str | Path] | None = None) -> list[Path]:
             try:
                 if entry.is_dir(follow_symlinks=False):
                     shutil.rmtree(entry.path)
+                    removed.append(Path(entry.path))
+                elif entry.is_file(follow_symlinks=False):  # a copy cut short (temp_name)
+                    os.unlink(entry.path)
                     removed.append(Path(entry.path))
             except OSError:
                 pass

@@ -13,6 +13,7 @@ import pytest
 
 from slowcard import store
 
+
 def pytest_configure(config):
     """The schema template cache (store.schema_template) in a folder of this test session, never
     the user's ~/.cache; CLI subprocesses inherit it."""

@@ -87,7 +87,7 @@ def test_a_cache_folder_that_cannot_be_made_leaves_the_schema_to_the_ingest(tmp_
     assert store.schema_template() is None
     db = new_db(tmp_path / "t.duckdb")
     assert catalog(db)["meta"]  # schema applied all the same
-    assert list(tmp_path.glob("**/*.tmp")) == []
+    assert [p for p in tmp_path.rglob("*") if "slowcard-template" in p.name] == []
 
 
 @pytest.mark.parametrize("damage", ["garbage", "truncated"])
@@ -116,5 +116,18 @@ def test_an_existing_database_is_never_replaced_by_the_template(tmp_path, monkey
         assert con.execute("SELECT value FROM meta WHERE key = 'test_marker'").fetchone() == ("kept",)
     finally:
         con.close()
-    assert not any(p.name.endswith(".tmp") for p in (tmp_path / "cache").iterdir())
+    assert [p for p in tmp_path.rglob("*") if "slowcard-template" in p.name] == []
     assert os.path.getsize(db) > 0
+
+
+def test_a_copy_cut_short_by_a_kill_is_removed_by_the_next_write_open(tmp_path, monkeypatch):
+    from slowcard import tempspace
+
+    monkeypatch.setenv("SLOWCARD_CACHE_DIR", str(tmp_path / "cache"))
+    dead = tempspace.temp_name("template").replace(f"-{os.getpid()}-", "-999999999-")
+    (tmp_path / dead).write_bytes(b"half a database")
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / dead).write_bytes(b"half a template")
+    new_db(tmp_path / "t.duckdb")
+    assert not (tmp_path / dead).exists()  # the database's folder
+    assert not (tmp_path / "cache" / dead).exists()  # the cache, cleaned when the template is built
