@@ -10,6 +10,10 @@ from outside; peak RSS is that process's own (wait4). Cases:
     6 CPU ranks, gloo; it has no ProfilerStep, which HTA's straggler analysis needs);
   - gpu2: two real GPU ranks of one NCCL job (../shared/realdata/kineto/sampled_rank-{0,1}.json.gz,
     ProfilerStep#551-552), the multi-rank case HTA can analyse;
+  - ep8: 8 real torch.profiler ranks (CPU, gloo) of bench/torch_ep_trace.py's EP decode loop,
+    made here before timing when torch imports (--ep8 DIR: another 8-rank run); steps marked by
+    prof.step() (ProfilerStep#N, which HTA needs); CPU only, so HTA's straggler analysis finds no
+    kernels (it fails: "argmax of an empty sequence");
   - large: a large real single trace (default ../shared/realdata/kineto/df_index_resolver.json.gz).
 Tools:
   - slowcard diagnose PATH --db NEW (ingest + every query + the conclusion), and
@@ -105,6 +109,23 @@ def folder_of(path: Path, tmp: Path) -> Path:
     return d
 
 
+def make_ep8(tmp: Path) -> Path | None:
+    """8 real torch.profiler ranks of the EP decode loop (CPU, gloo on loopback; rank 5 gets half of
+    every rank's tokens; ProfilerStep#N steps), or None when torch is not installed."""
+    if subprocess.run([sys.executable, "-c", "import torch"], capture_output=True).returncode != 0:
+        print("# ep8: torch not installed (pip install -e '.[bench]'), skipped")
+        return None
+    out = tmp / "ep8"
+    cmd = [sys.executable, str(ROOT / "bench" / "torch_ep_trace.py"), str(out), "--world", "8"]
+    cmd += ["--scenario", "token_skew", "--effect", "0.5", "--slow-rank", "5", "--seed", "3", "--profiler-steps"]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        print(f"# ep8: torch_ep_trace.py failed ({(done.stderr.strip().splitlines() or ['?'])[-1]}), skipped")
+        return None
+    print(f"# ep8: {done.stdout.strip().splitlines()[-1]}")
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeat", type=int, default=3)
@@ -116,6 +137,12 @@ def main() -> int:
         "--gpu2", type=Path, nargs="+", default=sorted((REALDATA / "kineto").glob("sampled_rank-*.json.gz"))
     )
     ap.add_argument("--large", type=Path, default=REALDATA / "kineto" / "df_index_resolver.json.gz")
+    ap.add_argument(
+        "--ep8",
+        type=Path,
+        help="an 8-rank run; default: 8 real torch.profiler ranks made here (untimed) by "
+        "bench/torch_ep_trace.py when torch imports, else the case is skipped",
+    )
     args = ap.parse_args()
 
     has_hta = peer_available(args.peer_python, "hta.trace_analysis")
@@ -151,6 +178,9 @@ def main() -> int:
             for f in args.gpu2:
                 (gpu2 / f.name).symlink_to(f.resolve())
             cases.append(("gpu2", gpu2, "multi"))
+        ep8 = args.ep8 or make_ep8(tmp)
+        if ep8:
+            cases.append(("ep8", ep8, "multi"))
         cases.append(("large", args.large, "single"))
         for case, path, mode in cases:
             if not path.exists():

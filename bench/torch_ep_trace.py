@@ -7,7 +7,9 @@ Needs torch (the ``bench`` extra: ``pip install -e '.[bench]'``); never a CI dep
 ``world`` processes (gloo, 127.0.0.1 only) each run ``steps`` decode steps of ``layers`` MoE layers
 under ``torch.profiler`` with shapes recorded, and write ``rank{r}.pt.trace.json.gz``. Inside
 ``decode_step_<s>`` each layer is a ``moe_layer_<l>`` range holding the regions of the built-in
-taxonomy (``slowcard show-taxonomy``), like ../shared/realdata/kineto_cpu_ep_noise:
+taxonomy (``slowcard show-taxonomy``), like ../shared/realdata/kineto_cpu_ep_noise
+(``--profiler-steps``: the steps are marked by ``prof.step()`` under a schedule instead, as a
+training loop's ``ProfilerStep#N``):
 
 - ``MoeGatingTopK``: router matmul, top-1 expert per token, tokens sorted by destination rank;
 - ``MoeDistributeDispatch``: a real ``all_to_all_single`` of the per-rank counts, then of the
@@ -134,11 +136,23 @@ def _worker(rank: int, cfg: dict) -> None:
     for li in range(layers):  # warm-up outside the profile (gloo connections, allocator)
         layer(0, li)
     dist.barrier()
-    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
-        for step in range(cfg["steps"]):
-            with record_function(f"decode_step_{step}"):
+    if cfg["profiler_steps"]:
+        # steps as a training loop under torch.profiler marks them: prof.step() with a schedule
+        # makes Kineto write ProfilerStep#N ranges (what HTA's analyses need) instead of decode_step_N
+        from torch.profiler import schedule
+
+        sched = schedule(wait=0, warmup=1, active=cfg["steps"], repeat=1)
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True, schedule=sched) as prof:
+            for step in range(cfg["steps"] + 1):  # the first one is the schedule's warm-up
                 for li in range(layers):
                     layer(step, li)
+                prof.step()
+    else:
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+            for step in range(cfg["steps"]):
+                with record_function(f"decode_step_{step}"):
+                    for li in range(layers):
+                        layer(step, li)
     dist.barrier()
     dist.destroy_process_group()
     raw = Path(cfg["out"]) / f"rank{rank}.pt.trace.json"
@@ -178,6 +192,7 @@ def generate(
     steps: int = 6,
     layers: int = 4,
     noise_us: float = 0.0,
+    profiler_steps: bool = False,
 ) -> float | None:
     """Write one run's traces into out_dir; return the measured cost of the anomaly (% of MoE time)."""
     import torch.multiprocessing as mp
@@ -202,6 +217,7 @@ def generate(
         steps=steps,
         layers=layers,
         noise_us=noise_us,
+        profiler_steps=profiler_steps,
         out=str(out_dir),
         port=_free_port(),
     )
@@ -220,6 +236,11 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--noise-us", type=float, default=0.0)
+    ap.add_argument(
+        "--profiler-steps",
+        action="store_true",
+        help="mark steps with prof.step() (ProfilerStep#N) instead of decode_step_N",
+    )
     a = ap.parse_args()
     t0 = time.perf_counter()
     cost = generate(
@@ -232,6 +253,7 @@ def main() -> None:
         steps=a.steps,
         layers=a.layers,
         noise_us=a.noise_us,
+        profiler_steps=a.profiler_steps,
     )
     print(f"wrote {a.world} traces to {a.out} in {time.perf_counter() - t0:.1f} s; measured cost {cost} % of MoE time")
 
