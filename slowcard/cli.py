@@ -359,7 +359,7 @@ def main():
         _run_fast(*fast)
 
 
-# The common forms of the commands run in loops (`query`, `diagnose`) are parsed here, without
+# The common forms of the commands run in loops (`query`, `diagnose`, `ingest`) are parsed here, without
 # typer: typer builds a pydantic adapter per parameter at every start (~0.1 s, a third of a
 # `slowcard query` on a small run; issue 17). Anything else, or anything unusual in them (--help,
 # an unknown or repeated option, `-f=x`, `--`, a value starting with '-'), goes to typer, so
@@ -393,7 +393,26 @@ _FAST_SPECS: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
             "--strict": ("strict", "flag"),
         },
     ),
+    "ingest": (
+        "paths",
+        {
+            "--db": ("db", "path"),
+            "--run": ("run", "str"),
+            "--jobs": ("jobs", "int"),
+            "-j": ("jobs", "int"),
+            "--rank-pattern": ("rank_pattern", "str"),
+            "--rank-map": ("rank_map", "path"),
+            "--taxonomy": ("taxonomy", "path"),
+            "--run-per-folder": ("run_per_folder", "flag"),
+            "--executor": ("executor", "str"),
+            "--scheduler": ("scheduler", "str"),
+            "--quiet": ("quiet", "flag"),
+            "-q": ("quiet", "flag"),
+        },
+    ),
 }
+# Commands whose positional argument typer requires (no value: typer's usage error).
+_FAST_REQUIRED = {"ingest"}
 _FAST_DEFAULTS: dict[str, dict] = {
     "query": {
         "db": Path(DEFAULT_DB),
@@ -407,12 +426,24 @@ _FAST_DEFAULTS: dict[str, dict] = {
         "list_": False,
     },
     "diagnose": {"db": Path(DEFAULT_DB), "run": None, "fmt": "table", "sql_dir": None, "strict": False},
+    "ingest": {
+        "db": Path(DEFAULT_DB),
+        "run": None,
+        "jobs": 1,
+        "rank_pattern": None,
+        "rank_map": None,
+        "taxonomy": None,
+        "run_per_folder": False,
+        "executor": "local",
+        "scheduler": None,
+        "quiet": False,
+    },
 }
 
 
 def fast_parse(argv: list[str]) -> tuple[str, dict] | None:
-    """(command, keyword arguments) of a plain `query` / `diagnose` command line; None when typer
-    must parse it."""
+    """(command, keyword arguments) of a plain `query` / `diagnose` / `ingest` command line; None
+    when typer must parse it."""
     if not argv or argv[0] not in _FAST_SPECS:
         return None
     command = argv[0]
@@ -449,11 +480,14 @@ def fast_parse(argv: list[str]) -> tuple[str, dict] | None:
             return None
         given.add(dest)
         if kind == "int":
-            if not (value.isascii() and value.isdigit()):
+            # --jobs has min=1 in typer: 0 is typer's to refuse
+            if not (value.isascii() and value.isdigit()) or (dest == "jobs" and int(value) < 1):
                 return None
             kwargs[dest] = int(value)
         else:
             kwargs[dest] = Path(value) if kind == "path" else value
+    if not values and command in _FAST_REQUIRED:
+        return None
     kwargs[positional] = values or None
     return command, kwargs
 
@@ -463,7 +497,7 @@ def _run_fast(command: str, kwargs: dict) -> None:
     typer.Exit -> exit code, Ctrl-C -> 130."""
     from .cli_common import error_boundary
 
-    func: Callable[..., None] = query if command == "query" else diagnose
+    func: Callable[..., None] = {"query": query, "diagnose": diagnose, "ingest": ingest}[command]
     try:
         try:
             with error_boundary():

@@ -1,4 +1,4 @@
-"""The fast command-line path (cli.fast_parse, issue 17): `query` and `diagnose` command lines it
+"""The fast command-line path (cli.fast_parse, issue 17): `query`, `diagnose` and `ingest` command lines it
 accepts must give exactly the arguments typer gives; everything else must be left to typer."""
 
 from __future__ import annotations
@@ -26,11 +26,21 @@ ACCEPTED = [
     ["diagnose"],
     ["diagnose", "testdata/ep4_token_skew", "--db", "demo.duckdb"],
     ["diagnose", "a", "b", "--run", "r", "-f", "json", "--strict", "--sql-dir", "s"],
+    ["ingest", "x"],
+    ["ingest", "a", "b", "--db", "x.duckdb", "--run", "r", "-j", "2", "-q"],
+    ["ingest", "--jobs", "3", "a", "--rank-pattern", "rank(\\d+)", "--rank-map", "m.csv", "--taxonomy", "t.csv"],
+    ["ingest", "a", "--run-per-folder", "--executor", "dask", "--scheduler", "tcp://127.0.0.1:8786", "--quiet"],
 ]
 
 LEFT_TO_TYPER = [
     [],
-    ["ingest", "x"],
+    ["ingest"],
+    ["ingest", "--db", "x.duckdb"],
+    ["ingest", "x", "--jobs", "0"],
+    ["ingest", "x", "-j", "-1"],
+    ["ingest", "x", "-q", "-q"],
+    ["ingest", "x", "--run", "a", "--run", "b"],
+    ["ingest", "x", "--executor=dask"],
     ["list"],
     ["query", "--help"],
     ["query", "--db=x.duckdb"],
@@ -80,6 +90,13 @@ def _cli(*args) -> subprocess.CompletedProcess:
 def test_fast_and_typer_paths_print_the_same(tmp_path):
     """The same command through both paths (`--db=X` is left to typer): same output, exit code."""
     db = tmp_path / "d.duckdb"
+    ing_fast = _cli("ingest", "testdata/ep4_token_skew", "--db", str(db), "-j", "2")
+    assert ing_fast.returncode == 0 and "4 ok" in ing_fast.stdout
+    ing_typer = _cli("ingest", "testdata/ep4_token_skew", f"--db={db}", "-j", "2")  # the same files again
+    assert (ing_typer.returncode, ing_typer.stdout) == (ing_fast.returncode, ing_fast.stdout)
+    gone_fast = _cli("ingest", "testdata/no-such-folder", "--db", str(db))
+    gone_typer = _cli("ingest", "testdata/no-such-folder", f"--db={db}")
+    assert gone_fast.returncode == gone_typer.returncode == 2 and gone_fast.stderr == gone_typer.stderr
     diag_fast = _cli("diagnose", "testdata/ep4_token_skew", "--db", str(db))
     assert diag_fast.returncode == 1 and "Slow card: rank 1" in diag_fast.stdout
     diag_typer = _cli("diagnose", f"--db={db}")
