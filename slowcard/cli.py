@@ -497,7 +497,8 @@ def _run_fast(command: str, kwargs: dict) -> None:
     typer.Exit -> exit code, Ctrl-C -> 130."""
     from .cli_common import error_boundary
 
-    func: Callable[..., None] = {"query": query, "diagnose": diagnose, "ingest": ingest}[command]
+    commands: dict[str, Callable[..., None]] = {"query": query, "diagnose": diagnose, "ingest": ingest}
+    func = commands[command]
     try:
         try:
             with error_boundary():
