@@ -63,7 +63,13 @@ def ingest(
     paths: list[str] = typer.Argument(..., help="Files, folders (walked recursively) or globs."),
     db: Path = typer.Option(DEFAULT_DB, "--db", help="DuckDB database file (created if missing)."),
     run: str | None = typer.Option(None, "--run", help="Run name (default: the folder given)."),
-    jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="Files parsed in parallel."),
+    jobs: int | None = typer.Option(
+        None,
+        "--jobs",
+        "-j",
+        min=1,
+        help="Files parsed in parallel (default: one per core, up to 8, when every file is under 32 MB; else 1).",
+    ),
     rank_pattern: str | None = typer.Option(
         None, "--rank-pattern", help="Regex on the path; group 'rank' (or the first group) is the rank."
     ),
@@ -429,7 +435,7 @@ _FAST_DEFAULTS: dict[str, dict] = {
     "ingest": {
         "db": Path(DEFAULT_DB),
         "run": None,
-        "jobs": 1,
+        "jobs": None,
         "rank_pattern": None,
         "rank_map": None,
         "taxonomy": None,

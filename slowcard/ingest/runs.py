@@ -37,7 +37,7 @@ def ingest_runs(
     taxonomy: str | Path | None = None,
     executor: str = "local",
     scheduler: str | None = None,
-    jobs: int = 1,
+    jobs: int | None = None,
     rank_pattern: str | None = None,
     rank_map: str | Path | None = None,
     progress=None,
@@ -49,8 +49,9 @@ def ingest_runs(
         run_per_folder: each sub-folder of each path is its own run, named after it.
         taxonomy: a CSV of user op-name patterns (``pattern,op_class,coll_kind,priority``),
             loaded before the files (user rows win over the built-in ones).
-        executor: ``local`` (``jobs`` threads) or ``dask`` (Dask workers; ``scheduler`` is
-            ``tcp://HOST:PORT``, default a LocalCluster on loopback).
+        executor: ``local`` (``jobs`` threads; None: one per core for small files, see
+            ``auto_jobs``) or ``dask`` (Dask workers; ``scheduler`` is ``tcp://HOST:PORT``,
+            default a LocalCluster on loopback).
     """
     from . import ingest_paths, prepare_batch
 
