@@ -82,3 +82,28 @@ def test_the_default_ingests_small_files_in_parallel_into_the_same_database(tmp_
         verdicts[name + "_rows"] = _snapshot(db)
     assert verdicts["auto_rows"] == verdicts["serial_rows"]
     assert verdicts["auto"] == verdicts["serial"] and verdicts["auto"][0] in ("FAIL", "WARN")
+
+
+def test_service_csvs_fit_beside_each_other_in_the_ingest_memory_limit(tmp_path):
+    """DuckDB's CSV buffer defaulted to 16 x max_line_size: one 256 MB block per msServiceProfiler
+    CSV, however small, out of the 512 MB the ingest allows, so two CSVs at once (--jobs 2, or the
+    default on small files) failed with "could not allocate block of size 256.0 MiB". Under a
+    200 MB limit a single small CSV could not go in at all; now it takes one 32 MB buffer."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    import synth_service as ss
+
+    folder = tmp_path / "svc"
+    ss.write_run(folder, ss.config_for("balanced", duration_s=20.0))
+    db = tmp_path / "svc.duckdb"
+    con = store.open_db(db)
+    try:
+        con.execute("SET memory_limit = '200MB'")
+        rep = ingest_paths(db, [str(folder / "request.csv")], run="tight", con=con)
+    finally:
+        con.close()
+    assert [f.status for f in rep.files] == ["ok"], [f.message for f in rep.files]
+    rep = ingest_paths(db, [str(folder)], run="both", jobs=2)
+    assert rep.files and all(f.status == "ok" for f in rep.files), [(f.path, f.message) for f in rep.files]

@@ -48,6 +48,10 @@ SHANGHAI_OFFSET_NS = 8 * 3600 * 1_000_000_000  # UTC+8 all year (no DST since 19
 SAMPLE_ROWS = 200  # rows read in Python to decide time units
 FALLBACK_BATCH = 20_000  # res_list cells parsed in Python per Arrow batch
 MAX_LINE_BYTES = 16 << 20  # longest CSV line (a res_list of a huge batch)
+# DuckDB's CSV buffer defaults to 16 x max_line_size: one 256 MB block per file, even for a file of
+# 88 KB, taken from the database's memory limit (512 MB while ingesting): two CSV files at once
+# (--jobs 2) failed with "could not allocate block of size 256.0 MiB". Two lines' worth is enough.
+CSV_BUFFER_BYTES = 2 * MAX_LINE_BYTES
 
 _DATETIME_FORMATS = "['%Y-%m-%d %H:%M:%S:%f', '%Y-%m-%d %H:%M:%S.%f', '%Y-%m-%d %H:%M:%S']"
 # epoch magnitude -> ns per unit: ~1.7e9 s, ~1.7e12 ms, ~1.7e15 µs, ~1.7e18 ns
@@ -196,7 +200,7 @@ class _Csv:
         return (
             f"read_csv('{path}', header = true, "
             f"auto_detect = false, columns = {{{cols}}}, delim = ',', quote = '\"', escape = '\"', "
-            f"compression = '{comp}', max_line_size = {MAX_LINE_BYTES}, {rej})"
+            f"compression = '{comp}', max_line_size = {MAX_LINE_BYTES}, buffer_size = {CSV_BUFFER_BYTES}, {rej})"
         )
 
     def numbered(self, table: str) -> str:
