@@ -59,8 +59,10 @@ def test_kill_9_mid_ingest_keeps_exactly_the_committed_files(tmp_path, many_file
         if db.exists():
             db.unlink()
         env = {**os.environ, "SLOWCARD_FAULT": f"{point}:{n}"}
+        # one file at a time, so that the kill point says how many files were committed (files at
+        # once, killed at known points: test_hostile.py's --jobs 2 test)
         proc = subprocess.run(
-            CLI + ["ingest", str(folder), "--db", str(db), "--run", "r", "-q"],
+            CLI + ["ingest", str(folder), "--db", str(db), "--run", "r", "-q", "--jobs", "1"],
             env=env,
             capture_output=True,
             text=True,
