@@ -370,7 +370,8 @@ def main():
 # `slowcard query` on a small run; issue 17). Anything else, or anything unusual in them (--help,
 # an unknown or repeated option, `-f=x`, `--`, a value starting with '-'), goes to typer, so
 # every form behaves as typer parses it (tests/test_cli_fast.py checks both give the same values).
-# option -> (parameter, kind): flag | str | path | int | strs | paths (strs/paths: repeatable)
+# option -> (parameter, kind): flag | str | path | int | int1 | strs | paths (int1: an int typer
+# declares with min=1; strs/paths: repeatable)
 _FAST_SPECS: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
     "query": (
         "names",
@@ -404,8 +405,8 @@ _FAST_SPECS: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
         {
             "--db": ("db", "path"),
             "--run": ("run", "str"),
-            "--jobs": ("jobs", "int"),
-            "-j": ("jobs", "int"),
+            "--jobs": ("jobs", "int1"),
+            "-j": ("jobs", "int1"),
             "--rank-pattern": ("rank_pattern", "str"),
             "--rank-map": ("rank_map", "path"),
             "--taxonomy": ("taxonomy", "path"),
@@ -485,9 +486,9 @@ def fast_parse(argv: list[str]) -> tuple[str, dict] | None:
         if dest in given:
             return None
         given.add(dest)
-        if kind == "int":
-            # --jobs has min=1 in typer: 0 is typer's to refuse
-            if not (value.isascii() and value.isdigit()) or (dest == "jobs" and int(value) < 1):
+        if kind in ("int", "int1"):
+            # below typer's min=1: typer's to refuse
+            if not (value.isascii() and value.isdigit()) or (kind == "int1" and int(value) < 1):
                 return None
             kwargs[dest] = int(value)
         else:
