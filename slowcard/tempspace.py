@@ -28,18 +28,21 @@ def _host() -> str:
     return re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname()) or "host"
 
 
+def _prefix(kind: str, hidden: bool) -> str:
+    """``[.]slowcard-<kind>-<host>-<pid>-``: what clean_stale recognises, before the random part."""
+    assert kind in KINDS
+    return f"{'.' if hidden else ''}slowcard-{kind}-{_host()}-{os.getpid()}-"
+
+
 def make_dir(kind: str, parent: str | Path | None = None, hidden: bool = False) -> Path:
     """A new temporary folder owned by this process (see the module doc for its name)."""
-    assert kind in KINDS
-    prefix = f"{'.' if hidden else ''}slowcard-{kind}-{_host()}-{os.getpid()}-"
-    return Path(tempfile.mkdtemp(prefix=prefix, dir=None if parent is None else str(parent)))
+    return Path(tempfile.mkdtemp(prefix=_prefix(kind, hidden), dir=None if parent is None else str(parent)))
 
 
 def temp_name(kind: str, hidden: bool = True) -> str:
     """A name for a temporary file owned by this process (see the module doc), e.g. a database
     being copied into place."""
-    assert kind in KINDS
-    return f"{'.' if hidden else ''}slowcard-{kind}-{_host()}-{os.getpid()}-{secrets.token_hex(4)}"
+    return _prefix(kind, hidden) + secrets.token_hex(4)
 
 
 def _alive(pid: int) -> bool:
