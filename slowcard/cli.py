@@ -254,6 +254,14 @@ def diagnose(
 
     check_format(fmt, ("table", "json"))
     catalog = queries_mod.load_catalog(sql_dir)
+    if paths and len(paths) == 1 and store.is_duckdb_file(paths[0]):
+        # `slowcard diagnose run.duckdb`: a database where input goes is the database to read
+        if db != Path(DEFAULT_DB) and Path(db).resolve() != Path(paths[0]).resolve():
+            raise UsageError(
+                f"{paths[0]}: is a DuckDB database, not profiler output; to diagnose it: slowcard diagnose --db {paths[0]}"
+            )
+        typer.echo(f"{paths[0]} is a DuckDB database: diagnosing it (as --db {paths[0]})", err=True)
+        db, paths = Path(paths[0]), None
     if paths:
         con = store.open_db(db)
         try:

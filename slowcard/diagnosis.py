@@ -64,14 +64,19 @@ def conclude(results: dict) -> dict:
     """The headline: which card is slow, why, the numbers, and what to do next."""
     res, found = findings_mod.speaker(results)
     if res is not None:
+        found = findings_mod.by_cost(found)
         first = found[0]
-        cards = list(dict.fromkeys(f.label for f in found))  # one card, several rows
-        cause = first.cause or res.query
+        # one entry per card, each with its own cause and cost (a card with several rows: its
+        # first, i.e. costliest, speaks), FAIL before WARN and the costliest first
+        cards: dict[str, dict] = {}
+        for f in found:
+            cards.setdefault(f.label, card_dict(f, res.query))
         return {
             "status": str(res.status),
-            "headline": f"Slow card: {'; '.join(cards)} — {cause}",
-            "slow_cards": cards,
-            "cause": cause,
+            "headline": ("Slow cards: " if len(cards) > 1 else "Slow card: ") + "; ".join(map(card_text, cards.values())),
+            "slow_cards": list(cards),
+            "cards": list(cards.values()),
+            "cause": first.cause or res.query,
             "evidence": findings_mod.evidence(first, [col for col, _ in res.spec.subject]),
             "summary": res.summary,
             "next_step": first.next_step or "see the query rows",
@@ -106,6 +111,29 @@ def conclude(results: dict) -> dict:
         "scheduling, memory) — see " + (_and(reports) or "the report queries"),
         "query": None,
     }
+
+
+def card_dict(f, query: str) -> dict:
+    """One slow card of the conclusion: the card, its level, its own cause(s) and cost."""
+    return {
+        "card": f.label,
+        "level": str(f.level),
+        "cause": f.cause or query,
+        "causes": f.causes or query,
+        "cost_ms": f.cost_ms,
+        "cost_pct": f.cost_pct,
+        "next_step": f.next_step,
+    }
+
+
+def card_text(card: dict) -> str:
+    """``rank 1 — token-skew (59.9 ms, 63.8 %)``: the card, its cause(s), its cost when known."""
+    cost = []
+    if card["cost_ms"] is not None:
+        cost.append(f"{card['cost_ms']:.3g} ms")
+    if card["cost_pct"] is not None:
+        cost.append(f"{card['cost_pct']:.3g} %")
+    return f"{card['card']} — {card['causes']}" + (f" ({', '.join(cost)})" if cost else "")
 
 
 def _and(items: list[str]) -> str:

@@ -5,7 +5,9 @@ query's verdict rule (``fail if rows where impact > 0; warn if rows > 0``: a row
 fail clause is a FAIL finding, one counted only by the warn clause a WARN finding); a ``level``
 column (FAIL / WARN) in the rows decides by itself. What a finding is about comes from the
 query's ``subject:`` header, its cause from a ``cause`` (or ``finding``) column, the remedy from
-``next_step``, and its cost from ``cost_ms`` / ``cost_pct`` when the query returns them.
+``next_step``, and its cost from ``cost_ms`` / ``cost_pct`` when the query returns them. A
+``causes`` column, when present, is how the cause reads when more than one carries the cost
+("token-skew 58 %, slow-compute 42 %"); ``cause`` stays the one that carries the most.
 
 ``slow_cards(results)`` is THE answer to "which card is slow": the findings of the verdict that
 speaks first, i.e. the most severe status, then the lowest ``priority:``. Pure: no I/O.
@@ -52,9 +54,16 @@ class Finding:
                 return None
         return None
 
+    @property
+    def causes(self) -> str | None:
+        """The cause as read: the query's ``causes`` column (several causes with their shares)
+        when it has one, else ``cause``."""
+        shown = self.row.get("causes")
+        return str(shown) if shown else self.cause
+
     def short(self) -> str:
         """``rank 1 token-skew``: the subject and the cause."""
-        return f"{self.label} {self.cause or ''}".strip()
+        return f"{self.label} {self.causes or ''}".strip()
 
     def to_dict(self) -> dict:
         return {
@@ -63,6 +72,7 @@ class Finding:
             "subject": dict(self.subject),
             "label": self.label,
             "cause": self.cause,
+            "causes": self.causes,
             "next_step": self.next_step,
             "cost_ms": self.cost_ms,
             "cost_pct": self.cost_pct,
@@ -126,9 +136,21 @@ def speaker(results: dict):
     return None, []
 
 
+def by_cost(found: list[Finding]) -> list[Finding]:
+    """Findings FAIL before WARN, then the costliest first (``cost_pct``, else ``cost_ms``);
+    findings without a cost keep their order, after the costed ones of their level."""
+
+    def key(f: Finding):
+        cost = f.cost_pct if f.cost_pct is not None else f.cost_ms
+        return (f.level.severity, cost is None, -(cost or 0.0))
+
+    return sorted(found, key=key)
+
+
 def slow_cards(results: dict) -> list[Finding]:
-    """The run's slow cards: the findings of the verdict that speaks first (see ``speaker``)."""
-    return speaker(results)[1]
+    """The run's slow cards: the findings of the verdict that speaks first (see ``speaker``),
+    FAIL before WARN and the costliest first (``by_cost``)."""
+    return by_cost(speaker(results)[1])
 
 
 def slow_ranks(results: dict, shown_in: str | None = None) -> dict[int, Finding]:

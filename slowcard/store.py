@@ -160,6 +160,15 @@ _OTHER_MAGIC = (
 )
 
 
+def is_duckdb_file(path: str | Path) -> bool:
+    """True when path is an existing DuckDB database file (its header says DUCK)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(12)[8:12] == b"DUCK"
+    except OSError:
+        return False
+
+
 def check_duckdb_file(path: str | Path) -> None:
     """Refuse, before DuckDB opens it, an existing file that is not a DuckDB database (DuckDB
     would try to load an extension for it, or fail with an internal message)."""

@@ -1,13 +1,11 @@
 -- name: ep-slow-rank
--- version: 4
--- description: The slow card of an expert-parallel run: the rank whose own MoE work is persistently above the median rank's, why, and the MoE time it costs.
+-- version: 5
+-- description: The slow card of an expert-parallel run: every rank whose own MoE work is persistently above the median rank's, the share of its excess each cause carries (more tokens, slower compute, slower transfer), and the MoE time it costs.
 -- requires: moe_layer_facts
--- param: min_token_ratio DOUBLE = 1.2     -- token-skew: the rank's median tokens / the median rank's, per layer instance, at least this
--- param: same_token_ratio DOUBLE = 1.1    -- tokens within this ratio of the median rank count as about the same (slow-compute, slow-comm)
--- param: min_compute_ratio DOUBLE = 1.2   -- slow-compute: the rank's median GroupedMatmul / the median rank's, per layer instance, at least this
--- param: min_comm_ratio DOUBLE = 1.5      -- slow-comm: the rank's median dispatch/combine transfer / the median rank's, at least this
--- param: alpha DOUBLE = 0.01              -- false-alarm budget of the run's sign tests: each rank is tested at alpha / ranks (Bonferroni)
+-- param: alpha DOUBLE = 0.01              -- false-alarm budget per quantity tested (GroupedMatmul, transfer): each rank's sign test at alpha / ranks (Bonferroni)
+-- param: trim_pct DOUBLE = 10             -- cost: the per-instance excess is averaged with this % of the instances cut off at each end (a trimmed mean)
 -- param: min_cost_pct DOUBLE = 5.0        -- FAIL when the finding costs at least this % of the run's MoE time, else WARN
+-- param: min_share_pct DOUBLE = 25        -- a second cause is named beside the first when it carries at least this % of the cost
 -- param: min_ranks INTEGER = 3            -- fewer ranks have no median rank to compare with: SKIP
 -- verdict: fail if rows > 0
 -- role: verdict
@@ -15,38 +13,49 @@
 -- priority: 20
 -- order: 110
 -- shows: report.moe, annotate
--- summary: rank {rank} {cause} [{level}]: costs {cost_ms} ms = {cost_pct}% of MoE time (tokens {token_ratio}x median, GroupedMatmul {gmm_ratio}x, transfer {transfer_ratio}x, above the median in {above_pct}% of {layer_instances} layer instances, p={p_value}; arrived last at {last_arrival_pct}% of collectives{left_out}); next: {next_step}
--- pass: No rank stands out: no rank's own MoE work is significantly above the median rank's (sign tests over layer instances at alpha {alpha}; tokens >= {min_token_ratio}x, GroupedMatmul >= {min_compute_ratio}x or transfer >= {min_comm_ratio}x).
+-- summary: rank {rank} {causes} [{level}]: costs {cost_ms} ms = {cost_pct}% of MoE time (tokens {token_ratio}x median, time per token {time_per_token_ratio}x, GroupedMatmul {gmm_ratio}x, transfer {transfer_ratio}x; above the median in {above_pct}% of {layer_instances} layer instances, p={p_value}; arrived last at {last_arrival_pct}% of collectives{caveat}{left_out}); next: {next_step}
+-- pass: No rank stands out: no rank's own MoE work (GroupedMatmul, transfer) is significantly above the median rank's (sign tests over layer instances at alpha {alpha} / ranks).
 --
 -- Method. Each (rank, layer instance) is paired with the median rank of the same instance
 -- (instances every rank has: "the same layer"). The evidence is the rank's OWN work, which host
--- noise cannot fake persistently: tokens (exact) and GroupedMatmul time; transfer for slow-comm.
--- Per rank and quantity, a one-sided sign test over the instances: k = instances where the rank
--- is strictly above the median rank, p = P(Binomial(n, 1/2) >= k) (a rank that is not different
--- is above the median at most half the time; ties count against the rank). A cause holds when
--- its sign tests are significant at alpha / ranks AND the median of the per-instance ratios
--- reaches the effect threshold:
---   token-skew:   tokens above (test) with median token ratio >= min_token_ratio, AND
---                 GroupedMatmul above (test): more work and it takes longer;
---   slow-compute: median token ratio <= same_token_ratio (or tokens unknown), GroupedMatmul
---                 above (test) with median ratio >= min_compute_ratio;
---   slow-comm:    same tokens, not slow-compute, transfer above (test) with median ratio
---                 >= min_comm_ratio.
--- Arrival order (last_arrival_pct) and the others' wait for it where it arrived last
--- (others_wait_ms) are evidence columns,
--- never gates: under host noise the slow rank does not reliably arrive last.
--- Cost (what-if: this rank at the median rank): n x the median per-instance excess of the
--- cause's own time over the median rank (GroupedMatmul for token-skew and slow-compute, transfer
--- for slow-comm). The median excess, not the sum, so one descheduled instance does not make a
--- cost; in % of the run's MoE time (sum over instances of the median rank's layer time).
+-- noise cannot fake persistently: GroupedMatmul time and dispatch/combine transfer time, and the
+-- tokens it received (exact).
+-- 1. Is it slow? Per rank and quantity (GroupedMatmul, transfer), a one-sided sign test over
+--    the instances, with k = instances where the rank is strictly above the median rank, p =
+--    P(Binomial(n, 1/2) >= k) (a rank that is not different is above the median at most half
+--    the time; ties count against the rank). Significant at alpha / ranks. A rank is a finding
+--    when either quantity is significant; only significant quantities enter its cost. No ratio
+--    gates; a small but persistent excess is a finding, and its cost says how much it matters.
+-- 2. What does it cost? The what-if "this rank at the median rank": n x the trimmed mean of the
+--    per-instance excess (rank - median rank), trim_pct of the instances cut at each end. One
+--    descheduled instance does not make a cost, and unlike the median the mean keeps the long
+--    tail of a routing skew (the excess varies per batch). In % of the run's MoE time (sum over
+--    instances of the median rank's layer time).
+-- 3. Why? One decision over the whole (token ratio, time-per-token ratio) plane, no gaps. Over
+--    the instances the cost keeps, the rank's tokens and time against the median rank's give
+--    Rt = tokens ratio and Rs = time-per-token ratio (time ratio = Rt x Rs). The excess
+--    (Rt Rs - 1) x median time splits exactly into the part its extra tokens explain,
+--    (Rt - 1)(1 + Rs)/2, and the part they do not, (Rs - 1)(1 + Rt)/2 (the Shapley split: neither
+--    factor goes first). GroupedMatmul's token part and transfer's token part are token-skew, its
+--    per-token part slow-compute, transfer's per-token part slow-comm; a negative part (fewer
+--    tokens, or faster per token) counts as 0. cause = the part with the largest share; causes
+--    also names every other part carrying >= min_share_pct ("token-skew 58 %, slow-compute 42 %").
+--    When the trace has no token counts, Rt = 1: the caveat says token-skew and slow-compute
+--    cannot be told apart.
 -- Level: FAIL when significant and cost_pct >= min_cost_pct, WARN when significant but cheaper.
+-- Arrival order (last_arrival_pct) and the others' wait for it where it arrived last
+-- (others_wait_ms) are evidence columns, never gates: under host noise the slow rank does not
+-- reliably arrive last.
 -- SKIP (one row with skip_reason) when fewer than min_ranks ranks, or so few instances n that
 -- even a rank above the median in all of them would not be significant (0.5^n > alpha / ranks).
 
 -- Per (rank, layer instance): what it computed and how it met the others at the collectives.
 WITH f AS (
     SELECT f.*, coalesce(c.n_collectives, 0) AS n_coll, coalesce(c.n_arrived_last, 0) AS n_last,
-           coalesce(c.transfer_ns, 0) AS transfer_ns, coalesce(c.arrival_lag_ns, 0) AS lag_ns
+           coalesce(c.arrival_lag_ns, 0) AS lag_ns,
+           -- the rank's transfer and what it would be with a normal link: its peers' median, plus
+           -- where it arrived last what last arrivers need more (see _transfer_expected)
+           c.transfer_ns, c.expected_transfer_ns
     FROM moe_layer_facts f
     LEFT JOIN _layer_collectives c USING (run, rank, source_id, step, layer, occurrence)
     WHERE f.run = $run AND f.rank IS NOT NULL
@@ -57,75 +66,134 @@ inst AS (
     SELECT step, layer, occurrence FROM f GROUP BY ALL
     HAVING count(DISTINCT rank) = (SELECT n FROM n_ranks) AND count(DISTINCT rank) > 1
 ),
--- The median rank of each instance is the yardstick (robust to the one slow card itself).
--- Transfer and wait only over the ranks with matched collectives in the instance: a truncated
+-- The median rank of each instance is the yardstick (robust to the one slow card itself); for
+-- transfer, the expected transfer of the rank in the same collectives (f.expected_transfer_ns).
+-- The others' wait only over the ranks with matched collectives in the instance: a truncated
 -- rank whose calls could not be matched (see _collectives) has none, and its zeros say nothing.
 med AS (
     SELECT step, layer, occurrence, median(tokens) AS med_tokens, median(gmm_ns) AS med_gmm_ns,
-           median(transfer_ns) FILTER (WHERE n_coll > 0) AS med_transfer_ns,
            coalesce(sum(lag_ns) FILTER (WHERE n_coll > 0), 0) AS all_lag_ns,
            median(layer_ns) AS med_layer_ns
     FROM f JOIN inst USING (step, layer, occurrence) GROUP BY ALL
 ),
 paired AS (
-    SELECT f.rank, f.n_coll, f.n_last, f.tokens, f.gmm_ns, f.transfer_ns, m.med_tokens, m.med_gmm_ns, m.med_transfer_ns,
-           m.med_layer_ns, m.all_lag_ns - f.lag_ns AS others_lag_ns,
-           f.tokens / greatest(m.med_tokens, 1) AS token_ratio,
-           f.gmm_ns / greatest(m.med_gmm_ns, 1) AS gmm_ratio,
-           CASE WHEN f.n_coll > 0 THEN f.transfer_ns / greatest(m.med_transfer_ns, 1) END AS transfer_ratio,
+    SELECT f.rank, f.n_coll, f.n_last, f.tokens, f.gmm_ns, f.transfer_ns, m.med_tokens, m.med_gmm_ns,
+           f.expected_transfer_ns AS med_transfer_ns, m.med_layer_ns, m.all_lag_ns - f.lag_ns AS others_lag_ns,
            f.gmm_ns - m.med_gmm_ns AS gmm_excess_ns,
-           CASE WHEN f.n_coll > 0 THEN f.transfer_ns - m.med_transfer_ns END AS transfer_excess_ns
+           CASE WHEN f.n_coll > 0 THEN f.transfer_ns - f.expected_transfer_ns END AS transfer_excess_ns
     FROM f JOIN med m USING (step, layer, occurrence)
+),
+-- The instances each cost keeps: the rank's per-instance excess in order, trim_pct of them cut
+-- at each end (transfer over the instances with matched collectives only).
+ranked AS (
+    SELECT *,
+           row_number() OVER (PARTITION BY rank ORDER BY gmm_excess_ns) AS g_pos,
+           count(*) OVER (PARTITION BY rank) AS g_n,
+           row_number() OVER (PARTITION BY rank ORDER BY transfer_excess_ns NULLS LAST) AS t_pos,
+           count(transfer_excess_ns) OVER (PARTITION BY rank) AS t_n
+    FROM paired
+),
+kept AS (
+    SELECT *,
+           g_pos > floor(g_n * $trim_pct / 100) AND g_pos <= g_n - floor(g_n * $trim_pct / 100) AS g_kept,
+           transfer_excess_ns IS NOT NULL AND t_pos > floor(t_n * $trim_pct / 100)
+               AND t_pos <= t_n - floor(t_n * $trim_pct / 100) AS t_kept
+    FROM ranked
 ),
 per_rank AS (
     SELECT rank, count(*) AS n,
-           count(*) FILTER (WHERE tokens > med_tokens) AS k_tokens,
            count(*) FILTER (WHERE gmm_ns > med_gmm_ns) AS k_gmm,
-           count(transfer_ratio) AS n_tr,
-           count(*) FILTER (WHERE transfer_ratio IS NOT NULL AND transfer_ns > med_transfer_ns) AS k_tr,
-           bool_and(tokens IS NOT NULL) AS tokens_known,
-           median(token_ratio) AS token_ratio, median(gmm_ratio) AS gmm_ratio,
-           median(transfer_ratio) AS transfer_ratio,
-           median(gmm_excess_ns) AS med_gmm_excess_ns, median(transfer_excess_ns) AS med_transfer_excess_ns,
+           count(transfer_excess_ns) AS n_tr,
+           count(*) FILTER (WHERE transfer_excess_ns > 0) AS k_tr,
+           bool_and(tokens IS NOT NULL AND med_tokens IS NOT NULL) AS tokens_known,
+           avg(gmm_excess_ns) FILTER (WHERE g_kept) AS gmm_excess_mean_ns,
+           avg(transfer_excess_ns) FILTER (WHERE t_kept) AS transfer_excess_mean_ns,
+           -- the rank against the median rank over the kept instances (the decomposition's ratios)
+           sum(tokens) FILTER (WHERE g_kept) / greatest(sum(med_tokens) FILTER (WHERE g_kept), 1) AS rt_gmm,
+           sum(gmm_ns) FILTER (WHERE g_kept) / greatest(sum(med_gmm_ns) FILTER (WHERE g_kept), 1) AS time_ratio_gmm,
+           sum(tokens) FILTER (WHERE t_kept) / greatest(sum(med_tokens) FILTER (WHERE t_kept), 1) AS rt_tr,
+           sum(transfer_ns) FILTER (WHERE t_kept) / greatest(sum(med_transfer_ns) FILTER (WHERE t_kept), 1) AS time_ratio_tr,
            avg(tokens) AS tokens_per_layer, avg(med_tokens) AS median_rank_tokens,
            avg(gmm_ns) AS gmm_ns_per_layer, avg(med_gmm_ns) AS median_rank_gmm_ns,
            avg(transfer_ns) FILTER (WHERE n_coll > 0) AS transfer_ns_per_layer,
            100.0 * sum(n_last) / greatest(sum(n_coll), 1) AS last_arrival_pct,
            sum(others_lag_ns) FILTER (WHERE n_last > 0) AS others_lag_ns
-    FROM paired GROUP BY rank
+    FROM kept GROUP BY rank
 ),
 -- One-sided sign test: p = P(Binomial(n, 1/2) >= k), summed in log space (exact for any n).
 tests AS (
     SELECT *,
-           list_sum(list_transform(range(k_tokens, n + 1), lambda j: exp(lgamma(n + 1) - lgamma(j + 1) - lgamma(n - j + 1) - n * ln(2)))) AS p_tokens,
            list_sum(list_transform(range(k_gmm, n + 1), lambda j: exp(lgamma(n + 1) - lgamma(j + 1) - lgamma(n - j + 1) - n * ln(2)))) AS p_gmm,
            CASE WHEN n_tr > 0 THEN list_sum(list_transform(range(k_tr, n_tr + 1), lambda j: exp(lgamma(n_tr + 1) - lgamma(j + 1) - lgamma(n_tr - j + 1) - n_tr * ln(2)))) END AS p_tr,
-           $alpha / (SELECT n FROM n_ranks) AS alpha_rank
+           $alpha / (SELECT n FROM n_ranks) AS alpha_rank,
+           CASE WHEN tokens_known THEN rt_gmm ELSE 1.0 END AS rt_g,
+           CASE WHEN tokens_known THEN coalesce(rt_tr, 1.0) ELSE 1.0 END AS rt_t
     FROM per_rank
 ),
-classified AS (
+-- Significant quantities and what each costs (n x trimmed mean excess, never below 0).
+sig AS (
     SELECT *,
-           tokens_known AND p_tokens <= alpha_rank AND token_ratio >= $min_token_ratio
-               AND p_gmm <= alpha_rank AS is_token_skew,
-           (NOT tokens_known OR token_ratio <= $same_token_ratio)
-               AND p_gmm <= alpha_rank AND gmm_ratio >= $min_compute_ratio AS is_slow_compute,
-           (NOT tokens_known OR token_ratio <= $same_token_ratio)
-               AND NOT (p_gmm <= alpha_rank AND gmm_ratio >= $min_compute_ratio)
-               AND coalesce(p_tr <= alpha_rank AND transfer_ratio >= $min_comm_ratio, FALSE) AS is_slow_comm
+           p_gmm <= alpha_rank AS gmm_sig, coalesce(p_tr <= alpha_rank, FALSE) AS tr_sig,
+           CASE WHEN p_gmm <= alpha_rank THEN greatest(n * gmm_excess_mean_ns, 0) ELSE 0 END AS gmm_cost_ns,
+           CASE WHEN coalesce(p_tr <= alpha_rank, FALSE) THEN greatest(n_tr * transfer_excess_mean_ns, 0) ELSE 0 END AS tr_cost_ns,
+           time_ratio_gmm / nullif(rt_g, 0) AS rs_g,
+           time_ratio_tr / nullif(rt_t, 0) AS rs_t
     FROM tests
+),
+-- The Shapley split of each excess: the token part's share, negative parts counted as 0 (a
+-- rank with no tokens at all: all of its time is per-token excess).
+split AS (
+    SELECT *,
+           CASE WHEN rs_g IS NULL THEN 0.0
+                ELSE greatest((rt_g - 1) * (1 + rs_g) / 2, 0)
+                     / nullif(greatest((rt_g - 1) * (1 + rs_g) / 2, 0) + greatest((rs_g - 1) * (1 + rt_g) / 2, 0), 0)
+           END AS tok_share_g,
+           CASE WHEN rs_t IS NULL THEN 0.0
+                ELSE greatest((rt_t - 1) * (1 + rs_t) / 2, 0)
+                     / nullif(greatest((rt_t - 1) * (1 + rs_t) / 2, 0) + greatest((rs_t - 1) * (1 + rt_t) / 2, 0), 0)
+           END AS tok_share_t,
+           -- weights of the two quantities: their costs; a significant quantity with no cost
+           -- still names its cause
+           CASE WHEN gmm_cost_ns + tr_cost_ns > 0 THEN gmm_cost_ns ELSE gmm_sig::INT END AS w_g,
+           CASE WHEN gmm_cost_ns + tr_cost_ns > 0 THEN tr_cost_ns ELSE tr_sig::INT END AS w_t
+    FROM sig
+    WHERE gmm_sig OR tr_sig
+),
+shares AS (
+    SELECT *,
+           100.0 * (w_g * coalesce(tok_share_g, 0) + w_t * coalesce(tok_share_t, 0)) / (w_g + w_t) AS token_share_pct,
+           100.0 * w_g * (1 - coalesce(tok_share_g, 0)) / (w_g + w_t) AS compute_share_pct,
+           100.0 * w_t * (1 - coalesce(tok_share_t, 0)) / (w_g + w_t) AS comm_share_pct
+    FROM split
+),
+named AS (
+    SELECT s.*, c.cause, c.pct AS cause_pct,
+           list(c) OVER (PARTITION BY s.rank ORDER BY c.pct DESC, c.ord ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS ranked_causes
+    FROM shares s,
+         LATERAL (VALUES ('token-skew', s.token_share_pct, 1), ('slow-compute', s.compute_share_pct, 2),
+                         ('slow-comm', s.comm_share_pct, 3)) c(cause, pct, ord)
+    QUALIFY row_number() OVER (PARTITION BY s.rank ORDER BY c.pct DESC, c.ord) = 1
 ),
 moe AS (SELECT sum(med_layer_ns) AS moe_ns FROM med),
 findings AS (
-    SELECT c.*,
-           CASE WHEN is_token_skew THEN 'token-skew' WHEN is_slow_compute THEN 'slow-compute'
-                ELSE 'slow-comm' END AS cause,
-           CASE WHEN is_token_skew THEN greatest(p_tokens, p_gmm) WHEN is_slow_compute THEN p_gmm
-                ELSE p_tr END AS p_value,
-           CASE WHEN is_slow_comm THEN 100.0 * k_tr / n_tr ELSE 100.0 * k_gmm / n END AS above_pct,
-           greatest(0, n * CASE WHEN is_slow_comm THEN med_transfer_excess_ns ELSE med_gmm_excess_ns END) AS cost_ns,
+    SELECT n.*,
+           -- the causes carrying >= min_share_pct, largest first; one cause alone is just its name
+           CASE WHEN len(list_filter(ranked_causes, lambda c: c.pct >= $min_share_pct)) > 1
+                THEN array_to_string(list_transform(list_filter(ranked_causes, lambda c: c.pct >= $min_share_pct),
+                                                    lambda c: c.cause || ' ' || round(c.pct)::INTEGER || ' %'), ', ')
+                ELSE cause END AS causes,
+           list_transform(list_filter(ranked_causes, lambda c: c.pct >= $min_share_pct AND c.cause <> n.cause),
+                          lambda c: c.cause) AS other_causes,
+           CASE WHEN gmm_sig AND (NOT tr_sig OR p_gmm <= p_tr) THEN p_gmm ELSE p_tr END AS p_value,
+           CASE WHEN gmm_sig THEN 100.0 * k_gmm / n ELSE 100.0 * k_tr / n_tr END AS above_pct,
+           gmm_cost_ns + tr_cost_ns AS cost_ns,
            moe.moe_ns
-    FROM classified c, moe
-    WHERE is_token_skew OR is_slow_compute OR is_slow_comm
+    FROM named n, moe
+),
+advice(cause, text) AS (
+    VALUES ('token-skew', 'routing / expert placement imbalance: find the hot experts on this rank (expert-hotspots, ep-hot-chain), check the EPLB config and expert map, and the input distribution; rebalance or add redundant experts (eplb-whatif)'),
+           ('slow-compute', 'slower GroupedMatmul per token: a device or process anomaly on this card (health, clocks/thermals, CPU binding, co-located jobs); not a routing problem, do not rebalance experts'),
+           ('slow-comm', 'dispatch/combine transfer is slow on this rank for its tokens: check its links and NIC (HCCS/RoCE/NVLink), communication config (buffers, algorithm) and the network path')
 ),
 -- Truncated ranks (file cut mid-write): moe_layers leaves out the step the cut fell in (see
 -- views/20_moe.sql), and with it that step and later for every rank; a rank with nothing before
@@ -153,26 +221,28 @@ enough AS (
            END AS skip_reason
 )
 SELECT CASE WHEN round(100.0 * cost_ns / greatest(moe_ns, 1), 1) >= $min_cost_pct THEN 'FAIL' ELSE 'WARN' END AS level,
-       rank, cause,
+       rank, cause, causes,
        round(cost_ns / 1e6, 3) AS cost_ms, round(100.0 * cost_ns / greatest(moe_ns, 1), 1) AS cost_pct,
+       round(token_share_pct, 1) AS token_share_pct, round(compute_share_pct, 1) AS compute_share_pct,
+       round(comm_share_pct, 1) AS comm_share_pct,
        n AS layer_instances, round(above_pct, 1) AS above_pct, round(p_value, 6) AS p_value,
        round(tokens_per_layer, 1) AS tokens_per_layer, round(median_rank_tokens, 1) AS median_rank_tokens,
-       round(token_ratio, 2) AS token_ratio,
+       CASE WHEN tokens_known THEN round(rt_gmm, 2) END AS token_ratio,
+       CASE WHEN tokens_known THEN round(rs_g, 2) END AS time_per_token_ratio,
        round(gmm_ns_per_layer / 1e3, 1) AS gmm_us_per_layer, round(median_rank_gmm_ns / 1e3, 1) AS median_rank_gmm_us,
-       round(gmm_ratio, 2) AS gmm_ratio,
-       round(transfer_ns_per_layer / 1e3, 1) AS transfer_us_per_layer, round(transfer_ratio, 2) AS transfer_ratio,
+       round(time_ratio_gmm, 2) AS gmm_ratio,
+       round(transfer_ns_per_layer / 1e3, 1) AS transfer_us_per_layer, round(time_ratio_tr, 2) AS transfer_ratio,
        round(last_arrival_pct, 1) AS last_arrival_pct, round(coalesce(others_lag_ns, 0) / 1e6, 3) AS others_wait_ms,
+       CASE WHEN NOT tokens_known
+            THEN '; no token counts in this trace: token-skew and slow-compute cannot be told apart (record all-to-all split sizes or shapes)'
+            ELSE '' END AS caveat,
        cuts.left_out,
-       CASE cause
-           WHEN 'token-skew' THEN 'routing / expert placement imbalance: find the hot experts on this rank (expert-hotspots, ep-hot-chain), check the EPLB config and expert map, and the input distribution; rebalance or add redundant experts (eplb-whatif)'
-           WHEN 'slow-compute' THEN 'same tokens but slower GroupedMatmul: a device or process anomaly on this card (health, clocks/thermals, CPU binding, co-located jobs); not a routing problem, do not rebalance experts'
-           ELSE 'dispatch/combine transfer is slow on this rank while its tokens and compute are normal: check its links and NIC (HCCS/RoCE/NVLink), communication config (buffers, algorithm) and the network path'
-       END AS next_step,
+       (SELECT text FROM advice a WHERE a.cause = findings.cause)
+           || coalesce((SELECT string_agg('; also ' || a.cause || ': ' || a.text, '' ORDER BY a.cause)
+                        FROM advice a WHERE list_contains(findings.other_causes, a.cause)), '') AS next_step,
        NULL::VARCHAR AS skip_reason
 FROM findings, cuts, enough
 WHERE enough.skip_reason IS NULL
-UNION ALL
-SELECT 'SKIP', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL, NULL, NULL, skip_reason
-FROM enough WHERE skip_reason IS NOT NULL
+UNION ALL BY NAME
+SELECT 'SKIP' AS level, skip_reason FROM enough WHERE skip_reason IS NOT NULL
 ORDER BY level, cost_ms DESC NULLS LAST, rank   -- FAIL before WARN (a SKIP row is alone)

@@ -31,6 +31,7 @@ class Cell:
     gmm_us: float = GMM_US
     pre_dispatch_us: float = 0.0  # extra host time before the dispatch (delays its arrival)
     pre_combine_us: float = 0.0  # extra time after GroupedMatmul, before the combine
+    transfer_us: float = 0.0  # extra transfer time of this rank in both all-to-alls (a slow link: it leaves later)
 
 
 def _x(name, tid, ts_us, dur_us, cat="user_annotation", args=None):
@@ -46,14 +47,33 @@ def _x(name, tid, ts_us, dur_us, cat="user_annotation", args=None):
     }
 
 
+def _leave(arrive: dict, c: dict, last_pays_us: float) -> dict:
+    """When each rank leaves an all-to-all: TRANSFER_US after the last arrival, plus its own extra
+    transfer, plus last_pays_us for the last arriver."""
+    last = max(arrive.values())
+    last_rank = max(arrive, key=lambda r: (arrive[r], r))
+    return {
+        r: last + TRANSFER_US + c[r].transfer_us + (last_pays_us if r == last_rank else 0.0) for r in arrive
+    }
+
+
 def write_run(
-    out: Path, cells, ranks: int = 4, steps: int = 4, layers: int = 4, after_layer_collective: bool = False
+    out: Path,
+    cells,
+    ranks: int = 4,
+    steps: int = 4,
+    layers: int = 4,
+    after_layer_collective: bool = False,
+    last_pays_us: float = 0.0,
 ) -> list[Path]:
     """Write one trace per rank into ``out``. ``cells(rank, step, layer) -> Cell``.
 
     ``after_layer_collective``: each rank also runs one ``gloo:all_to_all`` between two layers
     (outside every ``moe_layer_<l>``), arriving in reverse rank order, so a rule that counted it
     in a layer would see the ranks arrive in another order.
+    ``last_pays_us``: the last rank to arrive at an all-to-all leaves it that much later (it still
+    has all its sends and receives to do when it arrives; the others did theirs while waiting),
+    as gloo and NCCL all-to-alls behave. A rank's ``Cell.transfer_us`` adds its own slow link.
     """
     out.mkdir(parents=True, exist_ok=True)
     events = {r: [] for r in range(ranks)}
@@ -64,17 +84,17 @@ def write_run(
             c = {r: cells(r, s, layer) for r in range(ranks)}
             start = t
             arrive_d = {r: start + 5 + GATE_US + c[r].pre_dispatch_us for r in range(ranks)}
-            leave_d = max(arrive_d.values()) + TRANSFER_US
-            arrive_c = {r: leave_d + 5 + c[r].gmm_us + c[r].pre_combine_us for r in range(ranks)}
-            leave_c = max(arrive_c.values()) + TRANSFER_US
-            end = leave_c + 5
+            leave_d = _leave(arrive_d, c, last_pays_us)
+            arrive_c = {r: leave_d[r] + 5 + c[r].gmm_us + c[r].pre_combine_us for r in range(ranks)}
+            leave_c = _leave(arrive_c, c, last_pays_us)
+            end = max(leave_c.values()) + 5
             for r in range(ranks):
                 ev = events[r]
                 splits = [c[r].tokens // ranks] * (ranks - 1)
                 splits.append(c[r].tokens - sum(splits))
                 ev.append(_x(f"moe_layer_{layer}", 1, start, end - start))
                 ev.append(_x("MoeGatingTopK", 1, start + 5, GATE_US + c[r].pre_dispatch_us - 10))
-                ev.append(_x("MoeDistributeDispatch", 1, arrive_d[r] - 2, leave_d - arrive_d[r] + 4))
+                ev.append(_x("MoeDistributeDispatch", 1, arrive_d[r] - 2, leave_d[r] - arrive_d[r] + 4))
                 ev.append(
                     _x(
                         "c10d::alltoall_base_",
@@ -85,10 +105,10 @@ def write_run(
                         args={"Concrete Inputs": ["", "", "", str(splits), "[]", "False", "-1"]},
                     )
                 )
-                ev.append(_x("gloo:all_to_all", 2, arrive_d[r], leave_d - arrive_d[r]))
-                ev.append(_x("GroupedMatmul", 1, leave_d + 5, c[r].gmm_us))
-                ev.append(_x("MoeDistributeCombine", 1, arrive_c[r] - 2, leave_c - arrive_c[r] + 4))
-                ev.append(_x("gloo:all_to_all", 2, arrive_c[r], leave_c - arrive_c[r]))
+                ev.append(_x("gloo:all_to_all", 2, arrive_d[r], leave_d[r] - arrive_d[r]))
+                ev.append(_x("GroupedMatmul", 1, leave_d[r] + 5, c[r].gmm_us))
+                ev.append(_x("MoeDistributeCombine", 1, arrive_c[r] - 2, leave_c[r] - arrive_c[r] + 4))
+                ev.append(_x("gloo:all_to_all", 2, arrive_c[r], leave_c[r] - arrive_c[r]))
             t = end + 20
             if after_layer_collective:
                 arrive = {r: t + 50 * (ranks - r) for r in range(ranks)}

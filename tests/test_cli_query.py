@@ -48,7 +48,7 @@ def test_json_contract_and_fail_exit_code(dbs):
     assert (r["query"], r["version"], r["run"], r["status"]) == ("ep-slow-rank", version, "token_skew", "FAIL")
     assert r["rows"][0]["rank"] == 1 and r["rows"][0]["cause"] == "token-skew"
     assert set(r["rows"][0]) == set(r["columns"])
-    assert r["params"]["min_token_ratio"] == queries.load_catalog()["ep-slow-rank"].params[0].default
+    assert r["params"]["alpha"] == queries.load_catalog()["ep-slow-rank"].params[0].default
 
 
 def test_all_runs_gives_one_result_per_run_and_pass_exits_zero(dbs):
@@ -87,7 +87,7 @@ def test_skip_when_required_table_is_empty(dbs):
     [
         (["query", "no-such-query"], "unknown query"),
         (["query", "ep-slow-rank", "-p", "nonsense=1"], "no parameter 'nonsense'"),
-        (["query", "ep-slow-rank", "-p", "min_token_ratio=abc"], "not a valid DOUBLE"),
+        (["query", "ep-slow-rank", "-p", "min_cost_pct=abc"], "not a valid DOUBLE"),
         (["query", "ep-slow-rank", "-p", "novalue"], "expected key=value"),
         (["query", "ep-slow-rank", "--run", "nope"], "no run named 'nope'"),
         (["query", "ep-slow-rank", "--format", "xml"], "--format"),
@@ -150,9 +150,9 @@ def test_show_prints_a_script_the_duckdb_shell_runs_as_printed(dbs):
         want = _query_rows(dbs, name, "token_skew")
         if want["status"] != "SKIP":  # (a SKIP never ran the body: its tables are empty)
             assert len(rows) == len(want["rows"]), name
-    bound = invoke("show", "ep-slow-rank", "--run", "balanced", "-p", "min_token_ratio=2.5")
+    bound = invoke("show", "ep-slow-rank", "--run", "balanced", "-p", "min_cost_pct=2.5")
     assert "SET VARIABLE run = 'balanced';" in bound.stdout
-    assert "SET VARIABLE min_token_ratio = CAST(2.5 AS DOUBLE);" in bound.stdout
+    assert "SET VARIABLE min_cost_pct = CAST(2.5 AS DOUBLE);" in bound.stdout
     assert invoke("show", "ep-slow-rank", "-p", "nope=1").exit_code == 2
     assert invoke("show", "ep-slow-rank", "--raw").stdout.count("$run") >= 1
 

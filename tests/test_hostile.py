@@ -155,11 +155,11 @@ def test_13_non_finite_parameter_is_refused(tmp_path, value):
     from slowcard.errors import UsageError
 
     q = queries.find(queries.load_catalog(None), "ep-slow-rank")
-    with pytest.raises(UsageError, match="min_token_ratio"):
-        queries.bind_params(q, {"min_token_ratio": value})
-    res = _cli("query", "ep-slow-rank", "-p", f"min_token_ratio={value}", "--db", tmp_path / "none.duckdb")
+    with pytest.raises(UsageError, match="min_cost_pct"):
+        queries.bind_params(q, {"min_cost_pct": value})
+    res = _cli("query", "ep-slow-rank", "-p", f"min_cost_pct={value}", "--db", tmp_path / "none.duckdb")
     assert res.returncode == 2 and "not a valid DOUBLE" in res.stderr, res.stderr
-    assert queries.bind_params(q, {"min_token_ratio": "1.5"})["min_token_ratio"] == 1.5
+    assert queries.bind_params(q, {"min_cost_pct": "1.5"})["min_cost_pct"] == 1.5
 
 
 # --- 7: inputs that tracebacked or hung ----------------------------------------------------------

@@ -105,6 +105,11 @@ def content_hint(path: Path) -> str:
     for magic, what in _OTHER_CONTENT:
         if head.startswith(magic):
             return f"the file is {what}"
+    if head[8:12] == b"DUCK":
+        return (
+            "the file is a DuckDB database, not profiler output: to read it, give it as the database "
+            f"(slowcard diagnose --db {path.name}, slowcard query NAME --db {path.name})"
+        )
     if len(head) >= 2 and head[0] == 0x78 and (head[0] << 8 | head[1]) % 31 == 0:
         return "the file is raw zlib data (no gzip header): decompress it with pigz -dz or zlib.decompress in Python"
     if len(head) >= 8 and (head[1::2].count(0) >= len(head) // 4 or head[0::2].count(0) >= len(head) // 4):

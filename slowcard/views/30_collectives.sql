@@ -92,6 +92,8 @@ GROUP BY d.run, d.host, r.ref_host;
 --   wait_ns          own duration - the shortest duration over ranks (the msprof-analyze rule)
 --   arrival_lag_ns   how long this rank waited for the last one to arrive
 --   transfer_ns      corrected end - last arrival: the exchange itself, once everyone is there
+--   peer_transfer_ns the median transfer_ns of the ranks that did NOT arrive last: the yardstick
+--                    of a rank's own transfer (see _transfer_expected for the last arriver's)
 CREATE OR REPLACE VIEW collective_waits AS
 WITH m AS (
     SELECT m.*, m.ts_ns - coalesce(o.offset_ns, 0) AS start_adj_ns,
@@ -107,6 +109,11 @@ w AS (
            arg_max(rank, start_adj_ns) OVER inst AS last_rank
     FROM m
     WINDOW inst AS (PARTITION BY run, pg, coll_kind, instance)
+),
+p AS (
+    SELECT *, median(greatest(end_adj_ns - last_start_ns, 0)) FILTER (WHERE rank <> last_rank) OVER inst AS peer_transfer_ns
+    FROM w
+    WINDOW inst AS (PARTITION BY run, pg, coll_kind, instance)
 )
 SELECT run, pg, coll_kind, instance, rank, host, source_id, name, ts_ns, dur_ns, end_ns,
        start_adj_ns, end_adj_ns, n_ranks,
@@ -116,8 +123,28 @@ SELECT run, pg, coll_kind, instance, rank, host, source_id, name, ts_ns, dur_ns,
        greatest(end_adj_ns - last_start_ns, 0) AS transfer_ns,
        median_dur_ns,
        rank = last_rank AS arrived_last,
-       last_rank
-FROM w;
+       last_rank,
+       peer_transfer_ns
+FROM p;
+
+-- The transfer a rank's link is judged against. Where it waited for a later rank: its peers'
+-- median (peer_transfer_ns). Where it arrived LAST, its transfer is long by construction (it
+-- still has every send and receive to do when it arrives; the others did theirs while waiting
+-- and have one left), so a rank that is late for host reasons must not read as a slow link:
+-- the last arriver is expected to exceed its peers by what last arrivers of the same (process
+-- group, kind) exceed theirs by when they are OTHER ranks (median; 0 when only this rank is ever
+-- last). last_excess_ns per (run, pg, kind, rank).
+CREATE OR REPLACE VIEW _transfer_expected AS
+WITH last AS (
+    SELECT run, pg, coll_kind, last_rank, transfer_ns - peer_transfer_ns AS excess_ns
+    FROM collective_waits WHERE arrived_last AND peer_transfer_ns IS NOT NULL
+),
+ranks AS (SELECT DISTINCT run, pg, coll_kind, rank FROM collective_waits)
+SELECT r.run, r.pg, r.coll_kind, r.rank, median(l.excess_ns) AS last_excess_ns
+FROM ranks r
+LEFT JOIN last l ON l.run = r.run AND l.pg IS NOT DISTINCT FROM r.pg AND l.coll_kind IS NOT DISTINCT FROM r.coll_kind
+                AND l.last_rank <> r.rank
+GROUP BY ALL;
 
 -- Collective facts per MoE layer instance and rank (joins the EP views).
 CREATE OR REPLACE VIEW _layer_collectives AS
@@ -127,8 +154,12 @@ SELECT l.run, l.rank, l.source_id, l.step, l.layer, l.occurrence,
        CAST(sum(c.wait_ns) AS BIGINT) AS wait_ns,
        CAST(sum(c.arrival_lag_ns) AS BIGINT) AS arrival_lag_ns,
        CAST(sum(c.transfer_ns) AS BIGINT) AS transfer_ns,
-       CAST(max(c.arrival_skew_ns) AS BIGINT) AS max_arrival_skew_ns
+       CAST(max(c.arrival_skew_ns) AS BIGINT) AS max_arrival_skew_ns,
+       -- what this rank's transfer would be with a normal link (see _transfer_expected)
+       CAST(sum(c.peer_transfer_ns + CASE WHEN c.arrived_last THEN coalesce(x.last_excess_ns, 0) ELSE 0 END)
+            AS BIGINT) AS expected_transfer_ns
 FROM collective_waits c
+LEFT JOIN _transfer_expected x USING (run, pg, coll_kind, rank)
 ASOF JOIN moe_layers l ON c.source_id = l.source_id AND c.ts_ns >= l.start_ns
 WHERE c.ts_ns < l.end_ns
 GROUP BY ALL;
