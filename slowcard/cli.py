@@ -261,7 +261,7 @@ def diagnose(
                 f"{paths[0]}: is a DuckDB database, not profiler output; to diagnose it: slowcard diagnose --db {paths[0]}"
             )
         typer.echo(f"{paths[0]} is a DuckDB database: diagnosing it (as --db {paths[0]})", err=True)
-        db, paths = Path(paths[0]), None
+        db, paths = Path(paths[0]), []
     if paths:
         con = store.open_db(db)
         try:

@@ -73,7 +73,7 @@ def conclude(results: dict) -> dict:
             cards.setdefault(f.label, card_dict(f, res.query))
         return {
             "status": str(res.status),
-            "headline": ("Slow cards: " if len(cards) > 1 else "Slow card: ") + "; ".join(map(card_text, cards.values())),
+            "headline": ("Slow cards: " if len(cards) > 1 else "Slow card: ") + headline_cards(list(cards.values())),
             "slow_cards": list(cards),
             "cards": list(cards.values()),
             "cause": first.cause or res.query,
@@ -126,14 +126,30 @@ def card_dict(f, query: str) -> dict:
     }
 
 
-def card_text(card: dict) -> str:
-    """``rank 1 — token-skew (59.9 ms, 63.8 %)``: the card, its cause(s), its cost when known."""
-    cost = []
-    if card["cost_ms"] is not None:
-        cost.append(f"{card['cost_ms']:.3g} ms")
-    if card["cost_pct"] is not None:
-        cost.append(f"{card['cost_pct']:.3g} %")
-    return f"{card['card']} — {card['causes']}" + (f" ({', '.join(cost)})" if cost else "")
+def headline_cards(cards: list[dict], most: int = 4) -> str:
+    """``rank 0 — token-skew (59.9 ms, 63.8 %); rank 5 — slow-compute (…)``: each card with its
+    cause(s) and cost. Cards without a cost that share their cause read as one group ("expert 5,
+    layer 0; expert 4, layer 1 — hot experts …"), at most ``most`` labels a group."""
+    groups: list[tuple[list[str], dict]] = []
+    for card in cards:
+        if groups and not _costed(card) and groups[-1][1]["causes"] == card["causes"] and not _costed(groups[-1][1]):
+            groups[-1][0].append(card["card"])
+        else:
+            groups.append(([card["card"]], card))
+    out = []
+    for labels, card in groups:
+        shown = "; ".join(labels[:most]) + (f" (+{len(labels) - most} more)" if len(labels) > most else "")
+        cost = []
+        if card["cost_ms"] is not None:
+            cost.append(f"{card['cost_ms']:.3g} ms")
+        if card["cost_pct"] is not None:
+            cost.append(f"{card['cost_pct']:.3g} %")
+        out.append(f"{shown} — {card['causes']}" + (f" ({', '.join(cost)})" if cost else ""))
+    return "; ".join(out)
+
+
+def _costed(card: dict) -> bool:
+    return card["cost_ms"] is not None or card["cost_pct"] is not None
 
 
 def _and(items: list[str]) -> str:

@@ -13,7 +13,7 @@
 -- priority: 20
 -- order: 110
 -- shows: report.moe, annotate
--- summary: rank {rank} {causes} [{level}]: costs {cost_ms} ms = {cost_pct}% of MoE time (tokens {token_ratio}x median, time per token {time_per_token_ratio}x, GroupedMatmul {gmm_ratio}x, transfer {transfer_ratio}x; above the median in {above_pct}% of {layer_instances} layer instances, p={p_value}; arrived last at {last_arrival_pct}% of collectives{caveat}{left_out}); next: {next_step}
+-- summary: rank {rank} {causes} [{level}]: costs {cost_ms} ms = {cost_pct}% of MoE time (tokens {tokens_per_layer} per layer vs {median_rank_tokens} for the median rank, GroupedMatmul {gmm_ratio}x{per_token}, transfer {transfer_ratio}x; above the median in {above_pct}% of {layer_instances} layer instances, p={p_value}; arrived last at {last_arrival_pct}% of collectives{caveat}{left_out}); next: {next_step}
 -- pass: No rank stands out: no rank's own MoE work (GroupedMatmul, transfer) is significantly above the median rank's (sign tests over layer instances at alpha {alpha} / ranks).
 --
 -- Method. Each (rank, layer instance) is paired with the median rank of the same instance
@@ -109,9 +109,10 @@ per_rank AS (
            avg(gmm_excess_ns) FILTER (WHERE g_kept) AS gmm_excess_mean_ns,
            avg(transfer_excess_ns) FILTER (WHERE t_kept) AS transfer_excess_mean_ns,
            -- the rank against the median rank over the kept instances (the decomposition's ratios)
-           sum(tokens) FILTER (WHERE g_kept) / greatest(sum(med_tokens) FILTER (WHERE g_kept), 1) AS rt_gmm,
+           -- (NULL when the median rank received no tokens: the rank's tokens are then all excess)
+           sum(tokens) FILTER (WHERE g_kept) / nullif(sum(med_tokens) FILTER (WHERE g_kept), 0) AS rt_gmm,
            sum(gmm_ns) FILTER (WHERE g_kept) / greatest(sum(med_gmm_ns) FILTER (WHERE g_kept), 1) AS time_ratio_gmm,
-           sum(tokens) FILTER (WHERE t_kept) / greatest(sum(med_tokens) FILTER (WHERE t_kept), 1) AS rt_tr,
+           sum(tokens) FILTER (WHERE t_kept) / nullif(sum(med_tokens) FILTER (WHERE t_kept), 0) AS rt_tr,
            sum(transfer_ns) FILTER (WHERE t_kept) / greatest(sum(med_transfer_ns) FILTER (WHERE t_kept), 1) AS time_ratio_tr,
            avg(tokens) AS tokens_per_layer, avg(med_tokens) AS median_rank_tokens,
            avg(gmm_ns) AS gmm_ns_per_layer, avg(med_gmm_ns) AS median_rank_gmm_ns,
@@ -127,7 +128,7 @@ tests AS (
            CASE WHEN n_tr > 0 THEN list_sum(list_transform(range(k_tr, n_tr + 1), lambda j: exp(lgamma(n_tr + 1) - lgamma(j + 1) - lgamma(n_tr - j + 1) - n_tr * ln(2)))) END AS p_tr,
            $alpha / (SELECT n FROM n_ranks) AS alpha_rank,
            CASE WHEN tokens_known THEN rt_gmm ELSE 1.0 END AS rt_g,
-           CASE WHEN tokens_known THEN coalesce(rt_tr, 1.0) ELSE 1.0 END AS rt_t
+           CASE WHEN tokens_known THEN rt_tr ELSE 1.0 END AS rt_t
     FROM per_rank
 ),
 -- Significant quantities and what each costs (n x trimmed mean excess, never below 0).
@@ -140,15 +141,15 @@ sig AS (
            time_ratio_tr / nullif(rt_t, 0) AS rs_t
     FROM tests
 ),
--- The Shapley split of each excess: the token part's share, negative parts counted as 0 (a
--- rank with no tokens at all: all of its time is per-token excess).
+-- The Shapley split of each excess: the token part's share, negative parts counted as 0. The
+-- median rank without tokens: all of it is the rank's tokens; the rank without tokens: none.
 split AS (
     SELECT *,
-           CASE WHEN rs_g IS NULL THEN 0.0
+           CASE WHEN rt_g IS NULL THEN 1.0 WHEN rs_g IS NULL THEN 0.0
                 ELSE greatest((rt_g - 1) * (1 + rs_g) / 2, 0)
                      / nullif(greatest((rt_g - 1) * (1 + rs_g) / 2, 0) + greatest((rs_g - 1) * (1 + rt_g) / 2, 0), 0)
            END AS tok_share_g,
-           CASE WHEN rs_t IS NULL THEN 0.0
+           CASE WHEN rt_t IS NULL THEN 1.0 WHEN rs_t IS NULL THEN 0.0
                 ELSE greatest((rt_t - 1) * (1 + rs_t) / 2, 0)
                      / nullif(greatest((rt_t - 1) * (1 + rs_t) / 2, 0) + greatest((rs_t - 1) * (1 + rt_t) / 2, 0), 0)
            END AS tok_share_t,
@@ -228,11 +229,12 @@ SELECT CASE WHEN round(100.0 * cost_ns / greatest(moe_ns, 1), 1) >= $min_cost_pc
        n AS layer_instances, round(above_pct, 1) AS above_pct, round(p_value, 6) AS p_value,
        round(tokens_per_layer, 1) AS tokens_per_layer, round(median_rank_tokens, 1) AS median_rank_tokens,
        CASE WHEN tokens_known THEN round(rt_gmm, 2) END AS token_ratio,
-       CASE WHEN tokens_known THEN round(rs_g, 2) END AS time_per_token_ratio,
+       round(rs_g, 2) AS time_per_token_ratio,
        round(gmm_ns_per_layer / 1e3, 1) AS gmm_us_per_layer, round(median_rank_gmm_ns / 1e3, 1) AS median_rank_gmm_us,
        round(time_ratio_gmm, 2) AS gmm_ratio,
        round(transfer_ns_per_layer / 1e3, 1) AS transfer_us_per_layer, round(time_ratio_tr, 2) AS transfer_ratio,
        round(last_arrival_pct, 1) AS last_arrival_pct, round(coalesce(others_lag_ns, 0) / 1e6, 3) AS others_wait_ms,
+       CASE WHEN rs_g IS NOT NULL THEN format(', {}x per token', round(rs_g, 2)) ELSE '' END AS per_token,
        CASE WHEN NOT tokens_known
             THEN '; no token counts in this trace: token-skew and slow-compute cannot be told apart (record all-to-all split sizes or shapes)'
             ELSE '' END AS caveat,

@@ -52,9 +52,7 @@ def _leave(arrive: dict, c: dict, last_pays_us: float) -> dict:
     transfer, plus last_pays_us for the last arriver."""
     last = max(arrive.values())
     last_rank = max(arrive, key=lambda r: (arrive[r], r))
-    return {
-        r: last + TRANSFER_US + c[r].transfer_us + (last_pays_us if r == last_rank else 0.0) for r in arrive
-    }
+    return {r: last + TRANSFER_US + c[r].transfer_us + (last_pays_us if r == last_rank else 0.0) for r in arrive}
 
 
 def write_run(

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from slowcard import queries
 from slowcard.cli import app
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,8 +23,9 @@ def test_readme_main_job_on_shipped_testdata(tmp_path):
     assert res.exit_code == 1  # it found a slow card
     lines = res.stdout.splitlines()
     assert lines[0] == "== slowcard diagnosis of run 'ep4_token_skew': FAIL =="
-    assert lines[1] == "Slow card: rank 1 — token-skew"
-    assert any(line.startswith("ep-slow-rank@v4 FAIL") for line in lines)
+    assert lines[1].startswith("Slow card: rank 1 — token-skew (")  # the card, its cause, its cost
+    ep = queries.load_catalog()["ep-slow-rank"]
+    assert any(line.startswith(f"ep-slow-rank@v{ep.version} FAIL") for line in lines)
     assert any(line.startswith("dp-imbalance@v4 SKIP") for line in lines)
 
 
@@ -34,7 +36,7 @@ def test_real_ep_run_names_rank_1(tmp_path):
     res = runner.invoke(app, ["diagnose", str(src), "--db", str(tmp_path / "r.duckdb"), "--format", "json"])
     doc = json.loads(res.stdout)
     assert doc["conclusion"]["slow_cards"] == ["rank 1"] and doc["conclusion"]["cause"] == "token-skew"
-    assert doc["conclusion"]["query"] == "ep-slow-rank@v4"
+    assert doc["conclusion"]["query"] == f"ep-slow-rank@v{queries.load_catalog()['ep-slow-rank'].version}"
     assert {r["query"] for r in doc["results"]} >= {"ep-slow-rank", "moe-breakdown", "sync-gaps"}
 
 

@@ -160,7 +160,10 @@ def test_a_mixed_run_names_two_ranks_with_their_own_causes(tmp_path):
     finally:
         con.close()
     c = diag.conclusion
-    assert [(card["card"], card["cause"]) for card in c["cards"]] == [("rank 0", "token-skew"), ("rank 5", "slow-compute")]
+    assert [(card["card"], card["cause"]) for card in c["cards"]] == [
+        ("rank 0", "token-skew"),
+        ("rank 5", "slow-compute"),
+    ]
     assert c["headline"].startswith("Slow cards: rank 0 — token-skew (")
     assert "; rank 5 — slow-compute (" in c["headline"]
     assert c["slow_cards"] == ["rank 0", "rank 5"] and c["cause"] == "token-skew"
