@@ -18,6 +18,13 @@ Sources of runs, each ingested into one scratch DuckDB (a temp dir, removed afte
 4. Real torch.profiler traces generated here (bench/torch_ep_trace.py) when ``import torch``
    works: N CPU processes (gloo) running a toy MoE decode loop, balanced / token skew / slow
    compute, at several world sizes.
+5. ``grid`` (issue 27): real torch.profiler runs over a grid of effect sizes: token ratios
+   1.2-5x, per-token slow factors 1.1-3x, both at once on different ranks, world sizes 3-8,
+   random and argmax routing, >= 5 seeds per cell. Truth for every rank of every run is measured
+   from the raw trace (torch_ep_trace.measure_truth: rows through the expert matmuls, time per
+   row, cost = GroupedMatmul time above the median rank's), never from the knobs; argmax routing
+   makes uneven ranks on its own, and they are judged like the planted ones. Prints detection per
+   cell, per measured-cost band, false alarms, and the cost error.
 
 The planted cost of a run is the MoE time its anomaly adds by construction (lock-step: the slow
 rank's expected GroupedMatmul excess over the median rank, as a share of the run's MoE time).
@@ -28,6 +35,7 @@ slow-compute costing >= 5 % of MoE time named with the right cause in >= 95 %.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import random
 import shutil
@@ -366,6 +374,186 @@ def run_torch(
     return judge(db, runs, straggler=True)
 
 
+# The grid (issue 27): (kind, effect) cells; token = target rows ratio of the skewed rank,
+# slow = matmul work factor of the slow device, mixed = (token ratio, slow factor) on two ranks.
+GRID_CELLS = (
+    [("balanced", None)] * 2
+    + [("token", r) for r in (1.2, 1.5, 2.0, 3.0, 5.0)]
+    + [("slow", f) for f in (1.1, 1.25, 1.5, 2.0, 3.0)]
+    + [("mixed", (2.0, 2.0)), ("mixed", (3.0, 1.5))]
+)
+GRID_WORLDS = (3, 4, 5, 6, 8)
+MIXED_WORLDS = (5, 6, 8)  # two anomalous ranks need a normal median rank
+
+
+def grid_runs(seeds: int) -> dict[str, dict]:
+    """name -> the knobs of one grid run (what torch_ep_trace.generate takes, plus the cell)."""
+    runs = {}
+    for ci, (kind, effect) in enumerate(GRID_CELLS):
+        for routing in ("random", "argmax"):
+            for seed in range(seeds):
+                worlds = MIXED_WORLDS if kind == "mixed" else GRID_WORLDS
+                world = worlds[seed % len(worlds)]
+                seed_i = 1000 * ci + 10 * seed + (routing == "argmax")
+                rank = seed_i % world
+                knobs = dict(world=world, seed=seed_i, routing=routing, noise_us=300.0 if seed % 2 else 0.0)
+                if kind in ("token", "mixed"):
+                    ratio = effect if kind == "token" else effect[0]
+                    knobs.update(scenario="token_skew", effect=min(1.0, (ratio - 1) / (world - 1)), slow_rank=rank)
+                if kind == "slow":
+                    knobs.update(scenario="slow_compute", effect=effect, slow_rank=rank)
+                if kind == "mixed":
+                    knobs.update(slow_device_rank=(rank + world // 2) % world, slow_device_factor=effect[1])
+                label = "" if effect is None else (f"{effect[0]}x + {effect[1]}x" if kind == "mixed" else f"{effect}x")
+                runs[f"grid_{kind}_{ci}_{routing}_{seed}"] = dict(kind=kind, effect=label, knobs=knobs)
+    return runs
+
+
+def run_grid(work: Path, seeds: int, save: Path | None = None) -> str:
+    """Generate, measure and judge the grid; returns the report (markdown tables). ``save``: the
+    runs with their truth and verdict rows as JSON (``--grid-report`` prints the report again)."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return "### Grid of real torch.profiler runs\n\ntorch is not importable: skipped (pip install torch)"
+    import torch_ep_trace
+
+    db = work / "grid.duckdb"
+    runs = grid_runs(seeds)
+    t0 = time.perf_counter()
+    for i, (name, case) in enumerate(runs.items()):
+        torch_ep_trace.generate(work / name, **case["knobs"])
+        case["truth"] = torch_ep_trace.measure_truth(work / name, case["knobs"]["world"])
+        ingest(db, work / name, name)
+        shutil.rmtree(work / name)
+        print(f"  {i + 1}/{len(runs)} {name}: {time.perf_counter() - t0:.0f} s", flush=True)
+    con = queries.open_readonly(db)
+    try:
+        for name, case in runs.items():
+            res = queries.run_query(con, QUERY, name)
+            case["status"] = str(res.status)
+            case["found"] = {r["rank"]: r for r in res.rows if r.get("level") in ("FAIL", "WARN")}
+    finally:
+        con.close()
+    secs = time.perf_counter() - t0
+    if save:
+        save.write_text(json.dumps({"secs": secs, "runs": runs}, default=str))
+    return grid_report(runs, secs)
+
+
+def load_grid(path: Path) -> tuple[dict, float]:
+    """The runs saved by run_grid (JSON turns the rank keys into strings: back to ints)."""
+    doc = json.loads(path.read_text())
+    for case in doc["runs"].values():
+        case["truth"] = {int(k): v for k, v in case["truth"].items()}
+        case["found"] = {int(k): v for k, v in case["found"].items()}
+    return doc["runs"], doc["secs"]
+
+
+def _planted(case: dict) -> list[int]:
+    k = case["knobs"]
+    return [r for r in (k.get("slow_rank") if "scenario" in k else None, k.get("slow_device_rank")) if r is not None]
+
+
+def grid_report(runs: dict[str, dict], secs: float) -> str:
+    """Detection per cell (the planted ranks), per measured-cost band (every rank), false alarms
+    and the cost error, from each run's measured truth and ep-slow-rank's rows."""
+    cells: dict[tuple, list] = defaultdict(list)
+    bands: dict[str, list] = defaultdict(list)
+    errors, mixed_ok, mixed_n = [], 0, 0
+    bal = {"runs": 0, "fail": 0, "warn": 0}
+    for case in runs.values():
+        truth, found = case["truth"], case["found"]
+        if case["kind"] == "balanced" and case["knobs"]["routing"] == "random":
+            bal["runs"] += 1
+            bal["fail"] += any(r["level"] == "FAIL" for r in found.values())
+            bal["warn"] += any(r["level"] == "WARN" for r in found.values())
+        for rank, tr in truth.items():
+            got = found.get(rank)
+            band = "cost >= 5 %" if tr["cost_pct"] >= 5 else "cost 2-5 %" if tr["cost_pct"] >= 2 else "cost < 2 %"
+            bands[band].append((tr, got))
+            if got is not None and tr["cost_pct"] >= 2:
+                errors.append((got["cost_pct"] - tr["cost_pct"]) / tr["cost_pct"])
+        planted = _planted(case)
+        for rank in planted:
+            cells[(case["kind"], case["effect"], case["knobs"]["routing"])].append((truth[rank], found.get(rank)))
+        if case["kind"] == "mixed":
+            mixed_n += 1
+            mixed_ok += all(found.get(r) is not None and found[r]["cause"] == truth[r]["cause"] for r in planted)
+    rows = []
+    for (kind, effect, routing), pairs in sorted(
+        cells.items(), key=lambda kv: (str(kv[0][0]), str(kv[0][1]), kv[0][2])
+    ):
+        costs = [tr["cost_pct"] for tr, _ in pairs]
+        right = [(tr, g) for tr, g in pairs if g is not None and g["cause"] == tr["cause"]]
+        rows.append(
+            [
+                kind,
+                effect,
+                routing,
+                len(pairs),
+                f"{statistics.median(costs):.1f}",
+                f"{min(costs):.1f}-{max(costs):.1f}",
+                sum(g["level"] == "FAIL" for _, g in right),
+                sum(g["level"] == "WARN" for _, g in right),
+                sum(g is not None and g["cause"] != tr["cause"] for tr, g in pairs),
+                sum(g is None for _, g in pairs),
+            ]
+        )
+    text = "### Grid of real torch.profiler runs (issue 27)\n\nPlanted ranks, per cell:\n\n" + table(
+        rows,
+        [
+            "planted",
+            "effect",
+            "routing",
+            "ranks",
+            "measured cost % (median)",
+            "range",
+            "FAIL right cause",
+            "WARN right cause",
+            "named, other cause",
+            "not named",
+        ],
+    )
+    brows = []
+    for band in ("cost >= 5 %", "cost 2-5 %", "cost < 2 %"):
+        pairs = bands.get(band, [])
+        n = len(pairs)
+        fail_right = sum(g is not None and g["level"] == "FAIL" and g["cause"] == tr["cause"] for tr, g in pairs)
+        named = sum(g is not None for _, g in pairs)
+        fails = sum(g is not None and g["level"] == "FAIL" for _, g in pairs)
+        brows.append(
+            [
+                band,
+                n,
+                f"{fail_right} ({100 * fail_right / max(n, 1):.0f} %)",
+                f"{named} ({100 * named / max(n, 1):.0f} %)",
+                fails,
+            ]
+        )
+    text += "\n\nEvery rank of every run, by its measured cost (truth from the raw trace):\n\n" + table(
+        brows, ["measured", "ranks", "FAIL with the measured cause", "named (WARN or FAIL)", "FAIL"]
+    )
+    within = sum(abs(e) <= 0.30 for e in errors)
+    text += (
+        f"\n\nBalanced runs (random routing, nothing planted): {bal['runs']}, FAIL {bal['fail']}, WARN {bal['warn']} [target: 0 FAIL]"
+        f"\nMixed runs naming both planted ranks with their measured causes: {mixed_ok}/{mixed_n}"
+        f"\nCost error of named findings (measured cost >= 2 %): {within}/{len(errors)} "
+        f"({100 * within / max(len(errors), 1):.0f} %) within +-30 % [target: >= 90 %]; "
+        f"median {100 * statistics.median(errors) if errors else 0:+.0f} %, "
+        f"10th-90th percentile {100 * _pct(errors, 0.1):+.0f} % .. {100 * _pct(errors, 0.9):+.0f} %"
+        f"\n\n({len(runs)} runs, {secs:.0f} s)"
+    )
+    return text
+
+
+def _pct(xs: list[float], q: float) -> float:
+    if not xs:
+        return 0.0
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
 def straggler_table(cases: list[dict]) -> str:
     """straggler-rank (arrival order only) on the same runs: how often it WARNs, and on which rank."""
     groups = defaultdict(list)
@@ -389,8 +577,14 @@ def main() -> None:
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--torch-balanced-only", action="store_true", help="torch source: balanced runs only")
     ap.add_argument("--torch-worlds", default="4,6", help="torch source: world sizes (default 4,6)")
-    ap.add_argument("--only", default="lockstep,synth,shared,torch")
+    ap.add_argument("--grid-seeds", type=int, default=5, help="grid source: seeds per (cell, routing)")
+    ap.add_argument("--grid-save", type=Path, default=None, help="grid source: save runs, truth and rows as JSON")
+    ap.add_argument("--grid-report", type=Path, default=None, help="print the grid report of a --grid-save file")
+    ap.add_argument("--only", default="lockstep,synth,shared,torch", help="sources, comma-separated; also: grid")
     a = ap.parse_args()
+    if a.grid_report:
+        print(grid_report(*load_grid(a.grid_report)))
+        return
     seeds = a.seeds or (4 if a.quick else 12)
     only = set(a.only.split(","))
     work = Path(tempfile.mkdtemp(prefix="calibrate_ep_"))
@@ -435,6 +629,9 @@ def main() -> None:
             print(out[-1] + "\n", flush=True)
         if "shared" in only:
             out.append(run_shared(work))
+            print(out[-1] + "\n", flush=True)
+        if "grid" in only:
+            out.append(run_grid(work, a.grid_seeds, a.grid_save))
             print(out[-1] + "\n", flush=True)
         n = grand["balanced_n"]
         print(

@@ -28,6 +28,12 @@ Scenarios (the anomaly sits on ``slow_rank``):
   NIC as seen from the host: its sends start late, so everyone else waits for it).
 ``noise_us``: every rank sleeps an exponential time (that mean, µs) before each all-to-all and
 at random points of the layer (host noise); the OS scheduler adds its own when world > cores.
+``routing``: ``random`` (each token to a uniformly random expert: binomial jitter only) or
+``argmax`` (the router's argmax over its logits, as a real top-1 gate: an untrained router favours
+a few experts, so ranks receive uneven rows on their own). ``slow_device_rank`` /
+``slow_device_factor``: a slow device on another rank beside the scenario (mixed runs). A slow
+device's extra matmul work runs as ``aten::bmm``, so the rows through the expert ``aten::mm``
+calls stay the rows it received (``measure_truth``).
 
 ``generate`` returns the measured cost of the anomaly, as the shared set's README defines it:
 the slow rank's GroupedMatmul time above the median rank's, as a % of the median rank's MoE time
@@ -79,6 +85,10 @@ def _worker(rank: int, cfg: dict) -> None:
     w_down = [torch.randn(EXPERTS_PER_RANK, HIDDEN, HIDDEN, generator=gen) / 16 for _ in range(layers)]
     scenario, effect, noise_us = cfg["scenario"], cfg["effect"], cfg["noise_us"]
     me_slow = rank == slow and scenario != "balanced"
+    # matmul work factor of this rank's GroupedMatmul (a slower device: same rows, more work)
+    reps = effect if me_slow and scenario == "slow_compute" else 1.0
+    if rank == cfg["slow_device_rank"]:
+        reps = cfg["slow_device_factor"]
 
     def host_noise() -> None:
         if noise_us > 0:
@@ -96,7 +106,10 @@ def _worker(rank: int, cfg: dict) -> None:
                 # the router's work is real, its choice is uniform: a random router's argmax
                 # favours a few experts, which would make every run a token-skew run
                 logits = x @ w_gate[li]
-                expert = torch.randint(0, n_exp, (TOKENS,), generator=gen) + 0 * logits.argmax(dim=-1)
+                if cfg["routing"] == "argmax":
+                    expert = logits.argmax(dim=-1)
+                else:
+                    expert = torch.randint(0, n_exp, (TOKENS,), generator=gen) + 0 * logits.argmax(dim=-1)
                 if scenario == "token_skew":
                     pin = torch.rand(TOKENS, generator=gen) < effect
                     hot = slow * EXPERTS_PER_RANK + torch.randint(0, EXPERTS_PER_RANK, (TOKENS,), generator=gen)
@@ -115,7 +128,6 @@ def _worker(rank: int, cfg: dict) -> None:
                 dist.all_to_all_single(recv, x[order], recv_split, send_split)
             with record_function("GroupedMatmul"):
                 out = torch.empty_like(recv)
-                reps = effect if me_slow and scenario == "slow_compute" else 1.0
                 for e, idx in enumerate(torch.arange(recv.shape[0]).chunk(EXPERTS_PER_RANK)):
                     if idx.numel() == 0:
                         continue
@@ -123,9 +135,10 @@ def _worker(rank: int, cfg: dict) -> None:
                     h = torch.relu(rows @ w_up[li][e])
                     out[idx] = h @ w_down[li][e]
                     extra = reps - 1.0
-                    while extra > 1e-9:  # a slower device: the same rows, more matmul work
+                    while extra > 1e-9:  # a slower device: the same rows, more matmul work (bmm)
                         n = rows.shape[0] if extra >= 1 else max(1, int(rows.shape[0] * extra))
-                        torch.relu(rows[:n] @ w_up[li][e]) @ w_down[li][e]
+                        part = rows[:n].unsqueeze(0)
+                        torch.bmm(torch.relu(torch.bmm(part, w_up[li][e].unsqueeze(0))), w_down[li][e].unsqueeze(0))
                         extra -= 1.0
             host_noise()
             with record_function("MoeDistributeCombine"):
@@ -181,6 +194,58 @@ def measured_cost(out: Path, world: int, slow_rank: int, scenario: str, delay_ms
     return round(100.0 * max(0.0, own[slow_rank] - statistics.median(own.values())) / med_moe, 2)
 
 
+def _rank_events(out: Path, r: int) -> list[dict]:
+    with gzip.open(out / f"rank{r}.pt.trace.json.gz", "rb") as fh:
+        return [e for e in json.load(fh)["traceEvents"] if e.get("ph") == "X"]
+
+
+def _inside(events: list[dict], name: str, outer: str) -> list[dict]:
+    """The events called name that lie inside an ``outer`` range of the same thread."""
+    spans = sorted((e["tid"], e["ts"], e["ts"] + e["dur"]) for e in events if e["name"] == outer)
+    return [e for e in events if e["name"] == name and any(t == e["tid"] and s <= e["ts"] < end for t, s, end in spans)]
+
+
+def shapley_token_share(rt: float | None, rs: float | None) -> float:
+    """The token part's share of an excess rt x rs - 1 (Shapley split, negative parts as 0);
+    rt None: the reference has no tokens (all tokens)."""
+    if rt is None:
+        return 1.0
+    if rs is None:
+        return 0.0
+    tok, spd = max((rt - 1) * (1 + rs) / 2, 0.0), max((rs - 1) * (1 + rt) / 2, 0.0)
+    return tok / (tok + spd) if tok + spd > 0 else 0.0
+
+
+def measure_truth(out: Path, world: int) -> dict[int, dict]:
+    """Per rank, what the raw trace shows (never the generator's knobs): rows through the expert
+    matmuls (the first input's M of each ``aten::mm`` inside ``GroupedMatmul``, halved: the up
+    and down projection see the same rows), GroupedMatmul time, MoE time; and against the median
+    rank (median of each over ranks): ``cost_pct`` = GroupedMatmul time above the median rank's,
+    in % of the median rank's MoE time (0 when below), ``token_share`` of that excess by the
+    Shapley split of rows ratio x time-per-row ratio, and ``cause`` (token-skew / slow-compute,
+    the larger part; None without an excess)."""
+    facts = {}
+    for r in range(world):
+        ev = _rank_events(out, r)
+        mms = _inside(ev, "aten::mm", "GroupedMatmul")
+        rows = sum(e["args"]["Input Dims"][0][0] for e in mms) / 2
+        facts[r] = {
+            "rows": rows,
+            "gmm_us": sum(e["dur"] for e in ev if e["name"] == "GroupedMatmul"),
+            "moe_us": sum(e["dur"] for e in ev if e["name"].startswith("moe_layer_")),
+        }
+    med = {k: statistics.median(f[k] for f in facts.values()) for k in ("rows", "gmm_us", "moe_us")}
+    for f in facts.values():
+        excess = f["gmm_us"] - med["gmm_us"]
+        f["cost_pct"] = round(100.0 * max(excess, 0.0) / med["moe_us"], 2)
+        rt = f["rows"] / med["rows"] if med["rows"] > 0 else None
+        rs = (f["gmm_us"] / med["gmm_us"]) / rt if rt else None
+        f["rows_ratio"], f["time_per_row_ratio"] = rt, rs
+        f["token_share"] = shapley_token_share(rt, rs)
+        f["cause"] = None if excess <= 0 else ("token-skew" if f["token_share"] >= 0.5 else "slow-compute")
+    return facts
+
+
 def generate(
     out_dir: Path,
     *,
@@ -193,6 +258,9 @@ def generate(
     layers: int = 4,
     noise_us: float = 0.0,
     profiler_steps: bool = False,
+    routing: str = "random",
+    slow_device_rank: int | None = None,
+    slow_device_factor: float = 1.0,
 ) -> float | None:
     """Write one run's traces into out_dir; return the measured cost of the anomaly (% of MoE time)."""
     import torch.multiprocessing as mp
@@ -205,6 +273,10 @@ def generate(
         raise ValueError("token_skew: effect is the share of tokens pinned to the slow rank, in [0, 1]")
     if scenario == "slow_compute" and effect < 1.0:
         raise ValueError("slow_compute: effect is the matmul work factor, >= 1")
+    if routing not in ("random", "argmax"):
+        raise ValueError(f"unknown routing {routing!r}; expected random or argmax")
+    if slow_device_rank is not None and not (0 <= slow_device_rank < world and slow_device_factor >= 1.0):
+        raise ValueError("slow_device_rank must be in range(0, world) and slow_device_factor >= 1")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
@@ -218,6 +290,9 @@ def generate(
         layers=layers,
         noise_us=noise_us,
         profiler_steps=profiler_steps,
+        routing=routing,
+        slow_device_rank=slow_device_rank,
+        slow_device_factor=slow_device_factor,
         out=str(out_dir),
         port=_free_port(),
     )
@@ -236,6 +311,9 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--noise-us", type=float, default=0.0)
+    ap.add_argument("--routing", choices=("random", "argmax"), default="random")
+    ap.add_argument("--slow-device-rank", type=int, default=None, help="a slow device on this rank too")
+    ap.add_argument("--slow-device-factor", type=float, default=1.0)
     ap.add_argument(
         "--profiler-steps",
         action="store_true",
@@ -254,6 +332,9 @@ def main() -> None:
         layers=a.layers,
         noise_us=a.noise_us,
         profiler_steps=a.profiler_steps,
+        routing=a.routing,
+        slow_device_rank=a.slow_device_rank,
+        slow_device_factor=a.slow_device_factor,
     )
     print(f"wrote {a.world} traces to {a.out} in {time.perf_counter() - t0:.1f} s; measured cost {cost} % of MoE time")
 

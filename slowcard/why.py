@@ -85,7 +85,7 @@ def explain(results: dict, con=None, run: str | None = None) -> list[dict]:
                         else "no rank to look at"
                     )
             parts.append(part)
-        out.append({"card": f.label, "cause": f.cause, "query": f.ref, "ranks": ranks, "note": note, "parts": parts})
+        out.append({"card": f.label, "cause": f.causes, "query": f.ref, "ranks": ranks, "note": note, "parts": parts})
     return out
 
 

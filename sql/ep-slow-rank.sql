@@ -13,7 +13,7 @@
 -- priority: 20
 -- order: 110
 -- shows: report.moe, annotate
--- summary: rank {rank} {causes} [{level}]: costs {cost_ms} ms = {cost_pct}% of MoE time (tokens {tokens_per_layer} per layer vs {median_rank_tokens} for the median rank, GroupedMatmul {gmm_ratio}x{per_token}, transfer {transfer_ratio}x; above the median in {above_pct}% of {layer_instances} layer instances, p={p_value}; arrived last at {last_arrival_pct}% of collectives{caveat}{left_out}); next: {next_step}
+-- summary: rank {rank} {causes} [{level}]: costs {cost_ms} ms = {cost_pct}% of MoE time ({work}; above the median in {above_pct}% of {layer_instances} layer instances, p={p_value}; arrived last at {last_arrival_pct}% of collectives{caveat}{left_out}); next: {next_step}
 -- pass: No rank stands out: no rank's own MoE work (GroupedMatmul, transfer) is significantly above the median rank's (sign tests over layer instances at alpha {alpha} / ranks).
 --
 -- Method. Each (rank, layer instance) is paired with the median rank of the same instance
@@ -234,7 +234,12 @@ SELECT CASE WHEN round(100.0 * cost_ns / greatest(moe_ns, 1), 1) >= $min_cost_pc
        round(time_ratio_gmm, 2) AS gmm_ratio,
        round(transfer_ns_per_layer / 1e3, 1) AS transfer_us_per_layer, round(time_ratio_tr, 2) AS transfer_ratio,
        round(last_arrival_pct, 1) AS last_arrival_pct, round(coalesce(others_lag_ns, 0) / 1e6, 3) AS others_wait_ms,
-       CASE WHEN rs_g IS NOT NULL THEN format(', {}x per token', round(rs_g, 2)) ELSE '' END AS per_token,
+       -- the numbers of the summary in words (parts the trace does not have are left out)
+       concat_ws(', ',
+           CASE WHEN tokens_known THEN format('tokens {:,.0f} per layer vs {:,.0f} for the median rank', tokens_per_layer, median_rank_tokens) END,
+           format('GroupedMatmul {:.3g}x', time_ratio_gmm),
+           CASE WHEN rs_g IS NOT NULL AND tokens_known THEN format('{:.3g}x per token', rs_g) END,
+           CASE WHEN time_ratio_tr IS NOT NULL THEN format('transfer {:.3g}x', time_ratio_tr) END) AS work,
        CASE WHEN NOT tokens_known
             THEN '; no token counts in this trace: token-skew and slow-compute cannot be told apart (record all-to-all split sizes or shapes)'
             ELSE '' END AS caveat,

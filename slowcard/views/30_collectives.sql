@@ -5,6 +5,10 @@
 -- One row per collective call of a ranked source. The device lane (NCCL kernels) is used when
 -- the source has one, else the host lane (gloo threads, HCCL rows). instance = NCCL Seq when the
 -- trace has it, else the call's order within (source, process group, kind).
+-- A dispatch / combine kernel that the taxonomy gives a coll_kind IS an all-to-all across ranks
+-- (DeepEP normal / low-latency, pplx: each rank's kernel starts when its stream reaches it and
+-- ends when the data of every rank has arrived, so its end is where the ranks meet): it is
+-- matched like a collective, in a group of its own per class ('ep:dispatch', 'ep:combine').
 -- A truncated source (status 'truncated': the file was cut mid-write) can miss calls ANYWHERE in
 -- time, not only at the end: Kineto writes lane by lane, so a cut drops every lane written after
 -- it whole (a gloo runloop thread, the device stream). Numbered by order, its k-th call would
@@ -16,17 +20,22 @@
 -- have a device lane has lost that lane to the cut: its host calls are left out too (host op
 -- times are not kernel times). A run with duplicate ranks (rank_conflicts) is left out whole.
 CREATE OR REPLACE VIEW _collectives AS
-WITH lanes AS (
-    SELECT source_id, bool_or(on_device) AS device
-    FROM op_classes WHERE op_class = 'collective' GROUP BY source_id
+WITH ex AS MATERIALIZED (
+    SELECT * REPLACE (CASE WHEN op_class = 'collective' THEN pg ELSE coalesce(pg, 'ep:' || op_class) END AS pg)
+    FROM op_classes
+    WHERE op_class = 'collective'
+       OR (op_class IN ('dispatch', 'combine') AND coll_kind IS NOT NULL AND on_device)
+),
+lanes AS (
+    SELECT source_id, bool_or(on_device) AS device FROM ex GROUP BY source_id
 ),
 calls AS (
     SELECT o.run, o.rank, coalesce(o.host, '') AS host, o.source_id, o.name, o.pg, o.coll_kind,
            o.ts_ns, o.end_ns, o.dur_ns,
            coalesce(o.seq, row_number() OVER (PARTITION BY o.source_id, o.pg, o.coll_kind ORDER BY o.ts_ns)) AS instance,
            o.seq IS NULL AS by_order, l.device
-    FROM op_classes o JOIN lanes l USING (source_id)
-    WHERE o.op_class = 'collective' AND o.on_device = l.device AND o.rank IS NOT NULL
+    FROM ex o JOIN lanes l USING (source_id)
+    WHERE o.on_device = l.device AND o.rank IS NOT NULL
       AND o.run NOT IN (SELECT run FROM rank_conflicts)
 ),
 per_source AS (
