@@ -1,10 +1,11 @@
 -- name: ep-slow-rank
 -- version: 5
--- description: The slow card of an expert-parallel run: every rank whose own MoE work is persistently above the median rank's, the share of its excess each cause carries (more tokens, slower compute, slower transfer), and the MoE time it costs.
+-- description: The slow card of an expert-parallel run: every rank whose own MoE work is persistently above the median rank's, the share of its excess each cause carries (more tokens, slower compute, slower transfer, a slow host), and the MoE time it costs.
 -- requires: moe_layer_facts
--- param: alpha DOUBLE = 0.01              -- false-alarm budget per quantity tested (GroupedMatmul, transfer): each rank's sign test at alpha / ranks (Bonferroni)
+-- param: alpha DOUBLE = 0.01              -- false-alarm budget per quantity tested (GroupedMatmul, transfer, host wait): each rank's sign test at alpha / ranks (Bonferroni)
 -- param: trim_pct DOUBLE = 10             -- cost: the per-instance excess is averaged with this % of the instances cut off at each end (a trimmed mean)
 -- param: min_cost_pct DOUBLE = 5.0        -- FAIL when the finding costs at least this % of the run's MoE time, else WARN
+-- param: min_warn_pct DOUBLE = 1.0        -- a significant excess costing less than this % of MoE time is not reported (persistent but negligible)
 -- param: min_share_pct DOUBLE = 25        -- a second cause is named beside the first when it carries at least this % of the cost
 -- param: min_ranks INTEGER = 3            -- fewer ranks have no median rank to compare with: SKIP
 -- verdict: fail if rows > 0
@@ -14,13 +15,14 @@
 -- order: 110
 -- shows: report.moe, annotate
 -- summary: rank {rank} {causes} [{level}]: costs {cost_ms} ms = {cost_pct}% of MoE time ({work}; above the median in {above_pct}% of {layer_instances} layer instances, p={p_value}; arrived last at {last_arrival_pct}% of collectives{caveat}{left_out}); next: {next_step}
--- pass: No rank stands out: no rank's own MoE work (GroupedMatmul, transfer) is significantly above the median rank's (sign tests over layer instances at alpha {alpha} / ranks).
+-- pass: No rank stands out: no rank's own MoE work (GroupedMatmul, transfer, waiting for its host) is significantly above the median rank's (sign tests over layer instances at alpha {alpha} / ranks).
 --
 -- Method. Each (rank, layer instance) is paired with the median rank of the same instance
 -- (instances every rank has: "the same layer"). The evidence is the rank's OWN work, which host
--- noise cannot fake persistently: GroupedMatmul time and dispatch/combine transfer time, and the
--- tokens it received (exact).
--- 1. Is it slow? Per rank and quantity (GroupedMatmul, transfer), a one-sided sign test over
+-- noise cannot fake persistently: GroupedMatmul time, dispatch/combine transfer time, on device
+-- traces the time its compute stream waits for the host to launch work (_layer_host_wait), and
+-- the tokens it received (exact).
+-- 1. Is it slow? Per rank and quantity (GroupedMatmul, transfer, host wait), a one-sided sign test over
 --    the instances, with k = instances where the rank is strictly above the median rank, p =
 --    P(Binomial(n, 1/2) >= k) (a rank that is not different is above the median at most half
 --    the time; ties count against the rank). Significant at alpha / ranks. A rank is a finding
@@ -37,12 +39,15 @@
 --    (Rt Rs - 1) x median time splits exactly into the part its extra tokens explain,
 --    (Rt - 1)(1 + Rs)/2, and the part they do not, (Rs - 1)(1 + Rt)/2 (the Shapley split: neither
 --    factor goes first). GroupedMatmul's token part and transfer's token part are token-skew, its
---    per-token part slow-compute, transfer's per-token part slow-comm; a negative part (fewer
+--    per-token part slow-compute, transfer's per-token part slow-comm, the host wait host-bound
+--    (a device idle while its host has not launched the next kernel); a negative part (fewer
 --    tokens, or faster per token) counts as 0. cause = the part with the largest share; causes
 --    also names every other part carrying >= min_share_pct ("token-skew 58 %, slow-compute 42 %").
 --    When the trace has no token counts, Rt = 1: the caveat says token-skew and slow-compute
 --    cannot be told apart.
--- Level: FAIL when significant and cost_pct >= min_cost_pct, WARN when significant but cheaper.
+-- Level: FAIL when significant and cost_pct >= min_cost_pct, WARN when significant and cost_pct
+-- >= min_warn_pct; cheaper is negligible and not reported (with several ranks, one anomalous rank
+-- shifts the median rank, and a normal rank can then sit persistently, and cheaply, above it).
 -- Arrival order (last_arrival_pct) and the others' wait for it where it arrived last
 -- (others_wait_ms) are evidence columns, never gates: under host noise the slow rank does not
 -- reliably arrive last.
@@ -55,9 +60,12 @@ WITH f AS (
            coalesce(c.arrival_lag_ns, 0) AS lag_ns,
            -- the rank's transfer and what it would be with a normal link: its peers' median, plus
            -- where it arrived last what last arrivers need more (see _transfer_expected)
-           c.transfer_ns, c.expected_transfer_ns
+           c.transfer_ns, c.expected_transfer_ns,
+           -- device traces: how long the layer's compute stream waited for its host to launch
+           h.host_wait_ns
     FROM moe_layer_facts f
     LEFT JOIN _layer_collectives c USING (run, rank, source_id, step, layer, occurrence)
+    LEFT JOIN _layer_host_wait h USING (run, rank, source_id, step, layer, occurrence)
     WHERE f.run = $run AND f.rank IS NOT NULL
 ),
 n_ranks AS (SELECT count(DISTINCT rank) AS n FROM f),
@@ -72,6 +80,7 @@ inst AS (
 -- rank whose calls could not be matched (see _collectives) has none, and its zeros say nothing.
 med AS (
     SELECT step, layer, occurrence, median(tokens) AS med_tokens, median(gmm_ns) AS med_gmm_ns,
+           median(host_wait_ns) AS med_host_wait_ns,
            coalesce(sum(lag_ns) FILTER (WHERE n_coll > 0), 0) AS all_lag_ns,
            median(layer_ns) AS med_layer_ns
     FROM f JOIN inst USING (step, layer, occurrence) GROUP BY ALL
@@ -80,7 +89,8 @@ paired AS (
     SELECT f.rank, f.n_coll, f.n_last, f.tokens, f.gmm_ns, f.transfer_ns, m.med_tokens, m.med_gmm_ns,
            f.expected_transfer_ns AS med_transfer_ns, m.med_layer_ns, m.all_lag_ns - f.lag_ns AS others_lag_ns,
            f.gmm_ns - m.med_gmm_ns AS gmm_excess_ns,
-           CASE WHEN f.n_coll > 0 THEN f.transfer_ns - f.expected_transfer_ns END AS transfer_excess_ns
+           CASE WHEN f.n_coll > 0 THEN f.transfer_ns - f.expected_transfer_ns END AS transfer_excess_ns,
+           f.host_wait_ns, m.med_host_wait_ns, f.host_wait_ns - m.med_host_wait_ns AS host_excess_ns
     FROM f JOIN med m USING (step, layer, occurrence)
 ),
 -- The instances each cost keeps: the rank's per-instance excess in order, trim_pct of them cut
@@ -90,14 +100,18 @@ ranked AS (
            row_number() OVER (PARTITION BY rank ORDER BY gmm_excess_ns) AS g_pos,
            count(*) OVER (PARTITION BY rank) AS g_n,
            row_number() OVER (PARTITION BY rank ORDER BY transfer_excess_ns NULLS LAST) AS t_pos,
-           count(transfer_excess_ns) OVER (PARTITION BY rank) AS t_n
+           count(transfer_excess_ns) OVER (PARTITION BY rank) AS t_n,
+           row_number() OVER (PARTITION BY rank ORDER BY host_excess_ns NULLS LAST) AS h_pos,
+           count(host_excess_ns) OVER (PARTITION BY rank) AS h_n
     FROM paired
 ),
 kept AS (
     SELECT *,
            g_pos > floor(g_n * $trim_pct / 100) AND g_pos <= g_n - floor(g_n * $trim_pct / 100) AS g_kept,
            transfer_excess_ns IS NOT NULL AND t_pos > floor(t_n * $trim_pct / 100)
-               AND t_pos <= t_n - floor(t_n * $trim_pct / 100) AS t_kept
+               AND t_pos <= t_n - floor(t_n * $trim_pct / 100) AS t_kept,
+           host_excess_ns IS NOT NULL AND h_pos > floor(h_n * $trim_pct / 100)
+               AND h_pos <= h_n - floor(h_n * $trim_pct / 100) AS h_kept
     FROM ranked
 ),
 per_rank AS (
@@ -105,6 +119,10 @@ per_rank AS (
            count(*) FILTER (WHERE gmm_ns > med_gmm_ns) AS k_gmm,
            count(transfer_excess_ns) AS n_tr,
            count(*) FILTER (WHERE transfer_excess_ns > 0) AS k_tr,
+           count(host_excess_ns) AS n_h,
+           count(*) FILTER (WHERE host_excess_ns > 0) AS k_h,
+           avg(host_excess_ns) FILTER (WHERE h_kept) AS host_excess_mean_ns,
+           avg(host_wait_ns) AS host_wait_ns_per_layer, avg(med_host_wait_ns) AS median_rank_host_wait_ns,
            bool_and(tokens IS NOT NULL AND med_tokens IS NOT NULL) AS tokens_known,
            avg(gmm_excess_ns) FILTER (WHERE g_kept) AS gmm_excess_mean_ns,
            avg(transfer_excess_ns) FILTER (WHERE t_kept) AS transfer_excess_mean_ns,
@@ -126,6 +144,7 @@ tests AS (
     SELECT *,
            list_sum(list_transform(range(k_gmm, n + 1), lambda j: exp(lgamma(n + 1) - lgamma(j + 1) - lgamma(n - j + 1) - n * ln(2)))) AS p_gmm,
            CASE WHEN n_tr > 0 THEN list_sum(list_transform(range(k_tr, n_tr + 1), lambda j: exp(lgamma(n_tr + 1) - lgamma(j + 1) - lgamma(n_tr - j + 1) - n_tr * ln(2)))) END AS p_tr,
+           CASE WHEN n_h > 0 THEN list_sum(list_transform(range(k_h, n_h + 1), lambda j: exp(lgamma(n_h + 1) - lgamma(j + 1) - lgamma(n_h - j + 1) - n_h * ln(2)))) END AS p_h,
            $alpha / (SELECT n FROM n_ranks) AS alpha_rank,
            CASE WHEN tokens_known THEN rt_gmm ELSE 1.0 END AS rt_g,
            CASE WHEN tokens_known THEN rt_tr ELSE 1.0 END AS rt_t
@@ -135,6 +154,8 @@ tests AS (
 sig AS (
     SELECT *,
            p_gmm <= alpha_rank AS gmm_sig, coalesce(p_tr <= alpha_rank, FALSE) AS tr_sig,
+           coalesce(p_h <= alpha_rank, FALSE) AS host_sig,
+           CASE WHEN coalesce(p_h <= alpha_rank, FALSE) THEN greatest(n_h * host_excess_mean_ns, 0) ELSE 0 END AS host_cost_ns,
            CASE WHEN p_gmm <= alpha_rank THEN greatest(n * gmm_excess_mean_ns, 0) ELSE 0 END AS gmm_cost_ns,
            CASE WHEN coalesce(p_tr <= alpha_rank, FALSE) THEN greatest(n_tr * transfer_excess_mean_ns, 0) ELSE 0 END AS tr_cost_ns,
            time_ratio_gmm / nullif(rt_g, 0) AS rs_g,
@@ -153,18 +174,20 @@ split AS (
                 ELSE greatest((rt_t - 1) * (1 + rs_t) / 2, 0)
                      / nullif(greatest((rt_t - 1) * (1 + rs_t) / 2, 0) + greatest((rs_t - 1) * (1 + rt_t) / 2, 0), 0)
            END AS tok_share_t,
-           -- weights of the two quantities: their costs; a significant quantity with no cost
-           -- still names its cause
-           CASE WHEN gmm_cost_ns + tr_cost_ns > 0 THEN gmm_cost_ns ELSE gmm_sig::INT END AS w_g,
-           CASE WHEN gmm_cost_ns + tr_cost_ns > 0 THEN tr_cost_ns ELSE tr_sig::INT END AS w_t
+           -- weights of the quantities: their costs; a significant quantity with no cost still
+           -- names its cause
+           CASE WHEN gmm_cost_ns + tr_cost_ns + host_cost_ns > 0 THEN gmm_cost_ns ELSE gmm_sig::INT END AS w_g,
+           CASE WHEN gmm_cost_ns + tr_cost_ns + host_cost_ns > 0 THEN tr_cost_ns ELSE tr_sig::INT END AS w_t,
+           CASE WHEN gmm_cost_ns + tr_cost_ns + host_cost_ns > 0 THEN host_cost_ns ELSE host_sig::INT END AS w_h
     FROM sig
-    WHERE gmm_sig OR tr_sig
+    WHERE gmm_sig OR tr_sig OR host_sig
 ),
 shares AS (
     SELECT *,
-           100.0 * (w_g * coalesce(tok_share_g, 0) + w_t * coalesce(tok_share_t, 0)) / (w_g + w_t) AS token_share_pct,
-           100.0 * w_g * (1 - coalesce(tok_share_g, 0)) / (w_g + w_t) AS compute_share_pct,
-           100.0 * w_t * (1 - coalesce(tok_share_t, 0)) / (w_g + w_t) AS comm_share_pct
+           100.0 * (w_g * coalesce(tok_share_g, 0) + w_t * coalesce(tok_share_t, 0)) / (w_g + w_t + w_h) AS token_share_pct,
+           100.0 * w_g * (1 - coalesce(tok_share_g, 0)) / (w_g + w_t + w_h) AS compute_share_pct,
+           100.0 * w_t * (1 - coalesce(tok_share_t, 0)) / (w_g + w_t + w_h) AS comm_share_pct,
+           100.0 * w_h / (w_g + w_t + w_h) AS host_share_pct
     FROM split
 ),
 named AS (
@@ -172,7 +195,7 @@ named AS (
            list(c) OVER (PARTITION BY s.rank ORDER BY c.pct DESC, c.ord ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS ranked_causes
     FROM shares s,
          LATERAL (VALUES ('token-skew', s.token_share_pct, 1), ('slow-compute', s.compute_share_pct, 2),
-                         ('slow-comm', s.comm_share_pct, 3)) c(cause, pct, ord)
+                         ('slow-comm', s.comm_share_pct, 3), ('host-bound', s.host_share_pct, 4)) c(cause, pct, ord)
     QUALIFY row_number() OVER (PARTITION BY s.rank ORDER BY c.pct DESC, c.ord) = 1
 ),
 moe AS (SELECT sum(med_layer_ns) AS moe_ns FROM med),
@@ -185,16 +208,20 @@ findings AS (
                 ELSE cause END AS causes,
            list_transform(list_filter(ranked_causes, lambda c: c.pct >= $min_share_pct AND c.cause <> n.cause),
                           lambda c: c.cause) AS other_causes,
-           CASE WHEN gmm_sig AND (NOT tr_sig OR p_gmm <= p_tr) THEN p_gmm ELSE p_tr END AS p_value,
-           CASE WHEN gmm_sig THEN 100.0 * k_gmm / n ELSE 100.0 * k_tr / n_tr END AS above_pct,
-           gmm_cost_ns + tr_cost_ns AS cost_ns,
+           -- the evidence of the cause that carries the most
+           CASE n.cause WHEN 'slow-comm' THEN p_tr WHEN 'host-bound' THEN p_h
+                        ELSE CASE WHEN gmm_sig THEN p_gmm ELSE coalesce(p_tr, p_h) END END AS p_value,
+           CASE n.cause WHEN 'slow-comm' THEN 100.0 * k_tr / n_tr WHEN 'host-bound' THEN 100.0 * k_h / n_h
+                        ELSE CASE WHEN gmm_sig THEN 100.0 * k_gmm / n ELSE 100.0 * coalesce(k_tr / n_tr, k_h / n_h) END END AS above_pct,
+           gmm_cost_ns + tr_cost_ns + host_cost_ns AS cost_ns,
            moe.moe_ns
     FROM named n, moe
 ),
 advice(cause, text) AS (
     VALUES ('token-skew', 'routing / expert placement imbalance: find the hot experts on this rank (expert-hotspots, ep-hot-chain), check the EPLB config and expert map, and the input distribution; rebalance or add redundant experts (eplb-whatif)'),
            ('slow-compute', 'slower GroupedMatmul per token: a device or process anomaly on this card (health, clocks/thermals, CPU binding, co-located jobs); not a routing problem, do not rebalance experts'),
-           ('slow-comm', 'dispatch/combine transfer is slow on this rank for its tokens: check its links and NIC (HCCS/RoCE/NVLink), communication config (buffers, algorithm) and the network path')
+           ('slow-comm', 'dispatch/combine transfer is slow on this rank for its tokens: check its links and NIC (HCCS/RoCE/NVLink), communication config (buffers, algorithm) and the network path'),
+           ('host-bound', 'the device idles waiting for its host to launch the MoE kernels: look at the host side of this rank (Python / dispatch overhead, CPU binding and contention, co-located processes, synchronisations); CUDA graphs hide launches')
 ),
 -- Truncated ranks (file cut mid-write): moe_layers leaves out the step the cut fell in (see
 -- views/20_moe.sql), and with it that step and later for every rank; a rank with nothing before
@@ -225,7 +252,7 @@ SELECT CASE WHEN round(100.0 * cost_ns / greatest(moe_ns, 1), 1) >= $min_cost_pc
        rank, cause, causes,
        round(cost_ns / 1e6, 3) AS cost_ms, round(100.0 * cost_ns / greatest(moe_ns, 1), 1) AS cost_pct,
        round(token_share_pct, 1) AS token_share_pct, round(compute_share_pct, 1) AS compute_share_pct,
-       round(comm_share_pct, 1) AS comm_share_pct,
+       round(comm_share_pct, 1) AS comm_share_pct, round(host_share_pct, 1) AS host_share_pct,
        n AS layer_instances, round(above_pct, 1) AS above_pct, round(p_value, 6) AS p_value,
        round(tokens_per_layer, 1) AS tokens_per_layer, round(median_rank_tokens, 1) AS median_rank_tokens,
        CASE WHEN tokens_known THEN round(rt_gmm, 2) END AS token_ratio,
@@ -233,13 +260,18 @@ SELECT CASE WHEN round(100.0 * cost_ns / greatest(moe_ns, 1), 1) >= $min_cost_pc
        round(gmm_ns_per_layer / 1e3, 1) AS gmm_us_per_layer, round(median_rank_gmm_ns / 1e3, 1) AS median_rank_gmm_us,
        round(time_ratio_gmm, 2) AS gmm_ratio,
        round(transfer_ns_per_layer / 1e3, 1) AS transfer_us_per_layer, round(time_ratio_tr, 2) AS transfer_ratio,
+       round(host_wait_ns_per_layer / 1e3, 1) AS host_wait_us_per_layer,
+       round(median_rank_host_wait_ns / 1e3, 1) AS median_rank_host_wait_us,
        round(last_arrival_pct, 1) AS last_arrival_pct, round(coalesce(others_lag_ns, 0) / 1e6, 3) AS others_wait_ms,
        -- the numbers of the summary in words (parts the trace does not have are left out)
        concat_ws(', ',
            CASE WHEN tokens_known THEN format('tokens {:,.0f} per layer vs {:,.0f} for the median rank', tokens_per_layer, median_rank_tokens) END,
            format('GroupedMatmul {:.3g}x', time_ratio_gmm),
            CASE WHEN rs_g IS NOT NULL AND tokens_known THEN format('{:.3g}x per token', rs_g) END,
-           CASE WHEN time_ratio_tr IS NOT NULL THEN format('transfer {:.3g}x', time_ratio_tr) END) AS work,
+           CASE WHEN time_ratio_tr IS NOT NULL THEN format('transfer {:.3g}x', time_ratio_tr) END,
+           CASE WHEN host_wait_ns_per_layer IS NOT NULL
+                THEN format('waits for its host {:,.0f} us per layer vs {:,.0f} for the median rank',
+                            host_wait_ns_per_layer / 1e3, median_rank_host_wait_ns / 1e3) END) AS work,
        CASE WHEN NOT tokens_known
             THEN '; no token counts in this trace: token-skew and slow-compute cannot be told apart (record all-to-all split sizes or shapes)'
             ELSE '' END AS caveat,
@@ -249,7 +281,7 @@ SELECT CASE WHEN round(100.0 * cost_ns / greatest(moe_ns, 1), 1) >= $min_cost_pc
                         FROM advice a WHERE list_contains(findings.other_causes, a.cause)), '') AS next_step,
        NULL::VARCHAR AS skip_reason
 FROM findings, cuts, enough
-WHERE enough.skip_reason IS NULL
+WHERE enough.skip_reason IS NULL AND round(100.0 * cost_ns / greatest(moe_ns, 1), 1) >= $min_warn_pct
 UNION ALL BY NAME
 SELECT 'SKIP' AS level, skip_reason FROM enough WHERE skip_reason IS NOT NULL
 ORDER BY level, cost_ms DESC NULLS LAST, rank   -- FAIL before WARN (a SKIP row is alone)

@@ -286,3 +286,17 @@ def test_diagnose_of_a_database_reads_it_and_ingest_says_what_it_is(tmp_path):
     ing = runner.invoke(app, ["ingest", str(db), "--db", str(tmp_path / "other.duckdb")])
     assert ing.exit_code != 0 and "is a DuckDB database, not profiler output" in ing.output
     assert "UTF-16" not in ing.output
+
+
+def test_guard_negligible_cost_a_persistent_but_tiny_excess_is_not_reported(tmp_path):
+    """A rank 1.01x the median rank's GroupedMatmul in every instance is significant but costs
+    ~0.6 % of MoE time: under min_warn_pct (1 %) it is not reported; the near miss, the bar at 0,
+    reports it as a WARN."""
+
+    def cells(rank, step, layer):
+        return ls.Cell(gmm_us=1.01 * ls.GMM_US) if rank == 1 else ls.Cell()
+
+    db = _db(tmp_path, cells)
+    assert _query(db).status == "PASS"
+    shown = _query(db, min_warn_pct=0.0)
+    assert [(r["rank"], r["level"]) for r in shown.rows] == [(1, "WARN")] and shown.rows[0]["cost_pct"] < 1.0

@@ -92,7 +92,9 @@ SELECT * FROM moved;
 --     dispatch block followed by a combine block. Backward annotations ("combine(B)", run before
 --     "dispatch(B)") pair the other way round. Only the best lane of the source is used (kernels,
 --     else device annotations, else host ranges): never a host range with a kernel;
---  3. else each outermost GroupedMatmul is a layer.
+--  3. else each block of outermost GroupedMatmul operations with no other MoE operation between
+--     them is a layer (the expert GEMMs of one layer, between its routing and the next's); a
+--     source with GroupedMatmul operations only: each of them.
 -- end_ns >= start_ns by construction; the filter at the end keeps it so.
 CREATE OR REPLACE VIEW _layer_bounds AS
 WITH ops AS MATERIALIZED (  -- every CTE below reads these: computed once (views are inlined)
@@ -168,14 +170,29 @@ paired AS (
     WHERE next_class IS NOT NULL AND next_class <> op_class AND next_bwd = bwd
       AND op_class = CASE WHEN bwd THEN 'combine' ELSE 'dispatch' END
 ),
-g AS (  -- neither annotations nor dispatch/combine pairs: each outermost GroupedMatmul is a layer
-    SELECT o.run, o.rank, o.source_id, o.ts_ns AS start_ns, o.end_ns, NULL::INTEGER AS layer_no,
-           coalesce(o.launch_ns, o.ts_ns) AS anchor_ns
+g_ops AS (  -- neither annotations nor dispatch/combine pairs: the outermost MoE operations
+    SELECT o.run, o.rank, o.source_id, o.op_class IN ('grouped_matmul', 'moe_fused') AS is_gmm,
+           o.ts_ns, o.end_ns, coalesce(o.launch_ns, o.ts_ns) AS anchor_ns
     FROM ops o JOIN unmarked u USING (source_id)
-    WHERE o.op_class IN ('grouped_matmul', 'moe_fused')
+    WHERE o.op_class IN ('grouped_matmul', 'moe_fused', 'gating', 'dispatch', 'combine')
       AND o.source_id NOT IN (SELECT source_id FROM paired)
     QUALIFY coalesce(max(o.end_ns) OVER (PARTITION BY o.source_id ORDER BY o.ts_ns, o.end_ns DESC
                                          ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), o.ts_ns) <= o.ts_ns
+),
+g_blocks AS (  -- GroupedMatmul operations with no other MoE operation between them are one
+               -- block (the two expert GEMMs of a layer); a source that has nothing but
+               -- GroupedMatmul operations keeps one per layer, as nothing marks where a layer ends
+    SELECT *, sum(CASE WHEN is_gmm AND prev_gmm AND has_other THEN 0 ELSE 1 END)
+                  OVER (PARTITION BY source_id ORDER BY ts_ns, end_ns ROWS UNBOUNDED PRECEDING) AS block
+    FROM (SELECT *, bool_or(NOT is_gmm) OVER (PARTITION BY source_id) AS has_other,
+                 coalesce(lag(is_gmm) OVER (PARTITION BY source_id ORDER BY ts_ns, end_ns), false) AS prev_gmm
+          FROM g_ops)
+),
+g AS (  -- each GroupedMatmul block is a layer
+    SELECT run, rank, source_id, min(ts_ns) AS start_ns, max(end_ns) AS end_ns, NULL::INTEGER AS layer_no,
+           min(anchor_ns) AS anchor_ns
+    FROM g_blocks WHERE is_gmm
+    GROUP BY run, rank, source_id, block
 )
 SELECT * FROM (
     SELECT * FROM marks
@@ -384,3 +401,52 @@ FROM layers l
 LEFT JOIN parts p USING (source_id, step, layer, occurrence)
 LEFT JOIN class_time ct USING (source_id, step, layer, occurrence)
 LEFT JOIN splits sp USING (source_id, step, layer, occurrence);
+
+-- Device operations (kernels, memcpy, memset) of the traces measured on the device timeline
+-- (_ep_sources.device_moe), each with the host time it was launched at (the CUDA / HIP runtime
+-- or driver call with the same correlation id; NULL when the trace has none).
+CREATE OR REPLACE VIEW _device_activity AS
+WITH src AS (SELECT source_id FROM _ep_sources WHERE device_moe),
+dev AS (
+    SELECT e.run, e.rank, e.source_id, e.pid, e.tid, e.ts_ns, e.end_ns,
+           TRY_CAST(regexp_extract(e.args, '"correlation":\s*(\d+)', 1) AS BIGINT) AS correlation
+    FROM events e
+    WHERE e.source_id IN (SELECT source_id FROM src) AND e.ph = 'X' AND e.dur_ns IS NOT NULL
+      AND e.cat IN ('kernel', 'gpu_memcpy', 'gpu_memset')
+),
+launches AS (
+    SELECT e.source_id, TRY_CAST(regexp_extract(e.args, '"correlation":\s*(\d+)', 1) AS BIGINT) AS correlation,
+           min(e.ts_ns) AS launch_ns
+    FROM events e
+    WHERE e.source_id IN (SELECT source_id FROM src) AND e.ph = 'X'
+      AND e.cat IN ('cuda_runtime', 'cuda_driver') AND contains(e.args, 'correlation')
+    GROUP BY ALL
+)
+SELECT d.*, l.launch_ns FROM dev d LEFT JOIN launches l USING (source_id, correlation);
+
+-- How long the layer's stream sat idle waiting for its HOST, per layer instance: on the stream
+-- that runs most of the layer's device time (the compute stream; a busy communication stream
+-- beside it must not hide a starved compute stream), the gaps before a kernel launched only
+-- after the previous kernel of that stream had ended: idle from that end (or the layer's start)
+-- until the launch. A gap before a kernel launched in time is a dependency, not the host.
+CREATE OR REPLACE VIEW _layer_host_wait AS
+WITH k AS (
+    SELECT a.*, lag(a.end_ns) OVER (PARTITION BY a.source_id, a.pid, a.tid ORDER BY a.ts_ns, a.end_ns) AS prev_end_ns
+    FROM _device_activity a
+),
+placed AS (
+    SELECT k.*, l.step, l.layer, l.occurrence, l.start_ns AS layer_start_ns
+    FROM k ASOF JOIN moe_layers l ON k.source_id = l.source_id AND k.ts_ns >= l.start_ns
+    WHERE k.ts_ns < l.end_ns
+),
+per_stream AS (
+    SELECT run, rank, source_id, step, layer, occurrence, pid, tid,
+           sum(end_ns - ts_ns) AS busy_ns,
+           sum(CASE WHEN launch_ns > greatest(coalesce(prev_end_ns, layer_start_ns), layer_start_ns)
+                    THEN least(launch_ns, ts_ns) - greatest(coalesce(prev_end_ns, layer_start_ns), layer_start_ns)
+                    ELSE 0 END) AS host_wait_ns
+    FROM placed GROUP BY ALL
+)
+SELECT run, rank, source_id, step, layer, occurrence,
+       CAST(arg_max(host_wait_ns, busy_ns) AS BIGINT) AS host_wait_ns
+FROM per_stream GROUP BY ALL;

@@ -21,7 +21,7 @@
 -- times are not kernel times). A run with duplicate ranks (rank_conflicts) is left out whole.
 CREATE OR REPLACE VIEW _collectives AS
 WITH ex AS MATERIALIZED (
-    SELECT * REPLACE (CASE WHEN op_class = 'collective' THEN pg ELSE coalesce(pg, 'ep:' || op_class) END AS pg)
+    SELECT * REPLACE (CASE WHEN op_class = 'collective' THEN pg ELSE 'ep:' || op_class END AS pg)
     FROM op_classes
     WHERE op_class = 'collective'
        OR (op_class IN ('dispatch', 'combine') AND coll_kind IS NOT NULL AND on_device)
