@@ -1,0 +1,322 @@
+"""A small mutation check: do the tests notice when a guard of a verdict is broken?
+
+Each mutant is ONE edit of one file (a guard removed, a comparison turned, a column swapped) with
+the tests that cover it. The script copies the tree into a scratch folder once (with
+``../shared`` linked beside it, so the real-data tests run), applies each mutant there in turn,
+runs its covering tests and puts the file back:
+
+- killed: at least one covering test failed (the suite notices the change);
+- survived: every covering test passed (nothing guards what the mutant broke);
+- error: the mutant does not apply (its text is not in the file exactly once), or pytest itself
+  failed to run.
+
+Two tests are never used to judge a mutant: the version-fingerprint check
+(tests/test_catalog.py::test_versions_change_with_fingerprints fails on ANY edit of a query file,
+so it says that the text changed, never that the behaviour did) and the golden snapshots
+(tests/test_golden.py: regenerating them would accept the mutant).
+
+    python bench/mutants.py                  # every mutant (~15 min on 2 cores)
+    python bench/mutants.py --only dp-       # the mutants whose name contains "dp-"
+    python bench/mutants.py --list           # names, files and covering tests, nothing run
+    python bench/mutants.py --check          # every mutant still applies (tests/test_mutants.py runs this)
+
+The next change to a verdict: add the mutants of its guards here, with the tests that should
+kill them, and run this; a survivor is a guard no test holds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+NEVER_JUDGE = (
+    "--deselect",
+    "tests/test_catalog.py::test_versions_change_with_fingerprints",
+    "--ignore",
+    "tests/test_golden.py",
+)
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    path: str  # relative to the repository
+    old: str  # must occur exactly once in the file
+    new: str
+    tests: tuple[str, ...]  # the covering tests (files or node ids), the likeliest killer first
+
+
+DP = ("tests/test_restraint_dp.py", "tests/test_dp_queries.py")
+DP_SQL = "sql/dp-imbalance.sql"
+
+DP_IMBALANCE = [
+    Mutant(
+        "dp-request-skew-without-significance",
+        DP_SQL,
+        "coalesce((requests_z >= z_crit OR requests_t >= requests_t_crit) AND requests_ratio >= $skew_ratio",
+        "coalesce(requests_ratio >= $skew_ratio",
+        DP,
+    ),
+    Mutant(
+        "dp-request-skew-without-skew-ratio",
+        DP_SQL,
+        "OR requests_t >= requests_t_crit) AND requests_ratio >= $skew_ratio",
+        "OR requests_t >= requests_t_crit)",
+        DP,
+    ),
+    Mutant(
+        "dp-request-skew-without-min-windows",
+        DP_SQL,
+        "AND req_hot_windows >= $min_windows, false) AS sig_req",
+        ", false) AS sig_req",
+        DP,
+    ),
+    Mutant(
+        "dp-steady-excess-drops-the-coldest-windows",
+        DP_SQL,
+        "row_number() OVER (PARTITION BY dp_rank ORDER BY n - n_all / nd.k DESC, w) AS req_rank",
+        "row_number() OVER (PARTITION BY dp_rank ORDER BY n - n_all / nd.k ASC, w) AS req_rank",
+        DP,
+    ),
+    Mutant(
+        "dp-token-test-drops-the-coldest-windows",
+        DP_SQL,
+        "row_number() OVER (PARTITION BY dp_rank ORDER BY tok - tok_all / nd.k DESC, w) AS tok_rank",
+        "row_number() OVER (PARTITION BY dp_rank ORDER BY tok - tok_all / nd.k ASC, w) AS tok_rank",
+        DP,
+    ),
+    Mutant(
+        "dp-token-skew-without-significance",
+        DP_SQL,
+        "coalesce(tokens_z >= z_crit AND tokens_ratio >= $token_ratio",
+        "coalesce(tokens_ratio >= $token_ratio",
+        DP,
+    ),
+    Mutant(
+        "dp-token-skew-without-token-ratio",
+        DP_SQL,
+        "coalesce(tokens_z >= z_crit AND tokens_ratio >= $token_ratio",
+        "coalesce(tokens_z >= z_crit AND tokens_ratio >= 0 * $token_ratio",
+        DP,
+    ),
+    Mutant(
+        "dp-token-skew-without-min-windows",
+        DP_SQL,
+        "AND (drop_n > 0 OR tok_hot_windows >= $min_windows), false) AS sig_tok",
+        ", false) AS sig_tok",
+        DP,
+    ),
+    Mutant(
+        "dp-slow-execution-without-significance",
+        DP_SQL,
+        "coalesce(exec_z >= z_crit AND exec_ratio >= $exec_ratio, false) AS sig_exec",
+        "coalesce(exec_ratio >= $exec_ratio, false) AS sig_exec",
+        DP,
+    ),
+    Mutant(
+        "dp-slow-execution-without-exec-ratio",
+        DP_SQL,
+        "coalesce(exec_z >= z_crit AND exec_ratio >= $exec_ratio, false) AS sig_exec",
+        "coalesce(exec_z >= z_crit AND exec_ratio >= 0 * $exec_ratio, false) AS sig_exec",
+        DP,
+    ),
+    Mutant(
+        "dp-slow-execution-on-any-load",
+        DP_SQL,
+        "WHEN requests_ratio >= $skew_ratio OR tokens_ratio >= $token_ratio THEN NULL",
+        "WHEN false THEN NULL",
+        DP,
+    ),
+    Mutant(
+        "dp-kv-pressure-without-significance",
+        DP_SQL,
+        "coalesce(kv_z >= z_crit AND kv_ratio >=",
+        "coalesce(kv_ratio >=",
+        DP,
+    ),
+    Mutant(
+        "dp-kv-pressure-not-scaled-by-load",
+        DP_SQL,
+        "kv_ratio >= $kv_ratio * greatest(requests_ratio, tokens_ratio, 1.0)",
+        "kv_ratio >= $kv_ratio",
+        DP,
+    ),
+    Mutant(
+        "dp-kv-pressure-without-kv-ratio",
+        DP_SQL,
+        "kv_ratio >= $kv_ratio * greatest(requests_ratio, tokens_ratio, 1.0)",
+        "kv_ratio >= 0 * $kv_ratio",
+        DP,
+    ),
+    Mutant(
+        "dp-kv-pressure-without-kv-min",
+        DP_SQL,
+        "AND kv_usage - others_kv_usage >= $kv_min, false) AS sig_kv",
+        "AND kv_usage - others_kv_usage >= 0 * $kv_min, false) AS sig_kv",
+        DP,
+    ),
+    Mutant(
+        "dp-impact-without-min-wait-ms",
+        DP_SQL,
+        "coalesce(l.queue_wait_ms - l.others_queue_wait_ms >= $min_wait_ms",
+        "coalesce(l.queue_wait_ms - l.others_queue_wait_ms >= 0",
+        DP,
+    ),
+    Mutant(
+        "dp-impact-without-impact-ratio",
+        DP_SQL,
+        "AND l.queue_wait_ms >= $impact_ratio * l.others_queue_wait_ms",
+        "AND true",
+        DP,
+    ),
+    Mutant(
+        "dp-instance-p99-without-20-other-requests",
+        DP_SQL,
+        "coalesce(i.other_requests >= 20 AND i.instance_ttft_p99_ms",
+        "coalesce(i.instance_ttft_p99_ms",
+        DP,
+    ),
+]
+
+# ep-slow-rank (issue 27 rewrites it): the lead adds its mutants here (token-skew without the
+# GroupedMatmul significance, ties counted for the rank, a truncated rank's missing transfers
+# counted as 0, ...), each with the tests that guard it.
+EP_SLOW_RANK: list[Mutant] = []
+
+MUTANTS: list[Mutant] = [*DP_IMBALANCE, *EP_SLOW_RANK]
+
+
+def check(mutants: list[Mutant], root: Path = REPO) -> list[str]:
+    """Why each mutant that does not apply to the tree at ``root`` does not (empty: all apply)."""
+    problems = []
+    names = [m.name for m in mutants]
+    problems += [f"{n}: duplicate mutant name" for n in sorted({n for n in names if names.count(n) > 1})]
+    for m in mutants:
+        path = root / m.path
+        if not path.is_file():
+            problems.append(f"{m.name}: {m.path} does not exist")
+            continue
+        n = path.read_text(encoding="utf-8").count(m.old)
+        if n != 1:
+            problems.append(f"{m.name}: its text occurs {n} times in {m.path} (must be exactly once)")
+        if m.old == m.new:
+            problems.append(f"{m.name}: the mutant changes nothing")
+        if not m.tests:
+            problems.append(f"{m.name}: no covering tests")
+        for t in m.tests:
+            if not (root / t.split("::")[0]).is_file():
+                problems.append(f"{m.name}: covering test {t} does not exist")
+    return problems
+
+
+def scratch_copy(dest: Path) -> Path:
+    """The tracked and untracked (not ignored) files of the repository under dest/repo, with
+    dest/shared pointing at ../shared (the real data the tests read)."""
+    files = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO,
+        capture_output=True,
+        check=True,
+    ).stdout.split(b"\0")
+    tree = dest / "repo"
+    for f in files:
+        if not f:
+            continue
+        src = REPO / os.fsdecode(f)
+        if src.is_file():
+            (tree / os.fsdecode(f)).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, tree / os.fsdecode(f))
+    shared = REPO.parent / "shared"
+    if shared.is_dir():
+        (dest / "shared").symlink_to(shared)
+    return tree
+
+
+@dataclass
+class Outcome:
+    mutant: Mutant
+    verdict: str  # killed | survived | error
+    seconds: float
+    detail: str  # the first failing test, or why it errored
+
+
+def run_one(m: Mutant, tree: Path, timeout_s: float) -> Outcome:
+    path = tree / m.path
+    original = path.read_text(encoding="utf-8")
+    if original.count(m.old) != 1:
+        return Outcome(m, "error", 0.0, f"text occurs {original.count(m.old)} times in {m.path}")
+    path.write_text(original.replace(m.old, m.new), encoding="utf-8")
+    t = time.perf_counter()
+    env = dict(os.environ, PYTHONPATH=str(tree), PYTHONDONTWRITEBYTECODE="1")
+    env.pop("SLOWCARD_CACHE_DIR", None)
+    cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-rf", "-p", "no:cacheprovider", *NEVER_JUDGE, *m.tests]
+    try:
+        proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return Outcome(m, "error", time.perf_counter() - t, f"timeout after {timeout_s:.0f} s")
+    finally:
+        path.write_text(original, encoding="utf-8")
+    secs = time.perf_counter() - t
+    failed = [line.split(" ", 1)[1].split(" - ")[0] for line in proc.stdout.splitlines() if line.startswith("FAILED ")]
+    if proc.returncode == 0:
+        return Outcome(m, "survived", secs, "")
+    if proc.returncode == 1:
+        return Outcome(m, "killed", secs, failed[0] if failed else "(a test failed)")
+    tail = (proc.stdout + proc.stderr).strip().splitlines()[-1:] or ["?"]
+    return Outcome(m, "error", secs, f"pytest exit {proc.returncode}: {tail[0][:120]}")
+
+
+def table(outcomes: list[Outcome]) -> str:
+    rows = [("mutant", "file", "verdict", "s", "killed by / detail")]
+    rows += [(o.mutant.name, o.mutant.path, o.verdict, f"{o.seconds:.0f}", o.detail) for o in outcomes]
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r[:4], widths)) + "  " + r[4] for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths) + "  " + "-" * 18)
+    killed = sum(o.verdict == "killed" for o in outcomes)
+    lines.append("")
+    lines.append(
+        f"{killed} of {len(outcomes)} killed, {sum(o.verdict == 'survived' for o in outcomes)} survived, "
+        f"{sum(o.verdict == 'error' for o in outcomes)} errors"
+    )
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", default="", help="run only the mutants whose name contains this")
+    ap.add_argument("--list", action="store_true", help="list the mutants and their tests, run nothing")
+    ap.add_argument("--check", action="store_true", help="check that every mutant applies, run nothing")
+    ap.add_argument("--timeout", type=float, default=900.0, help="seconds per mutant")
+    args = ap.parse_args(argv)
+    chosen = [m for m in MUTANTS if args.only in m.name]
+    if args.list:
+        for m in chosen:
+            print(f"{m.name}  ({m.path})\n    - {m.old}\n    + {m.new}\n    tests: {', '.join(m.tests)}")
+        return 0
+    problems = check(chosen)
+    if args.check or problems:
+        print("\n".join(problems) or f"all {len(chosen)} mutants apply")
+        return 1 if problems else 0
+    with tempfile.TemporaryDirectory(prefix="slowcard-mutants-") as d:
+        tree = scratch_copy(Path(d))
+        outcomes = []
+        for i, m in enumerate(chosen, 1):
+            o = run_one(m, tree, args.timeout)
+            print(
+                f"[{i}/{len(chosen)}] {m.name}: {o.verdict} ({o.seconds:.0f} s) {o.detail}", file=sys.stderr, flush=True
+            )
+            outcomes.append(o)
+    print(table(outcomes))
+    return 0 if all(o.verdict == "killed" for o in outcomes) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
