@@ -186,12 +186,96 @@ DP_IMBALANCE = [
     ),
 ]
 
+DPM = ("tests/test_restraint_metrics.py", "tests/test_watch.py")
+DPM_SQL = "sql/dp-metrics-imbalance.sql"
+METRICS = "slowcard/metrics.py"
+
+DP_METRICS_IMBALANCE = [
+    Mutant(
+        "dpm-streak-need-not-reach-the-latest-window",
+        DPM_SQL,
+        "HAVING max(i.wseq) = last_w.lw AND count(*) >= $min_windows",
+        "HAVING count(*) >= $min_windows",
+        DPM,
+    ),
+    Mutant(
+        "dpm-streak-without-min-windows",
+        DPM_SQL,
+        "HAVING max(i.wseq) = last_w.lw AND count(*) >= $min_windows",
+        "HAVING max(i.wseq) = last_w.lw AND count(*) >= 0 * $min_windows",
+        DPM,
+    ),
+    Mutant(
+        "dpm-convergence-filter-off",
+        DPM_SQL,
+        "WHERE g.gap_last >= (1 - $converge_tolerance) * g.gap_first",
+        "WHERE g.gap_last >= (1 - $converge_tolerance) * g.gap_first OR true",
+        DPM,
+    ),
+    Mutant(
+        "dpm-median-includes-the-domain",
+        DPM_SQL,
+        "WHERE o.wseq = s.wseq AND o.signal = s.signal AND o.dp_rank <> s.dp_rank) AS others_median",
+        "WHERE o.wseq = s.wseq AND o.signal = s.signal) AS others_median",
+        DPM,
+    ),
+    Mutant(
+        "dpm-requests-without-counting-noise",
+        DPM_SQL,
+        "1 + $z / sqrt(greatest(coalesce(r.others_requests, 0), 1))",
+        "0 * $z",
+        DPM,
+    ),
+    Mutant(
+        "dpm-requests-without-skew-ratio",
+        DPM_SQL,
+        "j.value >= j.others_median * greatest($skew_ratio,",
+        "j.value >= j.others_median * greatest(0,",
+        DPM,
+    ),
+    Mutant(
+        "dpm-queue-without-min-waiting",
+        DPM_SQL,
+        "AND j.value - j.others_median >= $min_waiting",
+        "AND j.value - j.others_median >= 0 * $min_waiting",
+        DPM,
+    ),
+    Mutant(
+        "dpm-kv-without-min-kv",
+        DPM_SQL,
+        "AND j.value >= $min_kv",
+        "AND j.value >= 0 * $min_kv",
+        DPM,
+    ),
+    Mutant(
+        "dpm-fail-without-latency-rise",
+        DPM_SQL,
+        "coalesce(l.latency_ratio >= $latency_rise, false) AS latency_rising",
+        "coalesce(l.latency_ratio >= 0 * $latency_rise, false) AS latency_rising",
+        DPM,
+    ),
+    Mutant(
+        "metrics-histogram-quantile-passes-a-flat-bucket",
+        METRICS,
+        "        if c >= rank:",
+        "        if c > rank:",
+        DPM,
+    ),
+    Mutant(
+        "metrics-kv-usage-max-instead-of-mean",
+        METRICS,
+        '"kv_usage": g("kv_usage", lambda v: sum(v) / len(v)),',
+        '"kv_usage": g("kv_usage", max),',
+        DPM,
+    ),
+]
+
 # ep-slow-rank (issue 27 rewrites it): the lead adds its mutants here (token-skew without the
 # GroupedMatmul significance, ties counted for the rank, a truncated rank's missing transfers
 # counted as 0, ...), each with the tests that guard it.
 EP_SLOW_RANK: list[Mutant] = []
 
-MUTANTS: list[Mutant] = [*DP_IMBALANCE, *EP_SLOW_RANK]
+MUTANTS: list[Mutant] = [*DP_IMBALANCE, *DP_METRICS_IMBALANCE, *EP_SLOW_RANK]
 
 
 def check(mutants: list[Mutant], root: Path = REPO) -> list[str]:
