@@ -270,12 +270,23 @@ DP_METRICS_IMBALANCE = [
     ),
 ]
 
+RULES = ("tests/test_rule_boundaries.py", "tests/test_query_knowledge.py")
+VERDICT_PY = "slowcard/verdict.py"
+
+RULE_LANGUAGE = [
+    Mutant("rule-ge-read-as-gt", VERDICT_PY, '">=": operator.ge', '">=": operator.gt', RULES),
+    Mutant("rule-le-read-as-lt", VERDICT_PY, '"<=": operator.le', '"<=": operator.lt', RULES),
+    Mutant("rule-eq-read-as-ge", VERDICT_PY, '"=": operator.eq', '"=": operator.ge', RULES),
+    Mutant("rule-gt-read-as-ge", VERDICT_PY, '">": operator.gt', '">": operator.ge', RULES),
+    Mutant("rule-lt-read-as-le", VERDICT_PY, '"<": operator.lt', '"<": operator.le', RULES),
+]
+
 # ep-slow-rank (issue 27 rewrites it): the lead adds its mutants here (token-skew without the
 # GroupedMatmul significance, ties counted for the rank, a truncated rank's missing transfers
 # counted as 0, ...), each with the tests that guard it.
 EP_SLOW_RANK: list[Mutant] = []
 
-MUTANTS: list[Mutant] = [*DP_IMBALANCE, *DP_METRICS_IMBALANCE, *EP_SLOW_RANK]
+MUTANTS: list[Mutant] = [*DP_IMBALANCE, *DP_METRICS_IMBALANCE, *RULE_LANGUAGE, *EP_SLOW_RANK]
 
 
 def check(mutants: list[Mutant], root: Path = REPO) -> list[str]:
