@@ -281,12 +281,104 @@ RULE_LANGUAGE = [
     Mutant("rule-lt-read-as-le", VERDICT_PY, '"<": operator.lt', '"<": operator.le', RULES),
 ]
 
+CONCLUSION = ("tests/test_conclusion_rules.py", "tests/test_query_knowledge.py", "tests/test_diagnose.py")
+INGEST = ("tests/test_ingest_columns.py", "tests/test_service_csv.py", "tests/test_huawei_outputs.py")
+SERVICE_CSV = "slowcard/ingest/service_csv.py"
+COMM_MATRIX = "slowcard/ingest/comm_matrix.py"
+
+CONCLUSION_AND_INGEST = [
+    Mutant(
+        "findings-keeps-the-last-finding-per-rank",
+        "slowcard/findings.py",
+        "out.setdefault(f.rank, f)",
+        "out[f.rank] = f",
+        CONCLUSION,
+    ),
+    Mutant(
+        "findings-priority-before-severity",
+        "slowcard/findings.py",
+        "key=lambda r: (Status(r.status).severity, r.spec.priority, r.query)",
+        "key=lambda r: (r.spec.priority, Status(r.status).severity, r.query)",
+        CONCLUSION,
+    ),
+    Mutant(
+        "diagnosis-counts-errored-queries-as-ran",
+        "slowcard/diagnosis.py",
+        "ran = [r for r in results.values() if r.status not in (Status.SKIP, Status.ERROR)]",
+        "ran = [r for r in results.values() if r.status not in (Status.SKIP,)]",
+        CONCLUSION,
+    ),
+    Mutant(
+        "service-csv-no-iteration-fallback-for-the-request-type",
+        SERVICE_CSV,
+        "count(*) FILTER (WHERE coalesce(r.req_type = 1, r.iter > 0))",
+        "count(*) FILTER (WHERE coalesce(r.req_type = 1, false))",
+        INGEST,
+    ),
+    Mutant(
+        "service-csv-iteration-before-the-request-type",
+        SERVICE_CSV,
+        "count(*) FILTER (WHERE coalesce(r.req_type = 1, r.iter > 0))",
+        "count(*) FILTER (WHERE coalesce(r.iter > 0, r.req_type = 1))",
+        INGEST,
+    ),
+    Mutant(
+        "forward-csv-ignores-its-end-time",
+        SERVICE_CSV,
+        """{times.ns("end_time(ms)", "end_datetime")} AS end_ns,
+                   {_num(r("relative_start_time(ms)"))}""",
+        """CAST(NULL AS BIGINT) AS end_ns,
+                   {_num(r("relative_start_time(ms)"))}""",
+        INGEST,
+    ),
+    Mutant(
+        "forward-csv-end-time-unit-not-decided",
+        SERVICE_CSV,
+        '_Times(f, ["start_time(ms)", "end_time(ms)"], ["start_datetime", "end_datetime"])\n'
+        "    con, sid, r = ctx.con, ctx.source_id, f.ref\n"
+        '    src = f"_svc_fw_{sid}"',
+        '_Times(f, ["start_time(ms)"], ["start_datetime", "end_datetime"])\n'
+        "    con, sid, r = ctx.con, ctx.source_id, f.ref\n"
+        '    src = f"_svc_fw_{sid}"',
+        INGEST,
+    ),
+    Mutant(
+        "forward-csv-during-time-read-as-microseconds",
+        SERVICE_CSV,
+        "coalesce(end_ns, start_ns + CAST(round(during_ms * 1e6) AS BIGINT)), relative_start_ms,",
+        "coalesce(end_ns, start_ns + CAST(round(during_ms * 1e3) AS BIGINT)), relative_start_ms,",
+        INGEST,
+    ),
+    Mutant("comm-matrix-src-from-the-dst", COMM_MATRIX, '("src_rank", int(m[1])),', '("src_rank", int(m[2])),', INGEST),
+    Mutant("comm-matrix-dst-from-the-src", COMM_MATRIX, '("dst_rank", int(m[2])),', '("dst_rank", int(m[1])),', INGEST),
+    Mutant(
+        "comm-matrix-cluster-p2p-marked-collective",
+        COMM_MATRIX,
+        'ctype = top.strip() if top.strip() in _COMM_TYPES else "collective"',
+        'ctype = "collective"',
+        INGEST,
+    ),
+    Mutant(
+        "comm-matrix-per-rank-p2p-marked-collective",
+        COMM_MATRIX,
+        "yield None, ctype, top, op, links,",
+        'yield None, "collective", top, op, links,',
+        INGEST,
+    ),
+]
+
 # ep-slow-rank (issue 27 rewrites it): the lead adds its mutants here (token-skew without the
 # GroupedMatmul significance, ties counted for the rank, a truncated rank's missing transfers
 # counted as 0, ...), each with the tests that guard it.
 EP_SLOW_RANK: list[Mutant] = []
 
-MUTANTS: list[Mutant] = [*DP_IMBALANCE, *DP_METRICS_IMBALANCE, *RULE_LANGUAGE, *EP_SLOW_RANK]
+MUTANTS: list[Mutant] = [
+    *DP_IMBALANCE,
+    *DP_METRICS_IMBALANCE,
+    *RULE_LANGUAGE,
+    *CONCLUSION_AND_INGEST,
+    *EP_SLOW_RANK,
+]
 
 
 def check(mutants: list[Mutant], root: Path = REPO) -> list[str]:
