@@ -367,6 +367,74 @@ CONCLUSION_AND_INGEST = [
     ),
 ]
 
+RANKS = ("tests/test_restraint_ranks.py",)
+
+RANK_VERDICTS = [
+    Mutant(
+        "step-skew-without-min-gap-share",
+        "sql/cluster-step-skew.sql",
+        "WHERE gap_share > $min_gap_share",
+        "WHERE gap_share > 0 * $min_gap_share",
+        (*RANKS, "tests/test_cluster_analysis.py", "tests/test_huawei_outputs.py"),
+    ),
+    Mutant(
+        "step-skew-ignores-the-pp-index",
+        "sql/cluster-step-skew.sql",
+        "CASE WHEN r.pp_index IS NOT NULL THEN 'pp ' || r.pp_index",
+        "CASE WHEN false THEN 'pp ' || r.pp_index",
+        (*RANKS, "tests/test_cluster_analysis.py", "tests/test_huawei_outputs.py"),
+    ),
+    Mutant(
+        "straggler-without-a-clear-skew",
+        "sql/straggler-rank.sql",
+        "arrived_last AND arrival_skew_ns > 0.05 * median_dur_ns AS last_clear",
+        "arrived_last AS last_clear",
+        RANKS,
+    ),
+    Mutant(
+        "straggler-without-min-collectives",
+        "sql/straggler-rank.sql",
+        "count(*) >= $min_collectives",
+        "count(*) >= 0 * $min_collectives",
+        RANKS,
+    ),
+    Mutant(
+        "straggler-without-min-last-share",
+        "sql/straggler-rank.sql",
+        "AND count(*) FILTER (WHERE last_clear) >= $min_last_share * count(*) AS straggler",
+        "AND count(*) FILTER (WHERE last_clear) >= 0 * $min_last_share * count(*) AS straggler",
+        RANKS,
+    ),
+    Mutant(
+        "slow-link-without-max-bw-ratio",
+        "sql/why-slow-link.sql",
+        "AND bw_ratio <= $max_bw_ratio AND below_pct >= $min_below_pct",
+        "AND bw_ratio <= 1e9 * $max_bw_ratio AND below_pct >= $min_below_pct",
+        (*RANKS, "tests/test_why.py"),
+    ),
+    Mutant(
+        "slow-link-without-min-below-pct",
+        "sql/why-slow-link.sql",
+        "AND bw_ratio <= $max_bw_ratio AND below_pct >= $min_below_pct",
+        "AND bw_ratio <= $max_bw_ratio AND below_pct >= 0 * $min_below_pct",
+        (*RANKS, "tests/test_why.py"),
+    ),
+    Mutant(
+        "slow-link-without-min-samples",
+        "sql/why-slow-link.sql",
+        "WHERE enough.skip_reason IS NULL AND samples >= $min_samples",
+        "WHERE enough.skip_reason IS NULL AND samples >= 0 * $min_samples",
+        (*RANKS, "tests/test_why.py"),
+    ),
+    Mutant(
+        "slow-link-without-min-ranks",
+        "sql/why-slow-link.sql",
+        "WHERE n_in_sample >= $min_ranks AND med_gbps > 0",
+        "WHERE n_in_sample >= 0 * $min_ranks AND med_gbps > 0",
+        (*RANKS, "tests/test_why.py"),
+    ),
+]
+
 # ep-slow-rank (issue 27 rewrites it): the lead adds its mutants here (token-skew without the
 # GroupedMatmul significance, ties counted for the rank, a truncated rank's missing transfers
 # counted as 0, ...), each with the tests that guard it.
@@ -377,6 +445,7 @@ MUTANTS: list[Mutant] = [
     *DP_METRICS_IMBALANCE,
     *RULE_LANGUAGE,
     *CONCLUSION_AND_INGEST,
+    *RANK_VERDICTS,
     *EP_SLOW_RANK,
 ]
 
