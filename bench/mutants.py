@@ -435,6 +435,105 @@ RANK_VERDICTS = [
     ),
 ]
 
+EXPERTS = ("tests/test_restraint_experts.py", "tests/test_expert_queries.py")
+CHAIN = ("tests/test_restraint_experts.py", "tests/test_ep_hot_chain.py")
+HOTSPOTS_SQL = "sql/expert-hotspots.sql"
+CHAIN_SQL = "sql/ep-hot-chain.sql"
+
+EXPERT_VERDICTS = [
+    Mutant(
+        "hotspot-persistent-without-min-windows",
+        HOTSPOTS_SQL,
+        "(p.hot_windows >= $min_windows AND p.hot_windows * 2 >= n.n_windows) AS persistent",
+        "(p.hot_windows * 2 >= n.n_windows) AS persistent",
+        EXPERTS,
+    ),
+    Mutant(
+        "hotspot-persistent-without-half-the-windows",
+        HOTSPOTS_SQL,
+        "(p.hot_windows >= $min_windows AND p.hot_windows * 2 >= n.n_windows) AS persistent",
+        "(p.hot_windows >= $min_windows) AS persistent",
+        EXPERTS,
+    ),
+    Mutant(
+        "hotspot-concentrated-on-any-number-of-ranks",
+        HOTSPOTS_SQL,
+        "ls.hot_ranks <= greatest(1, floor($few_ranks_share * ls.n_ranks))",
+        "ls.hot_ranks <= greatest(1e9, floor($few_ranks_share * ls.n_ranks))",
+        EXPERTS,
+    ),
+    Mutant(
+        "hotspot-concentrated-without-a-hot-rank",
+        HOTSPOTS_SQL,
+        "AND max(ho.rank_ratio) >= $rank_hot_ratio AS concentrated",
+        "AND max(ho.rank_ratio) >= 0 * $rank_hot_ratio AS concentrated",
+        EXPERTS,
+    ),
+    Mutant(
+        "hotspot-fail-without-min-concentrated-windows",
+        HOTSPOTS_SQL,
+        "persistent AND concentrated_windows >= $min_windows AND concentrated_now AS concentrated_hot_spot",
+        "persistent AND concentrated_windows >= 1 AND concentrated_now AS concentrated_hot_spot",
+        EXPERTS,
+    ),
+    Mutant(
+        "hotspot-fail-without-concentrated-now",
+        HOTSPOTS_SQL,
+        "persistent AND concentrated_windows >= $min_windows AND concentrated_now AS concentrated_hot_spot",
+        "persistent AND concentrated_windows >= $min_windows AS concentrated_hot_spot",
+        EXPERTS,
+    ),
+    Mutant(
+        "chain-hot-rank-without-min-share",
+        CHAIN_SQL,
+        "coalesce(r.hot_share >= $min_share, FALSE) AS hot_rank",
+        "coalesce(r.hot_share > 0, FALSE) AS hot_rank",
+        CHAIN,
+    ),
+    Mutant(
+        "chain-slow-operator-without-min-share",
+        CHAIN_SQL,
+        "coalesce(o.slow_share >= $min_share, FALSE) AS slow_ops",
+        "coalesce(o.slow_share > 0, FALSE) AS slow_ops",
+        CHAIN,
+    ),
+    Mutant(
+        "chain-slow-operator-without-min-op-ratio",
+        CHAIN_SQL,
+        "CASE WHEN f.gmm_ns >= $min_op_ratio * m.med_gmm THEN 1 ELSE 0 END",
+        "CASE WHEN f.gmm_ns > m.med_gmm + 0 * $min_op_ratio THEN 1 ELSE 0 END",
+        CHAIN,
+    ),
+    Mutant(
+        "chain-hot-experts-without-min-share",
+        CHAIN_SQL,
+        "persistent_hot AS (SELECT * FROM hot_experts WHERE share >= $min_share)",
+        "persistent_hot AS (SELECT * FROM hot_experts WHERE share > 0)",
+        CHAIN,
+    ),
+    Mutant(
+        "whatif-without-min-saving",
+        "sql/eplb-whatif.sql",
+        "saved_share >= $min_saving AS pays",
+        "saved_share > 0 * $min_saving AS pays",
+        EXPERTS,
+    ),
+    Mutant(
+        "eplb-effect-reduced-without-min-gain",
+        "sql/eplb-effect.sql",
+        "par_after > par_before * (1 - $min_gain) AS not_reduced",
+        "par_after > par_before AS not_reduced",
+        (*EXPERTS, "tests/test_eplb_story.py"),
+    ),
+    Mutant(
+        "eplb-effect-layer-worse-without-min-gain",
+        "sql/eplb-effect.sql",
+        "false, par_after > par_before * (1 + $min_gain)",
+        "false, par_after > par_before",
+        (*EXPERTS, "tests/test_eplb_story.py"),
+    ),
+]
+
 # ep-slow-rank (issue 27 rewrites it): the lead adds its mutants here (token-skew without the
 # GroupedMatmul significance, ties counted for the rank, a truncated rank's missing transfers
 # counted as 0, ...), each with the tests that guard it.
@@ -446,6 +545,7 @@ MUTANTS: list[Mutant] = [
     *RULE_LANGUAGE,
     *CONCLUSION_AND_INGEST,
     *RANK_VERDICTS,
+    *EXPERT_VERDICTS,
     *EP_SLOW_RANK,
 ]
 
