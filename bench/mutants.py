@@ -186,7 +186,7 @@ DP_IMBALANCE = [
     ),
 ]
 
-DPM = ("tests/test_restraint_metrics.py", "tests/test_watch.py")
+DPM = ("tests/test_restraint_metrics.py", "tests/test_watch.py", "tests/test_calibration_smoke.py")
 DPM_SQL = "sql/dp-metrics-imbalance.sql"
 METRICS = "slowcard/metrics.py"
 
