@@ -205,9 +205,24 @@ def test_slow_cards_come_from_the_most_severe_then_the_highest_priority_verdict(
     del results["dp-imbalance"]
     assert [f.label for f in findings.slow_cards(results)] == ["rank 1"]
     assert list(findings.slow_ranks(results, "annotate")) == [1]
-    # a WARN never speaks before a FAIL, whatever the priority
+    # a verdict that passes says nothing: the next one that flags speaks
     results["cluster-step-skew"] = _result("cluster-step-skew", [])
     assert [f.short() for f in findings.slow_cards(results)] == ["rank 3 straggler"]
+
+
+def test_a_warn_never_speaks_before_a_fail_whatever_the_priority():
+    """dp-imbalance (priority 30) only WARNs (no impact), cluster-step-skew (priority 40) FAILs:
+    the FAIL names the slow card although its priority comes later."""
+    warn = _result("dp-imbalance", [{"dp_rank": 2, "cause": "request-skew", "impact": False, "next_step": "rebalance"}])
+    fail = _result("cluster-step-skew", [{"suspect_rank": 1, "cause": "comm-skew"}])
+    assert (warn.status, fail.status) == ("WARN", "FAIL")
+    assert warn.spec.priority < fail.spec.priority
+    results = {"dp-imbalance": warn, "cluster-step-skew": fail}
+    assert [(f.label, f.cause, f.level) for f in findings.slow_cards(results)] == [("rank 1", "comm-skew", "FAIL")]
+    assert [r.query for r in findings.speaking_order(results.values())] == ["cluster-step-skew", "dp-imbalance"]
+    # among equally severe verdicts the priority decides: both WARN, the DP verdict speaks
+    results["cluster-step-skew"] = _result("cluster-step-skew", fail.rows, status="WARN")
+    assert [f.label for f in findings.slow_cards(results)] == ["DP domain 2"]
 
 
 # ---------------------------------------------------------------- one SQL file is a new analysis

@@ -1,0 +1,678 @@
+"""A small mutation check: do the tests notice when a guard of a verdict is broken?
+
+Each mutant is ONE edit of one file (a guard removed, a comparison turned, a column swapped) with
+the tests that cover it. The script copies the tree into a scratch folder once (with
+``../shared`` linked beside it, so the real-data tests run), applies each mutant there in turn,
+runs its covering tests and puts the file back:
+
+- killed: at least one covering test failed (the suite notices the change);
+- survived: every covering test passed (nothing guards what the mutant broke);
+- error: the mutant does not apply (its text is not in the file exactly once), or pytest itself
+  failed to run.
+
+Two tests are never used to judge a mutant: the version-fingerprint check
+(tests/test_catalog.py::test_versions_change_with_fingerprints fails on ANY edit of a query file,
+so it says that the text changed, never that the behaviour did) and the golden snapshots
+(tests/test_golden.py: regenerating them would accept the mutant).
+
+    python bench/mutants.py                  # every mutant (~15 min on 2 cores)
+    python bench/mutants.py --only dp-       # the mutants whose name contains "dp-"
+    python bench/mutants.py --list           # names, files and covering tests, nothing run
+    python bench/mutants.py --check          # every mutant still applies (tests/test_mutants.py runs this)
+
+The next change to a verdict: add the mutants of its guards here, with the tests that should
+kill them, and run this; a survivor is a guard no test holds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+NEVER_JUDGE = (
+    "--deselect",
+    "tests/test_catalog.py::test_versions_change_with_fingerprints",
+    "--ignore",
+    "tests/test_golden.py",
+)
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    path: str  # relative to the repository
+    old: str  # must occur exactly once in the file
+    new: str
+    tests: tuple[str, ...]  # the covering tests (files or node ids), the likeliest killer first
+
+
+DP = ("tests/test_restraint_dp.py", "tests/test_dp_queries.py")
+DP_SQL = "sql/dp-imbalance.sql"
+
+DP_IMBALANCE = [
+    Mutant(
+        "dp-request-skew-without-significance",
+        DP_SQL,
+        "coalesce((requests_z >= z_crit OR requests_t >= requests_t_crit) AND requests_ratio >= $skew_ratio",
+        "coalesce(requests_ratio >= $skew_ratio",
+        DP,
+    ),
+    Mutant(
+        "dp-request-skew-without-skew-ratio",
+        DP_SQL,
+        "OR requests_t >= requests_t_crit) AND requests_ratio >= $skew_ratio",
+        "OR requests_t >= requests_t_crit)",
+        DP,
+    ),
+    Mutant(
+        "dp-request-skew-without-min-windows",
+        DP_SQL,
+        "AND req_hot_windows >= $min_windows, false) AS sig_req",
+        ", false) AS sig_req",
+        DP,
+    ),
+    Mutant(
+        "dp-steady-excess-drops-the-coldest-windows",
+        DP_SQL,
+        "row_number() OVER (PARTITION BY dp_rank ORDER BY n - n_all / nd.k DESC, w) AS req_rank",
+        "row_number() OVER (PARTITION BY dp_rank ORDER BY n - n_all / nd.k ASC, w) AS req_rank",
+        DP,
+    ),
+    Mutant(
+        "dp-token-test-drops-the-coldest-windows",
+        DP_SQL,
+        "row_number() OVER (PARTITION BY dp_rank ORDER BY tok - tok_all / nd.k DESC, w) AS tok_rank",
+        "row_number() OVER (PARTITION BY dp_rank ORDER BY tok - tok_all / nd.k ASC, w) AS tok_rank",
+        DP,
+    ),
+    Mutant(
+        "dp-token-skew-without-significance",
+        DP_SQL,
+        "coalesce(tokens_z >= z_crit AND tokens_ratio >= $token_ratio",
+        "coalesce(tokens_ratio >= $token_ratio",
+        DP,
+    ),
+    Mutant(
+        "dp-token-skew-without-token-ratio",
+        DP_SQL,
+        "coalesce(tokens_z >= z_crit AND tokens_ratio >= $token_ratio",
+        "coalesce(tokens_z >= z_crit AND tokens_ratio >= 0 * $token_ratio",
+        DP,
+    ),
+    Mutant(
+        "dp-token-skew-without-min-windows",
+        DP_SQL,
+        "AND (drop_n > 0 OR tok_hot_windows >= $min_windows), false) AS sig_tok",
+        ", false) AS sig_tok",
+        DP,
+    ),
+    Mutant(
+        "dp-slow-execution-without-significance",
+        DP_SQL,
+        "coalesce(exec_z >= z_crit AND exec_ratio >= $exec_ratio, false) AS sig_exec",
+        "coalesce(exec_ratio >= $exec_ratio, false) AS sig_exec",
+        DP,
+    ),
+    Mutant(
+        "dp-slow-execution-without-exec-ratio",
+        DP_SQL,
+        "coalesce(exec_z >= z_crit AND exec_ratio >= $exec_ratio, false) AS sig_exec",
+        "coalesce(exec_z >= z_crit AND exec_ratio >= 0 * $exec_ratio, false) AS sig_exec",
+        DP,
+    ),
+    Mutant(
+        "dp-slow-execution-on-any-load",
+        DP_SQL,
+        "WHEN requests_ratio >= $skew_ratio OR tokens_ratio >= $token_ratio THEN NULL",
+        "WHEN false THEN NULL",
+        DP,
+    ),
+    Mutant(
+        "dp-kv-pressure-without-significance",
+        DP_SQL,
+        "coalesce(kv_z >= z_crit AND kv_ratio >=",
+        "coalesce(kv_ratio >=",
+        DP,
+    ),
+    Mutant(
+        "dp-kv-pressure-not-scaled-by-load",
+        DP_SQL,
+        "kv_ratio >= $kv_ratio * greatest(requests_ratio, tokens_ratio, 1.0)",
+        "kv_ratio >= $kv_ratio",
+        DP,
+    ),
+    Mutant(
+        "dp-kv-pressure-without-kv-ratio",
+        DP_SQL,
+        "kv_ratio >= $kv_ratio * greatest(requests_ratio, tokens_ratio, 1.0)",
+        "kv_ratio >= 0 * $kv_ratio",
+        DP,
+    ),
+    Mutant(
+        "dp-kv-pressure-without-kv-min",
+        DP_SQL,
+        "AND kv_usage - others_kv_usage >= $kv_min, false) AS sig_kv",
+        "AND kv_usage - others_kv_usage >= 0 * $kv_min, false) AS sig_kv",
+        DP,
+    ),
+    Mutant(
+        "dp-impact-without-min-wait-ms",
+        DP_SQL,
+        "coalesce(l.queue_wait_ms - l.others_queue_wait_ms >= $min_wait_ms",
+        "coalesce(l.queue_wait_ms - l.others_queue_wait_ms >= 0",
+        DP,
+    ),
+    Mutant(
+        "dp-impact-without-impact-ratio",
+        DP_SQL,
+        "AND l.queue_wait_ms >= $impact_ratio * l.others_queue_wait_ms",
+        "AND true",
+        DP,
+    ),
+    Mutant(
+        "dp-instance-p99-without-20-other-requests",
+        DP_SQL,
+        "coalesce(i.other_requests >= 20 AND i.instance_ttft_p99_ms",
+        "coalesce(i.instance_ttft_p99_ms",
+        DP,
+    ),
+]
+
+DPM = ("tests/test_restraint_metrics.py", "tests/test_watch.py", "tests/test_calibration_smoke.py")
+DPM_SQL = "sql/dp-metrics-imbalance.sql"
+METRICS = "slowcard/metrics.py"
+
+DP_METRICS_IMBALANCE = [
+    Mutant(
+        "dpm-streak-need-not-reach-the-latest-window",
+        DPM_SQL,
+        "HAVING max(i.wseq) = last_w.lw AND count(*) >= $min_windows",
+        "HAVING count(*) >= $min_windows",
+        DPM,
+    ),
+    Mutant(
+        "dpm-streak-without-min-windows",
+        DPM_SQL,
+        "HAVING max(i.wseq) = last_w.lw AND count(*) >= $min_windows",
+        "HAVING max(i.wseq) = last_w.lw AND count(*) >= 0 * $min_windows",
+        DPM,
+    ),
+    Mutant(
+        "dpm-convergence-filter-off",
+        DPM_SQL,
+        "WHERE g.gap_last >= (1 - $converge_tolerance) * g.gap_first",
+        "WHERE g.gap_last >= (1 - $converge_tolerance) * g.gap_first OR true",
+        DPM,
+    ),
+    Mutant(
+        "dpm-median-includes-the-domain",
+        DPM_SQL,
+        "WHERE o.wseq = s.wseq AND o.signal = s.signal AND o.dp_rank <> s.dp_rank) AS others_median",
+        "WHERE o.wseq = s.wseq AND o.signal = s.signal) AS others_median",
+        DPM,
+    ),
+    Mutant(
+        "dpm-requests-without-counting-noise",
+        DPM_SQL,
+        "1 + $z / sqrt(greatest(coalesce(r.others_requests, 0), 1))",
+        "0 * $z",
+        DPM,
+    ),
+    Mutant(
+        "dpm-requests-without-skew-ratio",
+        DPM_SQL,
+        "j.value >= j.others_median * greatest($skew_ratio,",
+        "j.value >= j.others_median * greatest(0,",
+        DPM,
+    ),
+    Mutant(
+        "dpm-queue-without-min-waiting",
+        DPM_SQL,
+        "AND j.value - j.others_median >= $min_waiting",
+        "AND j.value - j.others_median >= 0 * $min_waiting",
+        DPM,
+    ),
+    Mutant(
+        "dpm-kv-without-min-kv",
+        DPM_SQL,
+        "AND j.value >= $min_kv",
+        "AND j.value >= 0 * $min_kv",
+        DPM,
+    ),
+    Mutant(
+        "dpm-fail-without-latency-rise",
+        DPM_SQL,
+        "coalesce(l.latency_ratio >= $latency_rise, false) AS latency_rising",
+        "coalesce(l.latency_ratio >= 0 * $latency_rise, false) AS latency_rising",
+        DPM,
+    ),
+    Mutant(
+        "metrics-histogram-quantile-passes-a-flat-bucket",
+        METRICS,
+        "        if c >= rank:",
+        "        if c > rank:",
+        DPM,
+    ),
+    Mutant(
+        "metrics-kv-usage-max-instead-of-mean",
+        METRICS,
+        '"kv_usage": g("kv_usage", lambda v: sum(v) / len(v)),',
+        '"kv_usage": g("kv_usage", max),',
+        DPM,
+    ),
+]
+
+RULES = ("tests/test_rule_boundaries.py", "tests/test_query_knowledge.py")
+VERDICT_PY = "slowcard/verdict.py"
+
+RULE_LANGUAGE = [
+    Mutant("rule-ge-read-as-gt", VERDICT_PY, '">=": operator.ge', '">=": operator.gt', RULES),
+    Mutant("rule-le-read-as-lt", VERDICT_PY, '"<=": operator.le', '"<=": operator.lt', RULES),
+    Mutant("rule-eq-read-as-ge", VERDICT_PY, '"=": operator.eq', '"=": operator.ge', RULES),
+    Mutant("rule-gt-read-as-ge", VERDICT_PY, '">": operator.gt', '">": operator.ge', RULES),
+    Mutant("rule-lt-read-as-le", VERDICT_PY, '"<": operator.lt', '"<": operator.le', RULES),
+]
+
+CONCLUSION = ("tests/test_conclusion_rules.py", "tests/test_query_knowledge.py", "tests/test_diagnose.py")
+INGEST = ("tests/test_ingest_columns.py", "tests/test_service_csv.py", "tests/test_huawei_outputs.py")
+SERVICE_CSV = "slowcard/ingest/service_csv.py"
+COMM_MATRIX = "slowcard/ingest/comm_matrix.py"
+
+CONCLUSION_AND_INGEST = [
+    Mutant(
+        "findings-keeps-the-last-finding-per-rank",
+        "slowcard/findings.py",
+        "out.setdefault(f.rank, f)",
+        "out[f.rank] = f",
+        CONCLUSION,
+    ),
+    Mutant(
+        "findings-priority-before-severity",
+        "slowcard/findings.py",
+        "key=lambda r: (Status(r.status).severity, r.spec.priority, r.query)",
+        "key=lambda r: (r.spec.priority, Status(r.status).severity, r.query)",
+        CONCLUSION,
+    ),
+    Mutant(
+        "diagnosis-counts-errored-queries-as-ran",
+        "slowcard/diagnosis.py",
+        "ran = [r for r in results.values() if r.status not in (Status.SKIP, Status.ERROR)]",
+        "ran = [r for r in results.values() if r.status not in (Status.SKIP,)]",
+        CONCLUSION,
+    ),
+    Mutant(
+        "service-csv-no-iteration-fallback-for-the-request-type",
+        SERVICE_CSV,
+        "count(*) FILTER (WHERE coalesce(r.req_type = 1, r.iter > 0))",
+        "count(*) FILTER (WHERE coalesce(r.req_type = 1, false))",
+        INGEST,
+    ),
+    Mutant(
+        "service-csv-iteration-before-the-request-type",
+        SERVICE_CSV,
+        "count(*) FILTER (WHERE coalesce(r.req_type = 1, r.iter > 0))",
+        "count(*) FILTER (WHERE coalesce(r.iter > 0, r.req_type = 1))",
+        INGEST,
+    ),
+    Mutant(
+        "forward-csv-ignores-its-end-time",
+        SERVICE_CSV,
+        """{times.ns("end_time(ms)", "end_datetime")} AS end_ns,
+                   {_num(r("relative_start_time(ms)"))}""",
+        """CAST(NULL AS BIGINT) AS end_ns,
+                   {_num(r("relative_start_time(ms)"))}""",
+        INGEST,
+    ),
+    Mutant(
+        "forward-csv-end-time-unit-not-decided",
+        SERVICE_CSV,
+        '_Times(f, ["start_time(ms)", "end_time(ms)"], ["start_datetime", "end_datetime"])\n'
+        "    con, sid, r = ctx.con, ctx.source_id, f.ref\n"
+        '    src = f"_svc_fw_{sid}"',
+        '_Times(f, ["start_time(ms)"], ["start_datetime", "end_datetime"])\n'
+        "    con, sid, r = ctx.con, ctx.source_id, f.ref\n"
+        '    src = f"_svc_fw_{sid}"',
+        INGEST,
+    ),
+    Mutant(
+        "forward-csv-during-time-read-as-microseconds",
+        SERVICE_CSV,
+        "coalesce(end_ns, start_ns + CAST(round(during_ms * 1e6) AS BIGINT)), relative_start_ms,",
+        "coalesce(end_ns, start_ns + CAST(round(during_ms * 1e3) AS BIGINT)), relative_start_ms,",
+        INGEST,
+    ),
+    Mutant("comm-matrix-src-from-the-dst", COMM_MATRIX, '("src_rank", int(m[1])),', '("src_rank", int(m[2])),', INGEST),
+    Mutant("comm-matrix-dst-from-the-src", COMM_MATRIX, '("dst_rank", int(m[2])),', '("dst_rank", int(m[1])),', INGEST),
+    Mutant(
+        "comm-matrix-cluster-p2p-marked-collective",
+        COMM_MATRIX,
+        'ctype = top.strip() if top.strip() in _COMM_TYPES else "collective"',
+        'ctype = "collective"',
+        INGEST,
+    ),
+    Mutant(
+        "comm-matrix-per-rank-p2p-marked-collective",
+        COMM_MATRIX,
+        "yield None, ctype, top, op, links,",
+        'yield None, "collective", top, op, links,',
+        INGEST,
+    ),
+]
+
+RANKS = ("tests/test_restraint_ranks.py",)
+
+RANK_VERDICTS = [
+    Mutant(
+        "step-skew-without-min-gap-share",
+        "sql/cluster-step-skew.sql",
+        "WHERE gap_share > $min_gap_share",
+        "WHERE gap_share > 0 * $min_gap_share",
+        (*RANKS, "tests/test_cluster_analysis.py", "tests/test_huawei_outputs.py"),
+    ),
+    Mutant(
+        "step-skew-ignores-the-pp-index",
+        "sql/cluster-step-skew.sql",
+        "CASE WHEN r.pp_index IS NOT NULL THEN 'pp ' || r.pp_index",
+        "CASE WHEN false THEN 'pp ' || r.pp_index",
+        (*RANKS, "tests/test_cluster_analysis.py", "tests/test_huawei_outputs.py"),
+    ),
+    Mutant(
+        "straggler-without-a-clear-skew",
+        "sql/straggler-rank.sql",
+        "arrived_last AND arrival_skew_ns > 0.05 * median_dur_ns AS last_clear",
+        "arrived_last AS last_clear",
+        RANKS,
+    ),
+    Mutant(
+        "straggler-without-min-collectives",
+        "sql/straggler-rank.sql",
+        "count(*) >= $min_collectives",
+        "count(*) >= 0 * $min_collectives",
+        RANKS,
+    ),
+    Mutant(
+        "straggler-without-min-last-share",
+        "sql/straggler-rank.sql",
+        "AND count(*) FILTER (WHERE last_clear) >= $min_last_share * count(*) AS straggler",
+        "AND count(*) FILTER (WHERE last_clear) >= 0 * $min_last_share * count(*) AS straggler",
+        RANKS,
+    ),
+    Mutant(
+        "slow-link-without-max-bw-ratio",
+        "sql/why-slow-link.sql",
+        "AND bw_ratio <= $max_bw_ratio AND below_pct >= $min_below_pct",
+        "AND bw_ratio <= 1e9 * $max_bw_ratio AND below_pct >= $min_below_pct",
+        (*RANKS, "tests/test_why.py"),
+    ),
+    Mutant(
+        "slow-link-without-min-below-pct",
+        "sql/why-slow-link.sql",
+        "AND bw_ratio <= $max_bw_ratio AND below_pct >= $min_below_pct",
+        "AND bw_ratio <= $max_bw_ratio AND below_pct >= 0 * $min_below_pct",
+        (*RANKS, "tests/test_why.py"),
+    ),
+    Mutant(
+        "slow-link-without-min-samples",
+        "sql/why-slow-link.sql",
+        "WHERE enough.skip_reason IS NULL AND samples >= $min_samples",
+        "WHERE enough.skip_reason IS NULL AND samples >= 0 * $min_samples",
+        (*RANKS, "tests/test_why.py"),
+    ),
+    Mutant(
+        "slow-link-without-min-ranks",
+        "sql/why-slow-link.sql",
+        "WHERE n_in_sample >= $min_ranks AND med_gbps > 0",
+        "WHERE n_in_sample >= 0 * $min_ranks AND med_gbps > 0",
+        (*RANKS, "tests/test_why.py"),
+    ),
+]
+
+EXPERTS = ("tests/test_restraint_experts.py", "tests/test_expert_queries.py")
+CHAIN = ("tests/test_restraint_experts.py", "tests/test_ep_hot_chain.py")
+HOTSPOTS_SQL = "sql/expert-hotspots.sql"
+CHAIN_SQL = "sql/ep-hot-chain.sql"
+
+EXPERT_VERDICTS = [
+    Mutant(
+        "hotspot-persistent-without-min-windows",
+        HOTSPOTS_SQL,
+        "(p.hot_windows >= $min_windows AND p.hot_windows * 2 >= n.n_windows) AS persistent",
+        "(p.hot_windows * 2 >= n.n_windows) AS persistent",
+        EXPERTS,
+    ),
+    Mutant(
+        "hotspot-persistent-without-half-the-windows",
+        HOTSPOTS_SQL,
+        "(p.hot_windows >= $min_windows AND p.hot_windows * 2 >= n.n_windows) AS persistent",
+        "(p.hot_windows >= $min_windows) AS persistent",
+        EXPERTS,
+    ),
+    Mutant(
+        "hotspot-concentrated-on-any-number-of-ranks",
+        HOTSPOTS_SQL,
+        "ls.hot_ranks <= greatest(1, floor($few_ranks_share * ls.n_ranks))",
+        "ls.hot_ranks <= greatest(1e9, floor($few_ranks_share * ls.n_ranks))",
+        EXPERTS,
+    ),
+    Mutant(
+        "hotspot-concentrated-without-a-hot-rank",
+        HOTSPOTS_SQL,
+        "AND max(ho.rank_ratio) >= $rank_hot_ratio AS concentrated",
+        "AND max(ho.rank_ratio) >= 0 * $rank_hot_ratio AS concentrated",
+        EXPERTS,
+    ),
+    Mutant(
+        "hotspot-fail-without-min-concentrated-windows",
+        HOTSPOTS_SQL,
+        "persistent AND concentrated_windows >= $min_windows AND concentrated_now AS concentrated_hot_spot",
+        "persistent AND concentrated_windows >= 1 AND concentrated_now AS concentrated_hot_spot",
+        EXPERTS,
+    ),
+    Mutant(
+        "hotspot-fail-without-concentrated-now",
+        HOTSPOTS_SQL,
+        "persistent AND concentrated_windows >= $min_windows AND concentrated_now AS concentrated_hot_spot",
+        "persistent AND concentrated_windows >= $min_windows AS concentrated_hot_spot",
+        EXPERTS,
+    ),
+    Mutant(
+        "chain-hot-rank-without-min-share",
+        CHAIN_SQL,
+        "coalesce(r.hot_share >= $min_share, FALSE) AS hot_rank",
+        "coalesce(r.hot_share > 0, FALSE) AS hot_rank",
+        CHAIN,
+    ),
+    Mutant(
+        "chain-slow-operator-without-min-share",
+        CHAIN_SQL,
+        "coalesce(o.slow_share >= $min_share, FALSE) AS slow_ops",
+        "coalesce(o.slow_share > 0, FALSE) AS slow_ops",
+        CHAIN,
+    ),
+    Mutant(
+        "chain-slow-operator-without-min-op-ratio",
+        CHAIN_SQL,
+        "CASE WHEN f.gmm_ns >= $min_op_ratio * m.med_gmm THEN 1 ELSE 0 END",
+        "CASE WHEN f.gmm_ns > m.med_gmm + 0 * $min_op_ratio THEN 1 ELSE 0 END",
+        CHAIN,
+    ),
+    Mutant(
+        "chain-hot-experts-without-min-share",
+        CHAIN_SQL,
+        "persistent_hot AS (SELECT * FROM hot_experts WHERE share >= $min_share)",
+        "persistent_hot AS (SELECT * FROM hot_experts WHERE share > 0)",
+        CHAIN,
+    ),
+    Mutant(
+        "whatif-without-min-saving",
+        "sql/eplb-whatif.sql",
+        "saved_share >= $min_saving AS pays",
+        "saved_share > 0 * $min_saving AS pays",
+        EXPERTS,
+    ),
+    Mutant(
+        "eplb-effect-reduced-without-min-gain",
+        "sql/eplb-effect.sql",
+        "par_after > par_before * (1 - $min_gain) AS not_reduced",
+        "par_after > par_before AS not_reduced",
+        (*EXPERTS, "tests/test_eplb_story.py"),
+    ),
+    Mutant(
+        "eplb-effect-layer-worse-without-min-gain",
+        "sql/eplb-effect.sql",
+        "false, par_after > par_before * (1 + $min_gain)",
+        "false, par_after > par_before",
+        (*EXPERTS, "tests/test_eplb_story.py"),
+    ),
+]
+
+# ep-slow-rank (issue 27 rewrites it): the lead adds its mutants here (token-skew without the
+# GroupedMatmul significance, ties counted for the rank, a truncated rank's missing transfers
+# counted as 0, ...), each with the tests that guard it.
+EP_SLOW_RANK: list[Mutant] = []
+
+MUTANTS: list[Mutant] = [
+    *DP_IMBALANCE,
+    *DP_METRICS_IMBALANCE,
+    *RULE_LANGUAGE,
+    *CONCLUSION_AND_INGEST,
+    *RANK_VERDICTS,
+    *EXPERT_VERDICTS,
+    *EP_SLOW_RANK,
+]
+
+
+def check(mutants: list[Mutant], root: Path = REPO) -> list[str]:
+    """Why each mutant that does not apply to the tree at ``root`` does not (empty: all apply)."""
+    problems = []
+    names = [m.name for m in mutants]
+    problems += [f"{n}: duplicate mutant name" for n in sorted({n for n in names if names.count(n) > 1})]
+    for m in mutants:
+        path = root / m.path
+        if not path.is_file():
+            problems.append(f"{m.name}: {m.path} does not exist")
+            continue
+        n = path.read_text(encoding="utf-8").count(m.old)
+        if n != 1:
+            problems.append(f"{m.name}: its text occurs {n} times in {m.path} (must be exactly once)")
+        if m.old == m.new:
+            problems.append(f"{m.name}: the mutant changes nothing")
+        if not m.tests:
+            problems.append(f"{m.name}: no covering tests")
+        for t in m.tests:
+            if not (root / t.split("::")[0]).is_file():
+                problems.append(f"{m.name}: covering test {t} does not exist")
+    return problems
+
+
+def scratch_copy(dest: Path) -> Path:
+    """The tracked and untracked (not ignored) files of the repository under dest/repo, with
+    dest/shared pointing at ../shared (the real data the tests read)."""
+    files = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO,
+        capture_output=True,
+        check=True,
+    ).stdout.split(b"\0")
+    tree = dest / "repo"
+    for f in files:
+        if not f:
+            continue
+        src = REPO / os.fsdecode(f)
+        if src.is_file():
+            (tree / os.fsdecode(f)).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, tree / os.fsdecode(f))
+    shared = REPO.parent / "shared"
+    if shared.is_dir():
+        (dest / "shared").symlink_to(shared)
+    return tree
+
+
+@dataclass
+class Outcome:
+    mutant: Mutant
+    verdict: str  # killed | survived | error
+    seconds: float
+    detail: str  # the first failing test, or why it errored
+
+
+def run_one(m: Mutant, tree: Path, timeout_s: float) -> Outcome:
+    path = tree / m.path
+    original = path.read_text(encoding="utf-8")
+    if original.count(m.old) != 1:
+        return Outcome(m, "error", 0.0, f"text occurs {original.count(m.old)} times in {m.path}")
+    path.write_text(original.replace(m.old, m.new), encoding="utf-8")
+    t = time.perf_counter()
+    env = dict(os.environ, PYTHONPATH=str(tree), PYTHONDONTWRITEBYTECODE="1")
+    env.pop("SLOWCARD_CACHE_DIR", None)
+    cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-rf", "-p", "no:cacheprovider", *NEVER_JUDGE, *m.tests]
+    try:
+        proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return Outcome(m, "error", time.perf_counter() - t, f"timeout after {timeout_s:.0f} s")
+    finally:
+        path.write_text(original, encoding="utf-8")
+    secs = time.perf_counter() - t
+    failed = [line.split(" ", 1)[1].split(" - ")[0] for line in proc.stdout.splitlines() if line.startswith("FAILED ")]
+    if proc.returncode == 0:
+        return Outcome(m, "survived", secs, "")
+    if proc.returncode == 1:
+        return Outcome(m, "killed", secs, failed[0] if failed else "(a test failed)")
+    tail = (proc.stdout + proc.stderr).strip().splitlines()[-1:] or ["?"]
+    return Outcome(m, "error", secs, f"pytest exit {proc.returncode}: {tail[0][:120]}")
+
+
+def table(outcomes: list[Outcome]) -> str:
+    rows = [("mutant", "file", "verdict", "s", "killed by / detail")]
+    rows += [(o.mutant.name, o.mutant.path, o.verdict, f"{o.seconds:.0f}", o.detail) for o in outcomes]
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r[:4], widths)) + "  " + r[4] for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths) + "  " + "-" * 18)
+    killed = sum(o.verdict == "killed" for o in outcomes)
+    lines.append("")
+    lines.append(
+        f"{killed} of {len(outcomes)} killed, {sum(o.verdict == 'survived' for o in outcomes)} survived, "
+        f"{sum(o.verdict == 'error' for o in outcomes)} errors"
+    )
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", default="", help="run only the mutants whose name contains this")
+    ap.add_argument("--list", action="store_true", help="list the mutants and their tests, run nothing")
+    ap.add_argument("--check", action="store_true", help="check that every mutant applies, run nothing")
+    ap.add_argument("--timeout", type=float, default=900.0, help="seconds per mutant")
+    args = ap.parse_args(argv)
+    chosen = [m for m in MUTANTS if args.only in m.name]
+    if args.list:
+        for m in chosen:
+            print(f"{m.name}  ({m.path})\n    - {m.old}\n    + {m.new}\n    tests: {', '.join(m.tests)}")
+        return 0
+    problems = check(chosen)
+    if args.check or problems:
+        print("\n".join(problems) or f"all {len(chosen)} mutants apply")
+        return 1 if problems else 0
+    with tempfile.TemporaryDirectory(prefix="slowcard-mutants-") as d:
+        tree = scratch_copy(Path(d))
+        outcomes = []
+        for i, m in enumerate(chosen, 1):
+            o = run_one(m, tree, args.timeout)
+            print(
+                f"[{i}/{len(chosen)}] {m.name}: {o.verdict} ({o.seconds:.0f} s) {o.detail}", file=sys.stderr, flush=True
+            )
+            outcomes.append(o)
+    print(table(outcomes))
+    return 0 if all(o.verdict == "killed" for o in outcomes) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
