@@ -15,6 +15,7 @@
 -- priority: 35
 -- order: 135
 -- shows: report.dp
+-- headline: {share_pct} % share of the {signal} ({ratio}x the other domains' median) over the last {hot_windows} windows | {value_now} now vs the other domains' median {others_median_now} | instance {latency_metric} {latency_now_ms} ms (before the streak {latency_before_ms} ms)
 -- summary: DP {dp_rank}: {cause} over the last {hot_windows} windows ({signal}: {share_pct}% share, {ratio}x the other domains' median); instance {latency_metric} {latency_before_ms} -> {latency_now_ms} ms; next: {next_step}
 -- pass: No DP domain stays hot over the last {min_windows} consecutive metric windows.
 --

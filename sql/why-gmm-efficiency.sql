@@ -9,6 +9,7 @@
 -- subject: rank
 -- order: 230
 -- shows: why
+-- headline: GroupedMatmul {shape} | {rows_ratio}x the median rank's rows per call ({shapes}) | {tflops} TFLOP/s vs {median_rank_tflops} on the median rank ({efficiency_pct} %)
 -- summary: rank {rank} GroupedMatmul {shape}: {tflops} TFLOP/s = {efficiency_pct}% of the median rank's {median_rank_tflops} TFLOP/s ({rows_ratio}x its rows per call: {shapes})
 --
 -- "slow-compute" says the card's GroupedMatmul takes longer; this says how fast it computes:
