@@ -30,8 +30,14 @@ SqlDirOption = Annotated[
 ]
 RunOption = Annotated[str | None, typer.Option("--run", help="Run name (default: the latest run).")]
 StrictOption = Annotated[bool, typer.Option("--strict", help="Exit 1 on WARN too.")]
+VerboseOption = Annotated[
+    bool, typer.Option("--verbose", "-v", help="Everything, unfolded: every card, finding, bar and query line.")
+]
+WideOption = Annotated[bool, typer.Option("--wide", help="Every column of every table (default: the headline ones).")]
 LimitOption = Annotated[int, typer.Option("--limit", help="Rows shown per table in table formats (0: all).")]
-FormatOption = Annotated[str, typer.Option("--format", "-f", help="table | json (query: also csv | markdown)")]
+FormatOption = Annotated[
+    str, typer.Option("--format", "-f", help="table | json | markdown (query: also csv; compare: table | json)")
+]
 DebugOption = Annotated[bool, typer.Option("--debug", help="Re-raise library errors with their traceback.")]
 
 
@@ -96,6 +102,39 @@ def pick_runs(
 def pick_run(con, run: str | None) -> str:
     """One run: the given one (checked) or the latest."""
     return pick_runs(con, [run] if run else None, choose="--run NAME")[0]
+
+
+def screen_width() -> int:
+    """Columns to fit output to: $COLUMNS, else the terminal's, else 100 (a file or a pipe)."""
+    import shutil
+
+    return max(shutil.get_terminal_size(fallback=(100, 30)).columns, 60)
+
+
+def screen_style(stream=None):
+    """How to draw on ``stream`` (stdout): (picture.Style, colour). Block characters on a
+    terminal; colour only there, and never with NO_COLOR set (https://no-color.org) or TERM=dumb."""
+    from .renderers.picture import Style
+
+    stream = stream or sys.stdout
+    tty = bool(getattr(stream, "isatty", lambda: False)())
+    colour = tty and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+    return Style(unicode=tty), colour
+
+
+def echo_screen(text: str, colour: bool) -> None:
+    """Print a screen; with ``colour``, escaped first (names from traces stay inert) and then
+    coloured, written past the output filter that would escape the colour codes again."""
+    if not colour:
+        typer.echo(text)
+        return
+    from .render import terminal_safe
+    from .renderers.terminal import colour as add_colour
+
+    out = add_colour(terminal_safe(text)) + "\n"
+    write = getattr(sys.stdout, "write_trusted", sys.stdout.write)
+    write(out)
+    sys.stdout.flush()
 
 
 def progress_printer():
