@@ -343,7 +343,12 @@ def compare(
         cmp = run_compare(con, run_a, run_b, catalog)
     finally:
         con.close()
-    typer.echo(render.to_json(cmp.to_dict()) if fmt == "json" else render.comparison_text(cmp, limit))
+    if fmt == "json":
+        typer.echo(render.to_json(cmp.to_dict()))
+    else:
+        from .renderers.terminal import compare_text
+
+        typer.echo(compare_text(cmp, catalog, limit, screen_width()))
     raise typer.Exit(1 if any(v["status_b"] in (Status.FAIL, Status.ERROR) for v in cmp.verdicts) else 0)
 
 

@@ -68,9 +68,12 @@ def _header_lines(name: str, width: int) -> list[str]:
     return [name[:best], name[best:]]
 
 
-def table(cols: list[str], rows: list[dict], width: int | None = 100, units: bool = True) -> tuple[list[str], int]:
+def table(
+    cols: list[str], rows: list[dict], width: int | None = 100, units: bool = True, min_text: int = MIN_TEXT
+) -> tuple[list[str], int]:
     """(lines, columns left out) of a plain-text table of ``rows`` fitted to ``width`` (None:
-    nothing cut): header lines (a long name broken in two, then the units), a rule, the rows."""
+    nothing cut): header lines (a long name broken in two, then the units), a rule, the rows.
+    Text columns are cut down to ``min_text`` characters before the last columns are left out."""
     cells = [[fmt_cell(r.get(c)) for c in cols] for r in rows]
     numeric = [_numeric([r.get(c) for r in rows]) for c in cols]
     cap = MAX_CELL if width is not None else 10**6
@@ -83,7 +86,7 @@ def table(cols: list[str], rows: list[dict], width: int | None = 100, units: boo
     widths = [max(n, h) for n, h in zip(natural, head_w)]
     left_out = 0
     if width is not None:
-        floor = [w if numeric[i] else min(w, max(MIN_TEXT, head_w[i])) for i, w in enumerate(widths)]
+        floor = [w if numeric[i] else min(w, max(min_text, head_w[i])) for i, w in enumerate(widths)]
         while len(widths) > 1 and sum(floor) + 2 * (len(floor) - 1) > width:
             for lst in (widths, floor, heads, numeric, cols):
                 lst.pop()

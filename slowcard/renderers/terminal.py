@@ -64,16 +64,16 @@ def header_line(sc, width: int) -> str:
     return clip(" · ".join(parts), width)
 
 
-def _fold(prefix: str, items: list[str], width: int, sep: str = ", ") -> str:
+def _fold(prefix: str, items: list[str], width: int, sep: str = ", ", more: str = "-v") -> str:
     """``prefix item, item, … (+N more: -v)`` within ``width``."""
     out = prefix
     for i, item in enumerate(items):
         rest = len(items) - i - 1
-        tail = f" (+{rest} more: -v)" if rest else ""
+        tail = f" (+{rest} more: {more})" if rest else ""
         candidate = out + (sep if out != prefix else "") + item
         if len(candidate + tail) > width:
             left = len(items) - i
-            return clip(out, width - len(f" (+{left} more: -v)")) + f" (+{left} more: -v)"
+            return clip(out, width - len(f" (+{left} more: {more})")) + f" (+{left} more: {more})"
         out = candidate
     return out
 
@@ -269,4 +269,69 @@ def verbose_text(sc, width: int = 100, style: Style = PLAIN) -> str:
         lines += find + [""]
     lines += sc.lines
     lines += _tail(sc, big, folded=False)
+    return "\n".join(lines)
+
+
+def _ab(a, b, ratio) -> str:
+    """``5,839 -> 70,964 (12.2x)``: one compared cell."""
+    from ..verdict import fmt_value
+
+    def f(v):
+        return "-" if v is None else fmt_value(v)
+
+    cell = f"{f(a)} -> {f(b)}"
+    return cell + (f" ({ratio:.3g}x)" if isinstance(ratio, float) and ratio != 1 else "")
+
+
+def compare_text(cmp, catalog: dict | None = None, limit: int = 20, width: int | None = 100) -> str:
+    """`slowcard compare`: the slow cards of both runs, each verdict that changed on its own line
+    (the unchanged ones counted), then per compared report query its key and headline columns
+    side by side (``A -> B (B/A)``), fitted to ``width`` (None: every column, nothing cut)."""
+    from .tables import table
+
+    cut = width or 10**6
+    lines = [
+        clip(f"slowcard compare · {cmp.run_a!r} (A) -> {cmp.run_b!r} (B)", cut),
+        clip(
+            f"slow card(s) in A: {'; '.join(cmp.slow_cards_a) or 'none'} · in B: {'; '.join(cmp.slow_cards_b) or 'none'}",
+            cut,
+        ),
+        "",
+    ]
+    changed = [v for v in cmp.verdicts if v["changed"]]
+    same = [v for v in cmp.verdicts if not v["changed"]]
+    qw = max((len(v["query"]) for v in changed), default=0)
+    for v in changed:
+        lines.append(clip(f"{v['query']:<{qw}}  {v['status_a']} -> {v['status_b']}  {v['note']}", cut))
+    if same:
+        lines.append(
+            _fold(
+                f"{len(same)} verdict{'s' if len(same) != 1 else ''} unchanged: ",
+                [f"{v['query'].split('@')[0]} {v['status_b']}" for v in same],
+                cut,
+                more="--format json",
+            )
+        )
+    for ref, block in cmp.metrics.items():
+        if not block["rows"]:
+            continue
+        spec = (catalog or {}).get(ref.split("@")[0])
+        key = block["key"]
+        metrics = list(dict.fromkeys(c[:-2] for r in block["rows"] for c in r if c.endswith("_a")))
+        if width is not None and spec is not None and spec.headline:
+            metrics = [m for m in spec.headline_columns if m in metrics] or metrics
+        shown = block["rows"][:limit] if limit else block["rows"]
+        rows = [
+            {
+                **{k: r.get(k) for k in key},
+                **{m: _ab(r.get(f"{m}_a"), r.get(f"{m}_b"), r.get(f"{m}_ratio")) for m in metrics},
+            }
+            for r in shown
+        ]
+        body, left_out = table(key + metrics, rows, width, min_text=10**6)  # a cut A -> B cell says nothing
+        lines += ["", f"{ref} (A -> B, and B / A)"] + body
+        if len(block["rows"]) > len(shown):
+            lines.append(f"(showing {len(shown)} of {len(block['rows'])} rows; --limit 0 shows all)")
+        if left_out:
+            lines.append(f"({left_out} more column{'s' if left_out != 1 else ''}: --format json)")
     return "\n".join(lines)
