@@ -53,8 +53,25 @@ app = typer.Typer(
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        import platform
+
+        import duckdb
+
+        from . import __version__
+
+        typer.echo(f"slowcard {__version__} (duckdb {duckdb.__version__}, Python {platform.python_version()})")
+        raise typer.Exit(0)
+
+
 @app.callback()
-def _main(debug: DebugOption = False):
+def _main(
+    debug: DebugOption = False,
+    version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
+    ),
+):
     """Find the slow card (rank, device, DP domain, expert) in profiler output of LLM clusters."""
 
 
@@ -153,9 +170,10 @@ def query(
     wide: WideOption = False,
     list_: bool = typer.Option(False, "--list", help="List the queries and exit."),
 ):
-    """Run named, versioned SQL queries and print their verdicts: per query its verdict line and
-    a table of the columns its header names as headline (--wide: every column), fitted to the
-    terminal.
+    """Run named, versioned SQL queries and print their verdicts.
+
+    Per query its verdict line and a table of the columns its header names as headline
+    (--wide: every column), fitted to the terminal.
 
     Example:
         slowcard query ep-slow-rank --db ep.duckdb
@@ -199,8 +217,9 @@ def list_queries(
     fmt: str = typer.Option("table", "--format", "-f", help="table | markdown (the page docs/queries.md)"),
     wide: WideOption = False,
 ):
-    """List every query with its version, role, verdict rule and description, in diagnosis order,
-    fitted to the terminal (--wide: also subject, priority, order and where it shows).
+    """List every query with its version, role, verdict rule and description (diagnosis order).
+
+    Fitted to the terminal; --wide adds subject, priority, order and where it shows.
 
     Example:
         slowcard list
@@ -254,10 +273,11 @@ def diagnose(
     strict: StrictOption = False,
     verbose: VerboseOption = False,
 ):
-    """Answer "which card is slow, and why?" in one command: ingest (when given paths), run every
-    query whose data is present, and print the answer first: each slow card with its cause,
-    cost, evidence, why and next step, then the findings, the folded lists and the totals
-    (-v: everything).
+    """Answer "which card is slow, and why?" in one command.
+
+    Ingests the paths when given, runs every query whose data is present, and prints the answer
+    first: each slow card with its cause, cost, evidence, why and next step, then the findings,
+    the folded lists and the totals (-v: everything).
 
     Example:
         slowcard diagnose testdata/ep4_token_skew --db demo.duckdb
@@ -584,20 +604,19 @@ def _run_fast(command: str, kwargs: dict) -> None:
 
 class _TerminalSafe:
     """stdout / stderr with the control characters of names and messages escaped (issue 16):
-    every line the CLI prints passes here. The progress bar's leading carriage return on a
-    terminal is the one control character kept."""
+    every line the CLI prints passes here. A leading carriage return on a terminal is the one
+    control character kept. ``unfiltered`` is the stream itself, for what escapes its own
+    content first (the coloured screen, cli_common.echo_screen; rich's progress bar, whose file
+    names are escaped before it draws them)."""
 
     def __init__(self, stream):
         self._stream = stream
+        self.unfiltered = stream
 
     def write(self, text):
         if isinstance(text, str):
             cr = text.startswith("\r") and self._stream.isatty()
             text = ("\r" if cr else "") + render.terminal_safe(text[1:] if cr else text)
-        return self._stream.write(text)
-
-    def write_trusted(self, text: str):
-        """Text already escaped and then coloured (cli_common.echo_screen): written as it is."""
         return self._stream.write(text)
 
     def __getattr__(self, name):

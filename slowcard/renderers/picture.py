@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from . import clip
 
 ASCII = ("#", "=", "~", ".")
-BLOCKS = ("█", "▓", "░", "·")
+BLOCKS = ("█", "▓", "░", "─")
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ LABEL_W = 10  # "  evidence" column of a card block
 STATUS_COLOURS = {"FAIL": "1;31", "ERROR": "1;31", "WARN": "1;33", "PASS": "32", "INFO": "36", "SKIP": "90"}
 PART_COLOURS = ("34", "33", "31", "90")  # the picture: GroupedMatmul, dispatch+combine, waiting, other
 _STATUS_WORD = re.compile(
-    r"(?<![\w@=-])(FAIL|ERROR|WARN|PASS|INFO|SKIP)(?![\w-])|\b(FAIL|ERROR|WARN|PASS|INFO|SKIP)=([1-9]\d*)"
+    r"(?<![\w@=-])(FAIL|ERROR|WARN|PASS|INFO|SKIP)(?![\w=-])|\b(FAIL|ERROR|WARN|PASS|INFO|SKIP)=([1-9]\d*)"
 )
 _BAR_RUN = re.compile("|".join(f"{re.escape(c)}+" for c in BLOCKS))
 _MARK = re.compile(r"< slow card[^\n]*")
