@@ -71,6 +71,7 @@ SHOWS = {
     "report.experts": "report: expert hotness heat map (verdict: its verdict line under the figure)",
     "report.dp": "report: DP domains table (verdict: its dp_rank findings are highlighted, verdict line)",
     "report.dp-windows": "report: per-window DP figures",
+    "report.metrics": "report: live metrics over time (per DP domain and the instance, the alert windows marked)",
     "annotate": "merged trace: the collectives where this verdict's slow rank arrives last are marked",
     "compare": "slowcard compare: the report's rows side by side (verdicts are always compared)",
     "why": "diagnose and report: the why-section of each slow card (its rows about that card's ranks)",

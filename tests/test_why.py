@@ -131,7 +131,7 @@ def test_no_why_section_without_a_slow_card(synth_db):
 
 def test_report_shows_the_why_section_for_the_slow_card(synth_db):
     pytest.importorskip("plotly", reason="the HTML report needs the optional plotly extra")
-    from slowcard.report import build_report
+    from slowcard.renderers.html import build_report
 
     db = synth_db("token_skew", slow_rank=1)
     diag = diag_of(db)

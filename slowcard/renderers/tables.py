@@ -20,10 +20,12 @@ MAX_CELL = 60  # nor shown wider (the JSON and --wide carry it whole)
 
 def split_unit(column: str) -> tuple[str, str]:
     """(name, unit) of a column: ``cost_ms`` -> ("cost", "ms"), ``gmm_us_per_layer`` ->
-    ("gmm_per_layer", "us"), ``rank`` -> ("rank", "")."""
+    ("gmm_per_layer", "us"), ``requests_per_s`` -> ("requests", "/s"), ``rank`` -> ("rank", "")."""
     parts = column.split("_")
     for i, p in enumerate(parts[1:], start=1):
         if p in UNITS:
+            if parts[i - 1] == "per" and i >= 2:  # requests_per_s -> ("requests", "/s")
+                return "_".join(parts[: i - 1] + parts[i + 1 :]), "/" + UNITS[p]
             return "_".join(parts[:i] + parts[i + 1 :]), UNITS[p]
     return column, ""
 
