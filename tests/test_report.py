@@ -382,3 +382,18 @@ def test_report_renders_in_chromium(real, tmp_path):
     width, height, ink = _png_size_and_ink(png)
     assert (width, height) == (1400, 2000)
     assert png.stat().st_size > 50_000 and ink > 0.01, (png.stat().st_size, ink)
+
+
+@pytest.mark.skipif(
+    CHROMIUM is None, reason="Chromium is not installed (Debian package `chromium`; .ci/run installs it)"
+)
+def test_live_report_renders_in_chromium(live, tmp_path):
+    """The page with the first screen and the live-metrics section draws without a page error."""
+    path = tmp_path / "live.html"
+    path.write_text(live["page"], encoding="utf-8")
+    png = tmp_path / "live.png"
+    console = _chromium_screenshot(path, png, tmp_path)
+    assert not re.search(r"Uncaught|Error", console), console
+    width, height, ink = _png_size_and_ink(png)
+    assert (width, height) == (1400, 2000) and ink > 0.01
+
