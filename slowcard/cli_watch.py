@@ -95,9 +95,11 @@ def status_line(step, width: int = 100) -> str:
     if doms:  # the domains in groups of equal size, one line each
         fit = max((width - 2 + 3) // (max(len(d) for d in doms) + 3), 1)
         n_lines = -(-len(doms) // fit)
-        per = -(-len(doms) // n_lines)
-        for i in range(0, len(doms), per):
-            lines.append(clip("  " + " | ".join(doms[i : i + per]), width))
+        start = 0
+        for k in range(n_lines):
+            size = len(doms) // n_lines + (1 if k < len(doms) % n_lines else 0)
+            lines.append(clip("  " + " | ".join(doms[start : start + size]), width))
+            start += size
     down = [f"{s.target}: {s.error}" for s in step.statuses if not s.ok]
     if down:
         lines.append(clip("  down: " + "; ".join(down[:3]) + (f" (+{len(down) - 3})" if len(down) > 3 else ""), width))

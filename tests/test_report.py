@@ -396,4 +396,3 @@ def test_live_report_renders_in_chromium(live, tmp_path):
     assert not re.search(r"Uncaught|Error", console), console
     width, height, ink = _png_size_and_ink(png)
     assert (width, height) == (1400, 2000) and ink > 0.01
-
