@@ -204,7 +204,7 @@ def first_screen(sc, width: int = 100, style: Style = PLAIN, max_lines: int = 30
     body: list[str] = []
     cards: list[list[str]] = []
     if sc.cards:
-        first = _card_block(sc.cards[0], width)
+        first = _card_block(sc.cards[0], width, lines_next=3)
         cards.append(first)
         budget -= len(first) + 1
     else:
