@@ -206,21 +206,38 @@ def _value(v) -> str:
     return fmt_value(v)
 
 
+_GROUP = re.compile(r" ?\(([^()]*)\)")
+
+
+def _missing(v) -> bool:
+    return v is None or v == ""
+
+
 def phrase(entry: str, row: dict) -> str | None:
-    """One headline entry filled from a row; None when its column has no value in the row."""
+    """One headline entry filled from a row; None when its column has no value in the row.
+
+    A value that is missing (NULL) reads "-", except: inside parentheses, each "; "-separated
+    part with a missing value is left out (and the parentheses when no part is left), and a
+    placeholder glued to the word before it (a text fragment column) reads as nothing."""
     m = _FIELD.search(entry)
     column = m.group(1) if m else entry
-    if row.get(column) in (None, ""):
+    if _missing(row.get(column)):
         return None
     if m is None:
         words, unit = column_words(column)
         value = _value(row[column])
         return f"{words}: {value}{'x' if unit == 'x' else (' ' + unit if unit else '')}"
 
+    def group(g: re.Match) -> str:
+        kept = [p for p in g.group(1).split("; ") if not any(_missing(row.get(f)) for f in _FIELD.findall(p))]
+        return f"{' ' if g.group(0).startswith(' ') else ''}({'; '.join(kept)})" if kept else ""
+
+    entry = _GROUP.sub(group, entry)
+
     def fill(f: re.Match) -> str:
         v = row.get(f.group(1))
-        # a placeholder glued to the text before it is a fragment ("…us){per_token}"): empty when NULL
-        if v in (None, "") and f.start() > 0 and not entry[f.start() - 1].isspace() and entry[f.start() - 1] != "(":
+        # a placeholder glued to the text before it is a fragment ("…us){work}"): empty when NULL
+        if _missing(v) and f.start() > 0 and not entry[f.start() - 1].isspace():
             return ""
         return _value(v)
 
