@@ -276,6 +276,57 @@ def test_version_and_flags_in_help():
     assert "<int>" in next(line for line in help_text.split("\n") if "--limit" in line)  # options keep their type
 
 
+def test_renderers_take_the_view_and_never_the_package_front():
+    """Shape of the house (issue 32): the view is built once next to diagnosis.py; each renderer
+    is a module of slowcard/renderers/, and none of them (nor the view) takes a name from the
+    package front (``slowcard/__init__``): only modules."""
+    import ast
+
+    package = ROOT / "slowcard"
+    modules = {p.stem for p in package.glob("*.py")} | {p.name for p in package.iterdir() if p.is_dir()}
+    files = sorted((package / "renderers").glob("*.py")) + [package / "view.py"]
+    assert {p.stem for p in files} >= {"terminal", "picture", "tables", "markdown", "html", "view"}
+    for path in files:
+        depth = 2 if path.parent.name == "renderers" else 1
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == depth and node.module is None:
+                names = {a.name for a in node.names}
+                assert names <= modules, (path.name, names - modules)  # `from .. import __version__` is not
+            if isinstance(node, ast.Import):
+                assert all(a.name != "slowcard" for a in node.names), path.name
+    assert not (package / "report.py").exists()  # the report is the html renderer
+
+
+def test_progress_is_rich_on_a_terminal_and_silent_otherwise(monkeypatch):
+    import io
+
+    from slowcard import cli_common
+
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    assert cli_common.progress_printer() is None  # not a terminal: nothing
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+        @property
+        def unfiltered(self):  # what rich draws on (cli._TerminalSafe passes its stream)
+            return drawn
+
+    drawn = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", Tty())
+    show = cli_common.progress_printer()
+    assert show is not None
+    state = {"files_done": 0, "files_total": 2, "bytes_done": 0, "bytes_total": 2_000_000, "events": 0}
+    show({**state, "current": "/x/rank0.pt.trace.json.gz"})
+    show({**state, "files_done": 1, "bytes_done": 1_000_000, "events": 1500, "current": None})
+    show({**state, "files_done": 2, "bytes_done": 2_000_000, "events": 3000, "current": "/x/bad\x1b]0;t\x07.json"})
+    out = drawn.getvalue()
+    assert "2/2 files" in out and "3,000 rows" in out and "2.0/2.0" in out  # files, rows, bytes
+    assert "\x1b]0;" not in out and "\\u001b" in out  # a file name cannot drive the terminal
+    assert show.bar is None  # the bar closes when every file is done
+
+
 def update(patterns: list[str]) -> None:
     GOLDEN.mkdir(parents=True, exist_ok=True)
     for case in CASES:
