@@ -1,4 +1,6 @@
-"""Turning results into text: tables (tabulate), JSON, CSV, Markdown. Pure: returns strings."""
+"""Machine formats and the escaping every output line passes: JSON (the contract), CSV, the
+per-file ingest table and the totals line. The screens for people are in ``renderers/``. Pure:
+returns strings."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """The terminal: the first screen of `slowcard diagnose` (the answer in the first lines, the
-evidence one step away), its ``-v`` form, the watch status lines and `slowcard compare`.
+evidence one step away), its ``-v`` form, and `slowcard compare` (the watch lines, by the same
+rules, are ``cli_watch.status_line``).
 
 The first screen fits ``max_lines`` lines of ``width`` columns (default 30 x 100): a header (run,
 ranks / domains, what was read), the headline, then per slow card, costliest first, its cause,
