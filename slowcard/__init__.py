@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ._version import __version__
 from .errors import DatabaseBusy, InputError, QueryDefinitionError, SlowcardError, UsageError
 from .queries import Query, Result
 
@@ -36,8 +37,6 @@ def __getattr__(name: str):
         return IngestReport
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-
-__version__ = "0.1.0"
 
 __all__ = [
     "__version__",

@@ -36,6 +36,11 @@ def query_section(q: Query) -> str:
     if q.params:
         lines += ["", "| parameter | type | default | meaning |", "|---|---|---|---|"]
         lines += [f"| `{p.name}` | {p.type} | `{p.default!r}` | {_cell(p.help)} |" for p in q.params]
+    if q.headline:
+        lines += [
+            "",
+            "Headline (table columns; a slow card's evidence lines): " + "; ".join(f"`{_cell(e)}`" for e in q.headline),
+        ]
     if q.summary:
         lines += ["", f"Summary per row: `{_cell(q.summary)}`"]
     if q.pass_text:

@@ -32,9 +32,14 @@ from .cli_common import (
     LimitOption,
     SqlDirOption,
     StrictOption,
+    VerboseOption,
+    WideOption,
     check_format,
+    echo_screen,
     pick_runs,
     progress_printer,
+    screen_style,
+    screen_width,
 )
 from .errors import SlowcardError, UsageError
 from .verdict import Status
@@ -48,8 +53,25 @@ app = typer.Typer(
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        import platform
+
+        import duckdb
+
+        from . import __version__
+
+        typer.echo(f"slowcard {__version__} (duckdb {duckdb.__version__}, Python {platform.python_version()})")
+        raise typer.Exit(0)
+
+
 @app.callback()
-def _main(debug: DebugOption = False):
+def _main(
+    debug: DebugOption = False,
+    version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
+    ),
+):
     """Find the slow card (rank, device, DP domain, expert) in profiler output of LLM clusters."""
 
 
@@ -145,9 +167,13 @@ def query(
     sql_dir: SqlDirOption = None,
     strict: StrictOption = False,
     limit: LimitOption = 20,
+    wide: WideOption = False,
     list_: bool = typer.Option(False, "--list", help="List the queries and exit."),
 ):
     """Run named, versioned SQL queries and print their verdicts.
+
+    Per query its verdict line and a table of the columns its header names as headline
+    (--wide: every column), fitted to the terminal.
 
     Example:
         slowcard query ep-slow-rank --db ep.duckdb
@@ -168,7 +194,9 @@ def query(
         results = [queries_mod.run_query(con, q, r, params) for r in pick_runs(con, run, all_runs) for q in selected]
     finally:
         con.close()
-    typer.echo(render.render_results(results, fmt, limit))
+    from .renderers.tables import render_results
+
+    typer.echo(render_results(results, fmt, limit, screen_width(), wide))
     raise typer.Exit(exit_code(results, strict))
 
 
@@ -177,19 +205,21 @@ def exit_code(results, strict: bool = False) -> int:
     return 1 if any(r.status in bad for r in results) else 0
 
 
-def _print_catalog(catalog):
-    from tabulate import tabulate
+def _print_catalog(catalog, wide: bool = False):
+    from .renderers.tables import catalog_table
 
-    typer.echo(tabulate(queries_mod.catalog_rows(catalog), headers="keys", tablefmt="simple"))
+    typer.echo(catalog_table(queries_mod.catalog_rows(catalog), screen_width(), wide))
 
 
 @app.command("list")
 def list_queries(
     sql_dir: SqlDirOption = None,
     fmt: str = typer.Option("table", "--format", "-f", help="table | markdown (the page docs/queries.md)"),
+    wide: WideOption = False,
 ):
-    """List every query with its version, role, verdict rule, subject, priority, where it shows,
-    and description (in diagnosis order).
+    """List every query with its version, role, verdict rule and description (diagnosis order).
+
+    Fitted to the terminal; --wide adds subject, priority, order and where it shows.
 
     Example:
         slowcard list
@@ -202,7 +232,7 @@ def list_queries(
 
         typer.echo(catalog_markdown(catalog), nl=False)
     else:
-        _print_catalog(catalog)
+        _print_catalog(catalog, wide)
 
 
 @app.command()
@@ -241,9 +271,13 @@ def diagnose(
     fmt: FormatOption = "table",
     sql_dir: SqlDirOption = None,
     strict: StrictOption = False,
+    verbose: VerboseOption = False,
 ):
-    """Answer "which card is slow, and why?" in one command: ingest (when given paths), run every
-    query whose data is present, and print one conclusion and the verdict lines.
+    """Answer "which card is slow, and why?" in one command.
+
+    Ingests the paths when given, runs every query whose data is present, and prints the answer
+    first: each slow card with its cause, cost, evidence, why and next step, then the findings,
+    the folded lists and the totals (-v: everything).
 
     Example:
         slowcard diagnose testdata/ep4_token_skew --db demo.duckdb
@@ -251,8 +285,9 @@ def diagnose(
     from . import store
     from .diagnosis import diagnose as run_diagnosis
     from .ingest import ingest_paths
+    from .view import run_inputs
 
-    check_format(fmt, ("table", "json"))
+    check_format(fmt, ("table", "json", "markdown"))
     catalog = queries_mod.load_catalog(sql_dir)
     if paths and len(paths) == 1 and store.is_duckdb_file(paths[0]):
         # `slowcard diagnose run.duckdb`: a database where input goes is the database to read
@@ -277,12 +312,29 @@ def diagnose(
     try:
         chosen = pick_runs(con, [run] if run else None)[0]
         diag = run_diagnosis(con, chosen, catalog)
+        inputs = run_inputs(con, chosen) if fmt != "json" else {}
     finally:
         con.close()
     if fmt == "json":
         typer.echo(render.to_json(diag.to_dict()))
+        raise typer.Exit(exit_code(diag.results.values(), strict))
+    from .view import screen
+
+    sc = screen(diag, inputs)
+    if fmt == "markdown":
+        from .renderers.markdown import screen as markdown_screen
+
+        typer.echo(markdown_screen(sc))
     else:
-        typer.echo(render.diagnosis_text(diag))
+        from .renderers import terminal
+
+        style, colour = screen_style()
+        text = (
+            terminal.verbose_text(sc, screen_width(), style)
+            if verbose
+            else terminal.first_screen(sc, screen_width(), style)
+        )
+        echo_screen(text, colour)
     raise typer.Exit(exit_code(diag.results.values(), strict))
 
 
@@ -311,7 +363,12 @@ def compare(
         cmp = run_compare(con, run_a, run_b, catalog)
     finally:
         con.close()
-    typer.echo(render.to_json(cmp.to_dict()) if fmt == "json" else render.comparison_text(cmp, limit))
+    if fmt == "json":
+        typer.echo(render.to_json(cmp.to_dict()))
+    else:
+        from .renderers.terminal import compare_text
+
+        typer.echo(compare_text(cmp, catalog, limit, screen_width()))
     raise typer.Exit(1 if any(v["status_b"] in (Status.FAIL, Status.ERROR) for v in cmp.verdicts) else 0)
 
 
@@ -394,6 +451,7 @@ _FAST_SPECS: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
             "--sql-dir": ("sql_dir", "paths"),
             "--strict": ("strict", "flag"),
             "--limit": ("limit", "int"),
+            "--wide": ("wide", "flag"),
             "--list": ("list_", "flag"),
         },
     ),
@@ -406,6 +464,8 @@ _FAST_SPECS: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
             "-f": ("fmt", "str"),
             "--sql-dir": ("sql_dir", "paths"),
             "--strict": ("strict", "flag"),
+            "--verbose": ("verbose", "flag"),
+            "-v": ("verbose", "flag"),
         },
     ),
     "ingest": (
@@ -438,9 +498,17 @@ _FAST_DEFAULTS: dict[str, dict] = {
         "sql_dir": None,
         "strict": False,
         "limit": 20,
+        "wide": False,
         "list_": False,
     },
-    "diagnose": {"db": Path(DEFAULT_DB), "run": None, "fmt": "table", "sql_dir": None, "strict": False},
+    "diagnose": {
+        "db": Path(DEFAULT_DB),
+        "run": None,
+        "fmt": "table",
+        "sql_dir": None,
+        "strict": False,
+        "verbose": False,
+    },
     "ingest": {
         "db": Path(DEFAULT_DB),
         "run": None,
@@ -536,11 +604,14 @@ def _run_fast(command: str, kwargs: dict) -> None:
 
 class _TerminalSafe:
     """stdout / stderr with the control characters of names and messages escaped (issue 16):
-    every line the CLI prints passes here. The progress bar's leading carriage return on a
-    terminal is the one control character kept."""
+    every line the CLI prints passes here. A leading carriage return on a terminal is the one
+    control character kept. ``unfiltered`` is the stream itself, for what escapes its own
+    content first (the coloured screen, cli_common.echo_screen; rich's progress bar, whose file
+    names are escaped before it draws them)."""
 
     def __init__(self, stream):
         self._stream = stream
+        self.unfiltered = stream
 
     def write(self, text):
         if isinstance(text, str):

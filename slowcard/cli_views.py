@@ -142,7 +142,7 @@ def register(app: typer.Typer) -> None:
         Example:
             slowcard report --db ep.duckdb --out report.html
         """
-        from .report import build_report
+        from .renderers.html import build_report
 
         con = queries_mod.open_readonly(db)
         try:

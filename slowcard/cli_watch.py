@@ -58,15 +58,19 @@ def _fmt_ms(v) -> str:
     return f"{v / 1000:.2f} s" if v >= 1000 else f"{v:.0f} ms"
 
 
-def status_line(step) -> str:
-    """One line: time, endpoints up, per-domain load of the latest window, instance P99, verdicts."""
+def status_line(step, width: int = 100) -> str:
+    """The interval's lines, none wider than ``width``: time, endpoints up, the instance's P99
+    of the latest window and the verdicts; then the DP domains' load (requests/s, waiting, KV),
+    as many domains a line as fit; then the endpoints that are down."""
+    from .renderers import clip
+
     ts = time.strftime("%H:%M:%S", time.localtime(step.ts_ns / 1e9))
     up = sum(1 for s in step.statuses if s.ok)
     parts = [f"{ts} {up}/{len(step.statuses)} up"]
+    doms = []
     if step.windows:
         last_ts = max(r["ts_ns"] for r in step.windows)
         rows = [r for r in step.windows if r["ts_ns"] == last_ts]
-        doms = []
         for r in rows:
             if r["dp_rank"] is None:
                 continue
@@ -74,20 +78,41 @@ def status_line(step) -> str:
             req = f"{r['requests_per_s']:.1f}" if r["requests_per_s"] is not None else "-"
             w = f"{r['waiting']:.0f}" if r["waiting"] is not None else "-"
             doms.append(f"DP{r['dp_rank']} {req} req/s w{w}{kv}" + (" (restart)" if r["reset"] else ""))
-        parts.append(" | ".join(doms) if doms else "no domain")
         inst = next((r for r in rows if r["dp_rank"] is None), None)
         if inst:
             parts.append(f"P99 TTFT {_fmt_ms(inst['ttft_p99_ms'])} e2e {_fmt_ms(inst['e2e_p99_ms'])}")
         n_win = len({r["ts_ns"] for r in step.windows})
         if n_win > 1:
             parts.append(f"{n_win} windows")
+        if not doms:
+            parts.append("no domain")
     else:
         parts.append("no new window")
-    parts.append(", ".join(f"{name} {r.status}" for name, r in step.results.items()))
+    judged = [f"{name} {r.status}" for name, r in step.results.items() if r.status != "SKIP"]
+    skipped = sum(1 for r in step.results.values() if r.status == "SKIP")
+    parts.append(", ".join(judged + ([f"{skipped} SKIP"] if skipped else [])))
+    lines = [clip("  ".join(parts), width)]
+    if doms:  # the domains in groups of equal size, one line each
+        fit = max((width - 2 + 3) // (max(len(d) for d in doms) + 3), 1)
+        n_lines = -(-len(doms) // fit)
+        start = 0
+        for k in range(n_lines):
+            size = len(doms) // n_lines + (1 if k < len(doms) % n_lines else 0)
+            lines.append(clip("  " + " | ".join(doms[start : start + size]), width))
+            start += size
     down = [f"{s.target}: {s.error}" for s in step.statuses if not s.ok]
     if down:
-        parts.append("down: " + "; ".join(down[:3]) + (f" (+{len(down) - 3})" if len(down) > 3 else ""))
-    return "  ".join(parts)
+        lines.append(clip("  down: " + "; ".join(down[:3]) + (f" (+{len(down) - 3})" if len(down) > 3 else ""), width))
+    return "\n".join(lines)
+
+
+def change_lines(name: str, old: str, new: str, summary: str, width: int = 100) -> str:
+    """A verdict change on lines of its own: ``ALERT name: PASS -> FAIL: summary`` when it turns
+    FAIL, ``CLEARED`` when it turns back; the summary wrapped within ``width``, never cut."""
+    from .renderers import wrap
+
+    tag = "ALERT" if new == "FAIL" else "CLEARED"
+    return "\n".join(wrap(f"{tag} {name}: {old} -> {new}: {summary}", width, indent="  "))
 
 
 def register(app: typer.Typer) -> None:
@@ -144,6 +169,7 @@ def register(app: typer.Typer) -> None:
             slowcard watch --scrape http://127.0.0.1:8000/metrics --interval 15s --db live.duckdb
         """
         from . import metrics as mx
+        from .cli_common import screen_width
         from .watch import PrometheusSource, ScrapeSource, Watcher
 
         last = None
@@ -198,10 +224,10 @@ def register(app: typer.Typer) -> None:
             def show(step):
                 nonlocal last
                 last = step
-                typer.echo(status_line(step))
+                width = screen_width()
+                typer.echo(status_line(step, width))
                 for name, old, new in step.changes:
-                    tag = "ALERT" if new == "FAIL" else "CLEARED"
-                    typer.echo(f"{tag} {name}: {old} -> {new}: {step.results[name].summary}")
+                    typer.echo(change_lines(name, old, new, step.results[name].summary, width))
                 for act in step.actions:
                     typer.echo(f"  {act}", err=True)
 

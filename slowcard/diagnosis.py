@@ -95,6 +95,10 @@ def conclude(results: dict) -> dict:
             "query": None,
         }
     speakers = [r for r in ran if r.spec is not None and r.spec.is_verdict and r.spec.priority is not None]
+    if not speakers:
+        # reports ran, but no verdict that names a slow card could decide (one rank, one DP
+        # domain, no collectives): "no slow card" would be a claim this run cannot back
+        return cannot_tell(results)
     # the reports behind the report's figures that have data for this run
     reports = [
         r.query
@@ -109,6 +113,34 @@ def conclude(results: dict) -> dict:
         "evidence": "; ".join(f"{r.query}@v{r.version} {r.status}" for r in speakers),
         "next_step": "if the service is still slow, look outside MoE/DP balance (host overhead, "
         "scheduling, memory) — see " + (_and(reports) or "the report queries"),
+        "query": None,
+    }
+
+
+def cannot_tell(results: dict) -> dict:
+    """The SKIP conclusion of a run whose slow-card verdicts all SKIPped: the headline gives the
+    reason of the first one that had data but not enough of it (its own skip_reason, e.g. "1
+    rank(s) …; comparing a rank with the median rank needs >= 3"), else says which inputs none
+    of them found."""
+    skipped = sorted(
+        (
+            r
+            for r in results.values()
+            if r.spec is not None and r.spec.is_verdict and r.spec.priority is not None and r.status == Status.SKIP
+        ),
+        key=lambda r: (r.spec.priority, r.query),
+    )
+    short = [r for r in skipped if r.rows]  # SKIP from the query's own skip_reason: data, but too little
+    first = (short or skipped or [None])[0]
+    reason = f"{first.summary} ({first.query})" if first is not None else "no verdict query ran"
+    return {
+        "status": str(Status.SKIP),
+        "headline": "Cannot name a slow card: " + reason,
+        "slow_cards": [],
+        "cause": None,
+        "evidence": "; ".join(f"{r.query}@v{r.version} SKIP: {r.summary}" for r in (short or skipped)),
+        "next_step": "compare several cards: ingest the traces of every rank (at least 3), or the service "
+        "data / metrics of every DP domain",
         "query": None,
     }
 

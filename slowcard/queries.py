@@ -10,7 +10,10 @@ What the rest of slowcard needs to know about a query is in its header too, so t
 analysis is one new SQL file: ``role`` (report or verdict), ``subject`` (the columns naming what a
 finding is about, e.g. ``rank`` or ``suspect_rank as rank``), ``priority`` (which verdict names the
 slow card first in a diagnosis), ``order`` (when it runs in a diagnosis) and ``shows`` (the report
-section or trace annotation that shows it). No module names a query in code.
+section or trace annotation that shows it). No module names a query in code. ``headline`` says
+what a reader sees first: the columns a query table shows by default and, as phrases, the
+evidence lines of a slow card on the first screen of `slowcard diagnose` (presentation only:
+not part of the fingerprint).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ KEYS = (
     "priority",
     "order",
     "shows",
+    "headline",
 )
 ROLES = ("report", "verdict")
 # What a finding can be about: subject kind -> the label printed before its value ("DP domain 1").
@@ -67,6 +71,7 @@ SHOWS = {
     "report.experts": "report: expert hotness heat map (verdict: its verdict line under the figure)",
     "report.dp": "report: DP domains table (verdict: its dp_rank findings are highlighted, verdict line)",
     "report.dp-windows": "report: per-window DP figures",
+    "report.metrics": "report: live metrics over time (per DP domain and the instance, the alert windows marked)",
     "annotate": "merged trace: the collectives where this verdict's slow rank arrives last are marked",
     "compare": "slowcard compare: the report's rows side by side (verdicts are always compared)",
     "why": "diagnose and report: the why-section of each slow card (its rows about that card's ranks)",
@@ -77,6 +82,8 @@ TYPES = {"INTEGER": int, "BIGINT": int, "DOUBLE": float, "VARCHAR": str, "BOOLEA
 _NAME = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
 _PARAM = re.compile(r"^(?P<name>[a-z_][a-z0-9_]*)\s+(?P<type>[A-Z]+)\s*=\s*(?P<default>.*?)\s*(?:--\s*(?P<help>.*))?$")
 _DOLLAR = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
+_HEADLINE_FIELD = re.compile(r"\{([a-z_][a-z0-9_]*)\}")
+_COLUMN = re.compile(r"^[a-z_][a-z0-9_]*$")
 
 
 @dataclass(frozen=True)
@@ -107,6 +114,19 @@ class Query:
     priority: int | None = None  # verdicts: lower names the slow card first; None never
     order: int = DEFAULT_ORDER
     shows: tuple[str, ...] = ()
+    headline: tuple[str, ...] = ()  # entries: a column name, or a phrase with {column} placeholders
+
+    @property
+    def headline_columns(self) -> list[str]:
+        """The columns a query table shows by default (besides subject, level, cause and cost):
+        each headline entry's column, i.e. the entry itself or its first ``{column}``."""
+        out: list[str] = []
+        for entry in self.headline:
+            m = _HEADLINE_FIELD.search(entry)
+            col = m.group(1) if m else entry
+            if col not in out:
+                out.append(col)
+        return out
 
     @property
     def is_verdict(self) -> bool:
@@ -116,7 +136,8 @@ class Query:
         return f"{self.name}@v{self.version}"
 
     def fingerprint(self) -> str:
-        """What must not change without a version bump: body, params and rule (not comments)."""
+        """What must not change without a version bump: body, params and rule (not comments, nor
+        the presentation headers summary / pass / headline)."""
         h = hashlib.sha256()
         h.update(_normalise_sql(self.body).encode())
         for p in self.params:
@@ -234,6 +255,8 @@ def parse_query(path: Path, text: str | None = None) -> Query:
     meta = _parse_meta(
         path, rule, {k: fields[k][0] for k in ("role", "subject", "priority", "order", "shows") if k in fields}
     )
+    if "headline" in fields:
+        meta["headline"] = _parse_headline(path, *fields["headline"][0])
     return Query(
         name=name,
         version=int(version),
@@ -248,6 +271,19 @@ def parse_query(path: Path, text: str | None = None) -> Query:
         path=path,
         **meta,
     )
+
+
+def _parse_headline(path: Path, line: int, value: str) -> tuple[str, ...]:
+    """``headline: ENTRY | ENTRY | …``: each entry a column name or a phrase with ``{column}``
+    placeholders (the first one is the entry's column in query tables)."""
+    entries = tuple(e.strip() for e in value.split("|"))
+    for e in entries:
+        if not (_COLUMN.match(e) or _HEADLINE_FIELD.search(e)):
+            raise QueryDefinitionError(
+                f"{path}:{line}: headline entry {e!r}: expected a column name or a phrase with "
+                "{column} placeholders, entries separated by ' | '"
+            )
+    return entries
 
 
 _SUBJECT = re.compile(r"^(?P<col>[a-z_][a-z0-9_]*)(?:\s+as\s+(?P<kind>[a-z_][a-z0-9_]*))?$")

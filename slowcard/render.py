@@ -1,4 +1,6 @@
-"""Turning results into text: tables (tabulate), JSON, CSV, Markdown. Pure: returns strings."""
+"""Machine formats and the escaping every output line passes: JSON (the contract), CSV, the
+per-file ingest table and the totals line. The screens for people are in ``renderers/``. Pure:
+returns strings."""
 
 from __future__ import annotations
 
@@ -10,7 +12,6 @@ import re
 from datetime import date, datetime
 from decimal import Decimal
 
-from . import verdict
 from .verdict import Status
 
 
@@ -73,62 +74,36 @@ def _cell(v):
     return v
 
 
-def result_table(res, fmt: str = "simple", limit: int = 20) -> str:
-    """One result: the verdict line, its table, and the parameters it ran with."""
-    head = f"{res.query}@v{res.version} {res.status} [run {res.run}] {res.summary}"
-    if fmt == "github":
-        head = "### " + head
-    parts = [head]
-    if res.rows:
-        shown = res.rows[:limit] if limit else res.rows
-        cols = res.columns
-        if verdict.pass_rows(res.rows) or verdict.skip_reason(res.rows) is not None:
-            # what a PASS rests on, or why a SKIP: a few columns of a finding's many; show those
-            cols = [c for c in cols if any(r.get(c) is not None for r in res.rows)]
-        table = tabulate(
-            [[_cell(r.get(c)) for c in cols] for r in shown],
-            headers=cols,
-            tablefmt=fmt,
-            floatfmt="g",
-            missingval="NULL",
-        )
-        parts.append(table)
-        if len(res.rows) > len(shown):
-            parts.append(f"(showing {len(shown)} of {len(res.rows)} rows; --limit 0 shows all)")
-    if res.params:
-        parts.append("params: " + " ".join(f"{k}={v}" for k, v in res.params.items()))
-    return "\n".join(parts)
-
-
 def totals_line(results) -> str:
-    """``FAIL=1 ERROR=0 WARN=0 PASS=2 INFO=3 SKIP=4``: how many results per status, worst first."""
+    """``FAIL=1 ERROR=0 WARN=0 PASS=2 INFO=3 SKIP=4 TOTAL=10``: how many results per status,
+    worst first (dbt's summary line)."""
     counts = {str(s): 0 for s in Status}
     for r in results:
         counts[str(r.status)] = counts.get(str(r.status), 0) + 1
-    return " ".join(f"{k}={v}" for k, v in counts.items())
+    return " ".join(f"{k}={v}" for k, v in counts.items()) + f" TOTAL={sum(counts.values())}"
 
 
-def render_results(results, fmt: str = "table", limit: int = 20) -> str:
+def render_results(results, fmt: str = "json") -> str:
+    """Results as JSON (the contract) or CSV (one row per result row). The tables for people
+    (table, markdown) are ``renderers.tables.render_results``."""
     if fmt == "json":
         from .findings import result_dict
 
         return to_json([result_dict(r) for r in results])
-    if fmt == "csv":
-        out = io.StringIO()
-        w = csv.writer(out)
-        cols: list[str] = []
-        for r in results:
-            cols += [c for c in r.columns if c not in cols]
-        w.writerow(["query", "version", "run", "status"] + cols)
-        for r in results:
-            for row in r.rows:
-                w.writerow([r.query, r.version, _csvcell(r.run), r.status] + [_csvcell(row.get(c)) for c in cols])
-            if not r.rows:
-                w.writerow([r.query, r.version, _csvcell(r.run), r.status] + [""] * len(cols))
-        return out.getvalue().rstrip("\n")
-    tablefmt = "github" if fmt == "markdown" else "simple"
-    blocks = [result_table(r, tablefmt, limit) for r in results]
-    return "\n\n".join(blocks + [totals_line(results)])
+    if fmt != "csv":
+        raise ValueError(f"render_results: {fmt!r} is not json or csv (tables: renderers.tables)")
+    out = io.StringIO()
+    w = csv.writer(out)
+    cols: list[str] = []
+    for r in results:
+        cols += [c for c in r.columns if c not in cols]
+    w.writerow(["query", "version", "run", "status"] + cols)
+    for r in results:
+        for row in r.rows:
+            w.writerow([r.query, r.version, _csvcell(r.run), r.status] + [_csvcell(row.get(c)) for c in cols])
+        if not r.rows:
+            w.writerow([r.query, r.version, _csvcell(r.run), r.status] + [""] * len(cols))
+    return out.getvalue().rstrip("\n")
 
 
 def _csvcell(v):
@@ -170,72 +145,3 @@ def ingest_table(report) -> str:
         counts[f.status] = counts.get(f.status, 0) + 1
     tail = f"run {report.run!r} in {report.db_path}: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     return table + "\n" + tail
-
-
-def diagnosis_text(diag) -> str:
-    """The conclusion first, then one verdict line per query (name@vN STATUS summary)."""
-    c = diag.conclusion
-    lines = [f"== slowcard diagnosis of run {diag.run!r}: {c.get('status')} ==", c.get("headline", "")]
-    if c.get("query"):
-        lines.append(f"   evidence ({c['query']}): {c.get('evidence', '')}")
-        lines.append(f"   verdict: {c.get('summary', '')}")
-    elif c.get("evidence"):
-        lines.append(f"   evidence: {c['evidence']}")
-    if c.get("next_step"):
-        lines.append(f"   next: {c['next_step']}")
-    from .why import text as why_text
-
-    lines += why_text(getattr(diag, "why", None) or [])
-    lines.append("")
-    for r in diag.results.values():
-        lines.append(f"{r.query}@v{r.version} {r.status} {r.summary}")
-    lines.append(totals_line(diag.results.values()))
-    return "\n".join(lines)
-
-
-def fmt_num(v) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, float):
-        return f"{v:.4g}"
-    return str(v)
-
-
-def comparison_text(cmp, limit: int = 20) -> str:
-    """Verdict changes first, then one side-by-side table per metric query."""
-    lines = [
-        f"== {cmp.run_a} (A) vs {cmp.run_b} (B) ==",
-        f"slow card(s) in A: {'; '.join(cmp.slow_cards_a) or 'none'}; in B: {'; '.join(cmp.slow_cards_b) or 'none'}",
-    ]
-    rows = [
-        [
-            v["query"],
-            v["status_a"],
-            v["status_b"],
-            "; ".join(v["flagged_a"]) or "-",
-            "; ".join(v["flagged_b"]) or "-",
-            v["note"],
-        ]
-        for v in cmp.verdicts
-    ]
-    lines.append(
-        tabulate(rows, headers=["verdict", "A", "B", "flagged in A", "flagged in B", "change"], tablefmt="simple")
-    )
-    for name, block in cmp.metrics.items():
-        if not block["rows"]:
-            continue
-        lines.append("")
-        lines.append(f"{name} (A -> B, and B / A where both are numbers)")
-        shown = block["rows"][:limit] if limit else block["rows"]
-        key = block["key"]
-        metrics = list(dict.fromkeys(c[:-2] for r in shown for c in r if c.endswith("_a")))
-        table = []
-        for r in shown:
-            row = [r.get(k) for k in key]
-            for m in metrics:
-                a, b, ratio = r.get(f"{m}_a"), r.get(f"{m}_b"), r.get(f"{m}_ratio")
-                cell = f"{fmt_num(a)} -> {fmt_num(b)}"
-                row.append(cell + (f" ({ratio:.2f}x)" if isinstance(ratio, float) and ratio != 1 else ""))
-            table.append(row)
-        lines.append(tabulate(table, headers=key + metrics, tablefmt="simple", missingval="-"))
-    return "\n".join(lines)

@@ -6,6 +6,7 @@
 -- role: report
 -- order: 50
 -- shows: compare
+-- headline: host | offset_ms | n_samples
 -- summary: host {host}: {offset_ms} ms
 
 SELECT host, offset_ms, n_samples FROM clock_offsets WHERE run = $run ORDER BY host

@@ -9,6 +9,7 @@
 -- priority: 40
 -- order: 140
 -- shows: report.moe, annotate
+-- headline: {gap_pct} % of the mean step: the {dimension} gap of step {step} ({stage}) | {max_us} us on rank {max_rank} vs {min_us} us on rank {min_rank} (mean {mean_us} us) | {max_rank_wait_ms} ms waited by rank {max_rank} (transit {max_rank_transit_ms} ms, slowest link {max_rank_min_link_gbps} GB/s)
 -- summary: step {step} ({stage}): {dimension} gap {gap_pct}% of the mean step ({max_us} us on rank {max_rank} vs {min_us} us on rank {min_rank}); likely slow: rank {suspect_rank} ({cause}); next: {next_step}
 -- pass: No step has a Computing, Communication(Not Overlapped) or Free gap across the ranks of a pipeline stage above {min_gap_share} of the mean step time.
 

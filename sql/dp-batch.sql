@@ -7,6 +7,7 @@
 -- role: report
 -- order: 40
 -- shows: report.dp-windows
+-- headline: scope | window_no | dp_rank | requests | total_scheduled_tokens | exec_p99_ms | kv_usage_mean | ttft_p99_ms
 -- summary: DP {dp_rank} ({scope}): {requests} requests, {batches} batches, {total_scheduled_tokens} scheduled tokens, execution p50/p99 {exec_p50_ms}/{exec_p99_ms} ms, KV mean {kv_usage_mean}, queue wait p99 {queue_wait_p99_ms} ms
 
 -- Every metric is grouped twice: by domain (the whole run, win NULL) and by (window, domain).

@@ -19,6 +19,7 @@
 -- priority: 30
 -- order: 130
 -- shows: report.dp
+-- headline: {requests} requests ({requests_ratio}x the other domains' mean) | {tokens} tokens ({tokens_ratio}x the other domains' mean) | queue wait {queue_wait_ms} ms (other domains {others_queue_wait_ms} ms) | first-token P99 {ttft_p99_ms} ms (other domains {others_ttft_p99_ms} ms) | KV usage {kv_usage} (other domains {others_kv_usage}) of {total_blocks} blocks (other domains {others_total_blocks})
 -- summary: DP {dp_rank}: {cause} [{level}] ({evidence}); cost {cost_ms} ms first-token time per request of this domain ({cost_pct} % of the instance's); impact: {impact_signals}; next: {next_step}
 -- pass: No DP domain gets more requests, tokens, execution time or KV usage than chance gives (false-alarm rate {alpha} per run); {requests} requests over {domains} domains in {windows} windows of {window_s} s: a domain getting {detectable_request_ratio}x the others' requests would show in half of such runs (random dispatch; a balancing dispatcher shows less).
 

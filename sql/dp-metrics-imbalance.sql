@@ -1,5 +1,5 @@
 -- name: dp-metrics-imbalance
--- version: 1
+-- version: 2
 -- description: Hot DP domain from live metrics (slowcard watch): a domain whose share of requests, tokens, waiting requests or KV cache stays above the others over the latest consecutive windows without converging, while the instance's P95/P99 TTFT or e2e latency rises.
 -- requires: metric_windows
 -- param: skew_ratio DOUBLE = 1.3        -- hot in a window: requests/s, tokens/s, waiting or KV usage >= this x the other domains' median
@@ -15,6 +15,7 @@
 -- priority: 35
 -- order: 135
 -- shows: report.dp
+-- headline: {share_pct} % share of the {signal} ({ratio}x the other domains' median) over the last {hot_windows} windows | {value_now} now vs the other domains' median {others_median_now} | instance {latency_metric} {latency_now_ms} ms (before the streak {latency_before_ms} ms)
 -- summary: DP {dp_rank}: {cause} over the last {hot_windows} windows ({signal}: {share_pct}% share, {ratio}x the other domains' median); instance {latency_metric} {latency_before_ms} -> {latency_now_ms} ms; next: {next_step}
 -- pass: No DP domain stays hot over the last {min_windows} consecutive metric windows.
 --
@@ -29,6 +30,8 @@
 -- FAIL when the instance latency also rose: the mean of the last two streak windows' P95 or P99
 -- (TTFT or e2e) >= latency_rise x its median over the windows before the streak (else the
 -- streak's first window). Counter resets are already absorbed in the windows (reset column).
+-- Fewer than 2 DP domains in the metrics (a single-engine instance): SKIP with the reason, never
+-- a PASS that could not have been anything else.
 WITH w AS MATERIALIZED (
     SELECT *, dense_rank() OVER (ORDER BY ts_ns) AS wseq FROM metric_windows WHERE run = $run
 ), last_w AS (
@@ -101,7 +104,9 @@ WITH w AS MATERIALIZED (
            arg_max(before_ms, now_ms / NULLIF(before_ms, 0)) AS latency_before_ms,
            arg_max(now_ms, now_ms / NULLIF(before_ms, 0)) AS latency_now_ms
     FROM lat WHERE before_ms > 0 AND now_ms IS NOT NULL GROUP BY dp_rank
-)
+), enough AS (     -- a hot domain is hot against the others: one domain has none to compare with
+    SELECT coalesce(max(n_domains), 0) AS domains FROM n_dom
+), found AS (
 SELECT g.dp_rank,
        CASE g.signal
            WHEN 'requests/s' THEN 'request-skew'
@@ -129,4 +134,10 @@ SELECT g.dp_rank,
        END || g.dp_rank || ' with msServiceProfiler and run dp-imbalance on the trace' AS next_step
 FROM gaps g LEFT JOIN lat_best l USING (dp_rank)
 WHERE g.gap_last >= (1 - $converge_tolerance) * g.gap_first
-ORDER BY latency_rising DESC, g.hot_windows DESC, g.dp_rank
+)
+SELECT f.*, NULL::VARCHAR AS skip_reason FROM found f, enough WHERE enough.domains >= 2
+UNION ALL BY NAME
+SELECT format('{} DP domain(s) in the metrics: a hot domain needs other domains to compare with '
+              || '(scrape every DP engine: vLLM''s engine label, or --scrape URL=DP per endpoint)', domains) AS skip_reason
+FROM enough WHERE domains < 2
+ORDER BY latency_rising DESC, hot_windows DESC, dp_rank

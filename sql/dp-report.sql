@@ -6,6 +6,7 @@
 -- role: report
 -- order: 30
 -- shows: report.dp, compare
+-- headline: dp_rank | requests | tokens_pct | exec_p99_ms | kv_usage_mean | queue_wait_p99_ms | ttft_p99_ms
 -- summary: DP {dp_rank}: {requests} requests ({requests_vs_median}x median), {input_tokens}+{output_tokens} tokens ({tokens_vs_median}x), {total_scheduled_tokens} scheduled, execution p99 {exec_p99_ms} ms ({exec_vs_median}x), KV mean {kv_usage_mean} of {total_blocks} blocks, queue wait p99 {queue_wait_p99_ms} ms
 
 -- The side-by-side report the DP guide asks the profiler for; dp-imbalance decides whether a

@@ -12,6 +12,7 @@
 -- priority: 10
 -- order: 120
 -- shows: report.moe, annotate
+-- headline: {n_hot_experts} hot experts: {hot_experts} | rank load {rank_load_ratio}x the mean rank's | GroupedMatmul {gmm_ratio}x, dispatch+combine {comm_ratio}x the median rank's
 -- summary: {subject}: {finding} (hot experts {hot_experts}; rank load {rank_load_ratio}x mean rank; GroupedMatmul {gmm_ratio}x, dispatch+combine {comm_ratio}x median rank); next: {next_step}
 -- pass: No hot expert, hot rank or slow MoE operator persists (hotness >= {min_hotness}, rank load >= {min_rank_ratio}x, operator >= {min_op_ratio}x in >= {min_share} of the time).
 

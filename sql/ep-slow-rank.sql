@@ -14,6 +14,7 @@
 -- priority: 20
 -- order: 110
 -- shows: report.moe, annotate
+-- headline: {tokens_per_layer} tokens per layer (median rank {median_rank_tokens}) | GroupedMatmul {gmm_us_per_layer} us per layer (median rank {median_rank_gmm_us} us; {time_per_token_ratio}x its time per token) | dispatch+combine {transfer_us_per_layer} us per layer ({transfer_ratio}x the median rank's) | waits for its host {host_wait_us_per_layer} us per layer (median rank {median_rank_host_wait_us} us) | above the median rank in {above_pct} % of {layer_instances} layer instances (sign test p {p_value}) | the others waited {others_wait_ms} ms at collectives; it arrived last at {last_arrival_pct} % of them
 -- summary: rank {rank} {causes} [{level}]: costs {cost_ms} ms = {cost_pct}% of MoE time ({work}; above the median in {above_pct}% of {layer_instances} layer instances, p={p_value}; arrived last at {last_arrival_pct}% of collectives{caveat}{left_out}); next: {next_step}
 -- pass: No rank stands out: no rank's own MoE work (GroupedMatmul, transfer, waiting for its host) is significantly above the median rank's (sign tests over layer instances at alpha {alpha} / ranks).
 --

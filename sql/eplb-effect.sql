@@ -9,6 +9,7 @@
 -- role: verdict
 -- priority: 60
 -- order: 90
+-- headline: {par_after} peak/avg after {update} (before {par_before}), {scope}{layer_txt} | still hot experts {still_hot_experts}; ranks {still_hot_ranks} | {update_cost_ms} ms update cost
 -- summary: {update} {scope}{layer_txt}: peak/avg {par_before} -> {par_after} ({cause}); still hot experts: {still_hot_experts}; still hot ranks: {still_hot_ranks}; {update_cost_txt}; {next_step}
 -- pass: No EPLB update in the run: the load windows span a single expert-map epoch (give per-epoch maps with ts_ns, or an epoch per window).
 --

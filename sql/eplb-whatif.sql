@@ -8,6 +8,7 @@
 -- role: verdict
 -- priority: none
 -- order: 100
+-- headline: scope | layer | option | {saved_pct} % of MoE time saved {how} | {after_par} peak/avg after (now {current_par}), peak rank {peak_rank}
 -- summary: {scope}{layer_txt} {option}: peak/avg {current_par} now -> {after_par} {how}, {saved_pct}% of MoE time saved ({windows} windows of epoch {epoch_txt}); {next_step}
 -- pass: No expert-load windows for this run.
 --

@@ -6,6 +6,7 @@
 -- role: report
 -- order: 150
 -- shows: report.experts
+-- headline: layer | ep_rank | local_slot | expert | mean_hotness | peak_hotness
 -- summary: layer {layer} rank {ep_rank} slot {local_slot} (expert {expert}): hotness mean {mean_hotness}, peak {peak_hotness} over {windows} windows
 
 -- The grid behind the report's expert heat map: layer x expert, grouped by the rank that holds

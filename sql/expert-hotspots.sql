@@ -13,6 +13,7 @@
 -- priority: 50
 -- order: 80
 -- shows: report.experts
+-- headline: on rank {ep_rank} | {peak_hotness}x the layer's mean expert load at peak (mean {mean_hotness}x) | hot in {hot_windows} of {n_windows} windows | {layer_hot_ranks} rank(s) hold the layer's hot experts
 -- summary: layer {layer} expert {expert} on rank {ep_rank}: {cause} ({peak_hotness}x layer mean, hot in {hot_windows}/{n_windows} windows; {layer_hot_ranks} rank(s) hold the layer's hot experts; rank {ep_rank} hot in {rank_hot_layers}/{n_layers} layers); {next_step}
 -- pass: No expert is hot (>= {hot_ratio}x its layer's mean) in any window.
 --

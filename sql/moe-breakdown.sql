@@ -7,6 +7,7 @@
 -- role: report
 -- order: 20
 -- shows: report.moe, compare
+-- headline: rank | layer | moe_ms | gmm_pct | dispatch_pct | combine_pct | wait_pct
 -- summary: rank {rank}: GroupedMatmul {gmm_pct}%, dispatch {dispatch_pct}%, combine {combine_pct}%, gating {gating_pct}%, overlap {overlap_pct}%, other {other_pct}%, waiting {wait_pct}% of {moe_ms} ms
 
 -- The class columns are the time when ONLY that class runs; overlap_ms is the time two or more

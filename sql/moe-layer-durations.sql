@@ -6,6 +6,7 @@
 -- role: report
 -- order: 10
 -- shows: compare
+-- headline: rank | layer | instances | p50_us | p99_us | max_us
 -- summary: rank {rank} layer {layer}: p50 {p50_us} us, p99 {p99_us} us over {instances} instances
 
 SELECT rank, layer, count(*) AS instances,

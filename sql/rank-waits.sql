@@ -9,6 +9,7 @@
 -- subject: rank
 -- order: 60
 -- shows: compare
+-- headline: rank | collectives | total_wait_ms | last_pct | straggler
 -- summary: rank {rank} arrived last at {last_pct}% of {collectives} collectives, waited {total_wait_ms} ms
 
 WITH c AS (

@@ -10,6 +10,7 @@
 -- priority: 70
 -- order: 65
 -- shows: report.moe, annotate
+-- headline: arrived last at {last_pct} % of {collectives} collectives | waited {total_wait_ms} ms itself (mean arrival lag {mean_arrival_lag_us} us)
 -- summary: rank {rank} arrived last at {last_pct}% of {collectives} collectives, waited {total_wait_ms} ms
 -- pass: No rank arrives last at >= {min_last_share} of the matched collectives.
 --

@@ -7,6 +7,7 @@
 -- role: report
 -- order: 70
 -- shows: report.collectives
+-- headline: pg | coll_kind | instance | last_rank | arrival_skew_us | max_dur_us
 -- summary: {coll_kind} #{instance} ({pg}): rank {last_rank} arrived last, skew {arrival_skew_us} us
 
 SELECT pg, coll_kind, instance, any_value(name) AS name, count(*) AS ranks,

@@ -6,6 +6,7 @@
 -- role: report
 -- order: 160
 -- shows: report.waits
+-- headline: step | layer | rank | arrival_lag_ms | n_arrived_last | n_collectives
 -- summary: rank {rank} step {step} layer {layer}: waited {arrival_lag_ms} ms for the last arrival, arrived last at {n_arrived_last} of {n_collectives} collectives
 
 -- The grid behind the report's rank x step heat map. The slow card shows as the rank that

@@ -1,5 +1,5 @@
 -- name: why-gmm-efficiency
--- version: 1
+-- version: 2
 -- description: GroupedMatmul efficiency where shapes are known: per rank and weight shape, the achieved TFLOP/s of its GroupedMatmul (FLOPs of the matmuls it runs / its time) and the ratio to the median rank's for the same shapes.
 -- requires: op_classes
 -- param: same_rows_ratio DOUBLE = 1.1   -- rows per call within this ratio of the median rank's count as the same shapes
@@ -9,7 +9,8 @@
 -- subject: rank
 -- order: 230
 -- shows: why
--- summary: rank {rank} GroupedMatmul {shape}: {tflops} TFLOP/s = {efficiency_pct}% of the median rank's {median_rank_tflops} TFLOP/s ({rows_ratio}x its rows per call: {shapes})
+-- headline: GroupedMatmul {shape} | {rows_ratio}x the median rank's rows per call ({shapes}) | {tflops} TFLOP/s vs {median_rank_tflops} on the median rank ({efficiency_pct} %): {reading}
+-- summary: rank {rank} GroupedMatmul {shape}: {rows_ratio}x the median rank's rows per call ({shapes}), {tflops} TFLOP/s vs the median rank's {median_rank_tflops} ({efficiency_pct}%): {reading}
 --
 -- "slow-compute" says the card's GroupedMatmul takes longer; this says how fast it computes:
 -- FLOPs per second for the same shapes, the number a device's health is read from. FLOPs:
@@ -24,6 +25,9 @@
 -- one shape only, the median rank being the median of the ranks that ran it (rows and time
 -- summed over the run). rows_ratio: rows (M) per call vs the median rank's; 'same shapes' within
 -- same_rows_ratio, else 'more rows' / 'fewer rows' (larger M usually runs more efficiently).
+-- The reading column: what the efficiency says, which depends on the shapes: on the same shapes a lower
+-- TFLOP/s is a slower device or process; on more rows per call a higher TFLOP/s is the larger
+-- matmul running more efficiently, not a fast card (its time still grows with its rows).
 -- Rows are per (rank, shape), largest FLOPs first. SKIP when no GroupedMatmul has known shapes.
 
 WITH g AS MATERIALIZED (  -- the outermost GroupedMatmul operations of the run's ranks
@@ -93,10 +97,17 @@ SELECT p.rank, p.shape, p.calls, round(p.flops / 1e9, 3) AS gflop, round(p.dur_n
        CASE WHEN p.rows_per_call > $same_rows_ratio * m.med_rows THEN 'more rows'
             WHEN p.rows_per_call * $same_rows_ratio < m.med_rows THEN 'fewer rows'
             ELSE 'same shapes' END AS shapes,
+       CASE WHEN p.rows_per_call > $same_rows_ratio * m.med_rows
+                THEN 'larger matmuls run more efficiently: more work, not a faster card'
+            WHEN p.rows_per_call * $same_rows_ratio < m.med_rows
+                THEN 'smaller matmuls run less efficiently: a lower rate is expected'
+            WHEN p.tflops * $same_rows_ratio < m.med_tflops
+                THEN 'the same work runs slower: a slower device or process'
+            ELSE 'as efficient as the median rank' END AS reading,
        NULL::VARCHAR AS skip_reason
 FROM per p JOIN med m USING (shape), enough
 WHERE enough.skip_reason IS NULL AND m.n_ranks >= $min_ranks AND m.med_tflops > 0 AND m.med_rows > 0
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, skip_reason
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, skip_reason
 FROM enough WHERE skip_reason IS NOT NULL
 ORDER BY rank NULLS FIRST, gflop DESC, shape

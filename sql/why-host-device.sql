@@ -9,6 +9,7 @@
 -- subject: rank
 -- order: 210
 -- shows: why
+-- headline: {bound} | {compute_pct} % computing, {collective_pct} % collectives, {host_wait_pct} % waiting for the host of {window_ms} ms | compute {compute_ratio}x the median rank's
 -- summary: rank {rank} {bound}: computing {compute_pct}%, collectives {collective_pct}%, waiting for the host {host_wait_pct}%, other idle {other_idle_pct}% of {window_ms} ms on the device (compute {compute_ratio}x the median rank's)
 --
 -- A device that is slow because its HOST is slow (Python, dispatch, data loading, CPU binding)

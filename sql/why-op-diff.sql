@@ -11,6 +11,7 @@
 -- subject: rank
 -- order: 200
 -- shows: why
+-- headline: {name} ({op_class}) | +{excess_us} us over {instances} {unit}s = {excess_share_pct} % of its excess | {ratio}x the median rank's ({shapes})
 -- summary: rank {rank}: {name} ({op_class}) +{excess_us} us over {instances} {unit}s = {excess_share_pct}% of its excess ({ratio}x the median rank, {shapes}: {reading})
 --
 -- The question after a verdict names a card: what exactly on it takes longer? Within each MoE

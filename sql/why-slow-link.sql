@@ -12,6 +12,7 @@
 -- priority: none
 -- order: 220
 -- shows: why
+-- headline: slow link {link} ({source}) | {bw_gbps} GB/s vs {median_bw_gbps} GB/s on the median rank ({bw_ratio}x) | below the median in {below_pct} % of {samples} transfers
 -- summary: rank {rank} slow-link on {link} ({source}): {bw_gbps} GB/s vs the median rank's {median_bw_gbps} GB/s ({bw_ratio}x) over {samples} transfers, below the median in {below_pct}% of them
 -- pass: No rank's links are slower than {max_bw_ratio}x the median rank's effective bandwidth in >= {min_below_pct}% of its transfers.
 --

@@ -57,7 +57,11 @@ def test_debug_anywhere_through_the_console_entry_point(monkeypatch):
 
 
 def test_list_shows_the_header_metadata():
-    res = runner.invoke(app, ["list"])
+    narrow = runner.invoke(app, ["list"], env={"COLUMNS": "100"})
+    assert narrow.exit_code == 0
+    assert narrow.stdout.split("\n")[0].split() == ["query", "version", "role", "verdict", "description"]
+    assert max(len(line) for line in narrow.stdout.splitlines()) <= 100  # not 330 characters a row
+    res = runner.invoke(app, ["list", "--wide"])
     assert res.exit_code == 0
     lines = res.stdout.splitlines()
     assert lines[0].split()[:8] == ["query", "version", "role", "verdict", "subject", "priority", "order", "shows"]

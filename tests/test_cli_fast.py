@@ -22,10 +22,13 @@ ACCEPTED = [
     ["query", "ep-slow-rank", "-p", "alpha=0.1", "--param", "min_ranks=3", "--run", "a", "--run", "b"],
     ["query", "--all-runs", "--limit", "5", "--sql-dir", "d1", "--sql-dir", "d2", "--format", "csv"],
     ["query", "--list"],
+    ["query", "ep-slow-rank", "--wide", "-f", "markdown"],
     ["query", "ep-slow-rank", "-p", "alpha=-1"],
     ["diagnose"],
     ["diagnose", "testdata/ep4_token_skew", "--db", "demo.duckdb"],
     ["diagnose", "a", "b", "--run", "r", "-f", "json", "--strict", "--sql-dir", "s"],
+    ["diagnose", "-v", "--db", "x.duckdb"],
+    ["diagnose", "--verbose", "-f", "markdown"],
     ["ingest", "x"],
     ["ingest", "a", "b", "--db", "x.duckdb", "--run", "r", "-j", "2", "-q"],
     ["ingest", "--jobs", "3", "a", "--rank-pattern", "rank(\\d+)", "--rank-map", "m.csv", "--taxonomy", "t.csv"],
@@ -57,6 +60,9 @@ LEFT_TO_TYPER = [
     ["query", "--bogus"],
     ["diagnose", "--run", "a", "--run", "b"],
     ["diagnose", "--help"],
+    ["diagnose", "-v", "-v"],
+    ["query", "--wide", "--wide"],
+    ["--version"],
 ]
 
 

@@ -13,7 +13,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 import synth_service as ss  # noqa: E402
 
-from slowcard import queries, render, store, verdict  # noqa: E402
+from slowcard import queries, store, verdict  # noqa: E402
 from slowcard.ingest import ingest_paths  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -336,9 +336,20 @@ def test_committed_example_matches_the_generator_and_fails_on_dp1(tmp_path):
 
 def test_the_table_of_a_pass_shows_the_columns_it_rests_on(con):
     """A PASS's context row fills a few of the finding columns: the table shows those; a FAIL's
-    table keeps every column."""
-    passed = render.result_table(run(con, "dp-imbalance", "balanced")).splitlines()
-    assert passed[1].split() == ["level", "requests", "z_crit", "domains", "windows", "detectable_request_ratio"]
-    assert "NULL" not in passed[3]
-    failed = render.result_table(run(con, "dp-imbalance", "request_skew")).splitlines()
-    assert "tokens_ratio" in failed[1].split() and "next_step" in failed[1].split()
+    table shows its headline columns, and --wide every column."""
+    from slowcard.renderers import tables
+
+    passed = run(con, "dp-imbalance", "balanced")
+    assert tables.default_columns(passed) == [
+        "level",
+        "requests",
+        "z_crit",
+        "domains",
+        "windows",
+        "detectable_request_ratio",
+    ]
+    assert "NULL" not in tables.result_table(passed)
+    failed = run(con, "dp-imbalance", "request_skew")
+    shown = tables.default_columns(failed)
+    assert shown[:4] == ["dp_rank", "level", "cause", "cost_ms"] and "tokens" in shown
+    assert "next_step" not in shown and "next_step" in tables.default_columns(failed, wide=True)

@@ -67,7 +67,8 @@ def scratch(tmp_path_factory) -> Path:
 
 def _env() -> dict:
     scripts = sysconfig.get_path("scripts")
-    return {**os.environ, "PATH": scripts + os.pathsep + os.environ.get("PATH", ""), "COLUMNS": "200", "NO_COLOR": "1"}
+    # the README shows the screens of a 100-column terminal
+    return {**os.environ, "PATH": scripts + os.pathsep + os.environ.get("PATH", ""), "COLUMNS": "100", "NO_COLOR": "1"}
 
 
 def sh(cmd: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -89,6 +90,18 @@ def test_setup_block_runs_the_main_job_and_shows_what_the_readme_says(scratch):
     assert res.returncode == 1, res.stderr  # "exits with code 1 because it found a slow card"
     shown = blocks("text")[0]
     assert_shown(shown, res.stdout, main_job)
+
+
+def test_setup_makes_a_virtual_environment_first(tmp_path):
+    """A Debian / Ubuntu system Python refuses `pip install` (externally managed): the set-up
+    says to make a venv first, and that command, run as printed, gives a venv with pip."""
+    text = README.read_text(encoding="utf-8")
+    setup = text[text.index("## Set up, run, test") : text.index("```sh")]
+    line = re.search(r"`(python3 -m venv \.venv && \. \.venv/bin/activate)`", " ".join(setup.split()))
+    assert line, "the set-up does not say how to make the virtual environment"
+    res = sh(line.group(1) + " && command -v pip && python -c 'import sys; print(sys.prefix)'", tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert str(tmp_path / ".venv") in res.stdout and (tmp_path / ".venv" / "bin" / "pip").exists()
 
 
 def _sessions() -> list[tuple[str, str]]:

@@ -22,12 +22,14 @@ import synth_kineto  # noqa: E402
 from conftest import REAL_EP_RUN as REAL_RUN  # noqa: E402
 from conftest import ingest_ok
 
-from slowcard import queries, report  # noqa: E402
+from slowcard import queries  # noqa: E402
 from slowcard.errors import UsageError  # noqa: E402
 from slowcard.queries import Result  # noqa: E402
+from slowcard.renderers import html as report  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CATALOG = queries.load_catalog()
+EP = f"ep-slow-rank@v{CATALOG['ep-slow-rank'].version}"
 PAYLOAD = '<script>alert("pwned")</script>'
 GEN_RUN = f"gen{PAYLOAD}"
 EXTERNAL = re.compile(r"<(script|link|img|iframe|embed|object)\b[^>]*\b(src|href)\s*=\s*[\"']?\s*(https?:)?//", re.I)
@@ -79,7 +81,7 @@ def gen(tmp_path_factory):
             "cause": "token-skew",
             "evidence": "token_ratio=20",
             "next_step": "rebalance",
-            "query": "ep-slow-rank@v4",
+            "query": EP,
         },
     )
     con.close()
@@ -108,13 +110,19 @@ def _self_contained(page):
 def test_real_report_is_self_contained_and_names_the_slow_rank(real):
     page = real["page"]
     _self_contained(page)
-    assert "ep-slow-rank@v4" in page
-    row = re.search(r"<tr><td><code>ep-slow-rank@v4</code></td><td>(.*?)</td><td>(.*?)</td></tr>", page)
+    assert EP in page
+    row = re.search(rf"<tr><td><code>{EP}</code></td><td>(.*?)</td><td>(.*?)</td></tr>", page)
     assert row and "FAIL" in row.group(1) and "rank 1 token-skew" in row.group(2)
-    # without a diagnosis conclusion the page opens with the flagged verdicts, worst first
+    # the page opens with the first screen of the diagnosis (here concluded from the results):
+    # the slow card with its cause, cost, evidence and next step, then the findings, worst first
     start = page.index('<div class="conclusion">')
     top = page[start : page.index("<h2", start)]
-    assert re.findall(r"<code>([a-z-]+@v\d+)</code>", top) == ["ep-slow-rank@v4", "straggler-rank@v1"]
+    assert "Slow card: rank 1 — token-skew (" in top
+    card = top[top.index('<div class="card">') :]
+    assert "tokens per layer (median rank" in card and '<span class="label">next</span> routing' in card
+    findings = top[top.index('<table class="findings">') :]
+    assert re.findall(r"<code>([a-z-]+@v\d+)</code>", findings) == [EP, "straggler-rank@v1"]
+    assert "missing input: expert load" in top and "TOTAL=" in top
     # then the why-section of the slow card, before the figures
     assert start < page.index('<h2 class="why">Why is rank 1 slow?') < page.index("<h2>MoE time per rank</h2>")
     # every figure names its query@version under it
@@ -234,6 +242,47 @@ def test_missing_plotly_names_the_extra(gen, monkeypatch):
 # ---------------------------------------------------------------- CLI
 
 
+@pytest.fixture(scope="module")
+def live(tmp_path_factory):
+    """A watched run: 4 simulated vLLM DP engines, engine 2 hot from 2 s on, 9 windows of 0.5 s,
+    so dp-metrics-imbalance turns FAIL part-way (tests/vllm_sim.py, as the watch tests use)."""
+    from test_watch import Sims, watch_steps
+
+    d = tmp_path_factory.mktemp("live")
+    sims = Sims()
+    try:
+        port = sims.start("--hot-engine", "2", "--hot-from", "2")
+        steps = watch_steps(d / "live.duckdb", [f"http://127.0.0.1:{port}/metrics"], interval_s=0.5, steps=12)
+    finally:
+        sims.close()
+    assert any(s.results["dp-metrics-imbalance"].status == "FAIL" for s in steps)
+    con = queries.open_readonly(d / "live.duckdb")
+    try:
+        page = report.build_report(con, "live", _report_results(con, "live"))
+    finally:
+        con.close()
+    return {"page": page}
+
+
+def test_report_live_metrics_section_marks_the_alert_windows(live, real):
+    page = live["page"]
+    assert "<h2>Live metrics</h2>" in page
+    fig = _fig(page, "metric-timeline@v")
+    names = {t.get("name") for t in fig["data"]}
+    assert {"DP 0", "DP 1", "DP 2", "DP 3", "instance TTFT P99"} <= names
+    req = [t for t in fig["data"] if t.get("name") == "DP 2"][0]
+    others = [t for t in fig["data"] if t.get("name") == "DP 0"][0]
+    assert max(req["y"]) > 2 * max(others["y"])  # the hot domain stands out in requests/s
+    shaded = [sh for sh in fig["layout"].get("shapes", []) if sh.get("fillcolor") == "#d62728"]
+    assert shaded and all(sh["x1"] > sh["x0"] for sh in shaded)  # the alert windows
+    assert any("FAIL: dp-metrics-imbalance" in a.get("text", "") for a in fig["layout"]["annotations"])
+    # the first screen heads the page here too: the hot domain, from the live metrics verdict
+    top = page[page.index('<div class="conclusion') : page.index("<h2")]
+    assert "Slow card: DP domain 2 — request-skew" in top
+    # a run without metric windows has no such section
+    assert "<h2>Live metrics</h2>" not in real["page"]
+
+
 def test_cli_report_writes_the_page_and_rejects_bad_input(app, tmp_path):
     """On a one-rank trace without MoE layers: every part SKIPs with a note, the page is written."""
     trace = tmp_path / "t" / "rank0.pt.trace.json"
@@ -257,7 +306,7 @@ def test_cli_report_writes_the_page_and_rejects_bad_input(app, tmp_path):
     assert res.exit_code == 0, res.output
     assert "wrote" in res.output and "'tiny'" in res.output and out.stat().st_size > 3_000_000
     page = out.read_text(encoding="utf-8")
-    assert "No MoE layers found in this run" in page and "ep-slow-rank@v4" in page
+    assert "No MoE layers found in this run" in page and EP in page
     assert "Nothing to diagnose" in page  # the diagnosis conclusion heads the page
     assert report.figure_data(page) == []
     res = runner.invoke(app, ["report", "--db", str(db), "--run", "nope", "--out", str(out)])
@@ -333,3 +382,17 @@ def test_report_renders_in_chromium(real, tmp_path):
     width, height, ink = _png_size_and_ink(png)
     assert (width, height) == (1400, 2000)
     assert png.stat().st_size > 50_000 and ink > 0.01, (png.stat().st_size, ink)
+
+
+@pytest.mark.skipif(
+    CHROMIUM is None, reason="Chromium is not installed (Debian package `chromium`; .ci/run installs it)"
+)
+def test_live_report_renders_in_chromium(live, tmp_path):
+    """The page with the first screen and the live-metrics section draws without a page error."""
+    path = tmp_path / "live.html"
+    path.write_text(live["page"], encoding="utf-8")
+    png = tmp_path / "live.png"
+    console = _chromium_screenshot(path, png, tmp_path)
+    assert not re.search(r"Uncaught|Error", console), console
+    width, height, ink = _png_size_and_ink(png)
+    assert (width, height) == (1400, 2000) and ink > 0.01

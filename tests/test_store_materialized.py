@@ -197,7 +197,7 @@ def test_import_cli_does_not_load_heavy_or_unused_modules():
     """`import slowcard.cli` (every command's start) leaves out what only some commands need."""
     code = (
         "import sys, slowcard.cli; "
-        "print(','.join(m for m in ('pyarrow', 'tabulate', 'pandas', 'numpy', 'slowcard.report', "
+        "print(','.join(m for m in ('pyarrow', 'tabulate', 'pandas', 'numpy', 'slowcard.renderers.html', "
         "'slowcard.annotate', 'slowcard.watch', 'slowcard.compare', 'slowcard.export', "
         "'slowcard.ingest.chrome', 'slowcard.ingest.experts', 'slowcard.ingest.service_csv') if m in sys.modules))"
     )

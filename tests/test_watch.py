@@ -195,7 +195,7 @@ def test_hot_domain_with_rising_p99_is_flagged_within_a_few_intervals(sims, tmp_
     finally:
         con.close()
     assert diag.conclusion["headline"] == "Slow card: DP domain 2 — request-skew"
-    assert diag.conclusion["query"] == "dp-metrics-imbalance@v1"
+    assert diag.conclusion["query"].startswith("dp-metrics-imbalance@v")
 
 
 def test_short_burst_and_jitter_are_not_flagged(sims, tmp_path):
@@ -456,7 +456,7 @@ def test_ctrl_c_leaves_whole_windows(sims, tmp_path):
         deadline = time.monotonic() + 15
         lines = 0
         while lines < 6 and time.monotonic() < deadline:  # interrupt mid-watch, after a few windows
-            if proc.stdout.readline():
+            if proc.stdout.readline()[:1].isdigit():  # an interval's first line (its DP lines follow)
                 lines += 1
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=15)

@@ -12,8 +12,16 @@ sys.path.insert(0, str(Path(__file__).parent))
 import synth_kineto  # noqa: E402
 from conftest import REALDATA, ingest_ok  # noqa: E402
 
-from slowcard import queries, render  # noqa: E402
+from slowcard import queries  # noqa: E402
 from slowcard.diagnosis import diagnose  # noqa: E402
+from slowcard.renderers.terminal import verbose_text  # noqa: E402
+from slowcard.view import screen  # noqa: E402
+
+
+def diagnosis_text(diag) -> str:
+    """What `slowcard diagnose -v` prints of a diagnosis."""
+    return verbose_text(screen(diag))
+
 
 CATALOG = queries.load_catalog()
 NOISE_SET = REALDATA / "kineto_cpu_ep_noise"
@@ -108,7 +116,7 @@ def test_diagnose_has_a_why_section_for_the_slow_card(synth_db):
     # only rows about the slow card, and the first names GroupedMatmul with the same shapes
     assert part["rows"] and {r["rank"] for r in part["rows"]} == {2}
     assert part["rows"][0]["name"] == "GroupedMatmul" and part["rows"][0]["shapes"] == "same shapes"
-    text = render.diagnosis_text(diag)
+    text = diagnosis_text(diag)
     assert "Why is rank 2 slow (slow-compute):" in text
     assert "rank 2: GroupedMatmul (grouped_matmul)" in text
     assert diag.to_dict()["why"][0]["card"] == "rank 2"
@@ -118,12 +126,12 @@ def test_no_why_section_without_a_slow_card(synth_db):
     diag = diag_of(synth_db("balanced"))
     assert diag.conclusion["slow_cards"] == []
     assert diag.why == []
-    assert "Why is" not in render.diagnosis_text(diag)
+    assert "Why is" not in diagnosis_text(diag)
 
 
 def test_report_shows_the_why_section_for_the_slow_card(synth_db):
     pytest.importorskip("plotly", reason="the HTML report needs the optional plotly extra")
-    from slowcard.report import build_report
+    from slowcard.renderers.html import build_report
 
     db = synth_db("token_skew", slow_rank=1)
     diag = diag_of(db)
@@ -264,7 +272,7 @@ def test_diagnose_why_section_of_a_host_bound_straggler(gpu_db):
     assert diag.conclusion["slow_cards"] == ["rank 2"]
     part = next(p for p in diag.why[0]["parts"] if p["query"].startswith("why-host-device@"))
     assert [r["rank"] for r in part["rows"]] == [2] and part["rows"][0]["bound"] == "host-bound"
-    assert "rank 2 host-bound" in render.diagnosis_text(diag)
+    assert "rank 2 host-bound" in diagnosis_text(diag)
 
 
 # ------------------------------------------------------------------ why-slow-link

@@ -1,8 +1,11 @@
 """The visual report: ONE self-contained HTML file (plotly.js inlined, no CDN, no network).
 
-What it shows, each part from the query whose header puts it there (``shows: report.moe`` …;
-its ``name@vN`` is printed under the figure) and each part replaced by a short note when its
-data is absent (the query SKIPs). Today's built-in queries per place:
+It opens with the first screen of the diagnosis, the same view the terminal draws
+(``view.Screen``: each slow card with its cause, cost, evidence, why and next step, the
+findings, the folded lists, the totals), then the why-rows of each slow card. Then what it shows,
+each part from the query whose header puts it there (``shows: report.moe`` …; its ``name@vN``
+is printed under the figure) and each part replaced by a short note when its data is absent
+(the query SKIPs). Today's built-in queries per place:
 
 - ``report.moe``: MoE time per rank, stacked GroupedMatmul / dispatch / combine / gating / other,
   and beside it the time the rank waited for the last arrival (part of dispatch + combine) --
@@ -14,6 +17,8 @@ data is absent (the query SKIPs). Today's built-in queries per place:
   ``expert-heatmap``, with the verdict line of ``expert-hotspots``;
 - ``report.dp`` / ``report.dp-windows``: the side-by-side table (``dp-report``), the domains
   ``dp-imbalance`` flags highlighted, and per-window tokens, queue wait and KV usage (``dp-batch``);
+- ``report.metrics``: live metrics over time when the run has them (``metric-timeline``: per DP
+  domain requests/s, waiting, KV usage; the instance's TTFT / e2e P99; alert windows shaded);
 - every verdict with its summary and evidence rows.
 
 Every string that can come from a trace (names, summaries, row values) is passed through
@@ -31,12 +36,12 @@ import json
 import math
 from decimal import Decimal
 
-from . import __version__
-from . import findings as findings_mod
-from . import queries as queries_mod
-from . import why as why_mod
-from .errors import UsageError
-from .verdict import Status, fmt_value, severity
+from .. import findings as findings_mod
+from .. import queries as queries_mod
+from .. import why as why_mod
+from .._version import __version__
+from ..errors import UsageError
+from ..verdict import Status, fmt_value, severity
 
 # The report's places (a query's `shows:` header puts it in one): section data and verdict lines.
 SECTIONS = ("report.moe", "report.waits", "report.collectives", "report.experts", "report.dp", "report.dp-windows")
@@ -578,34 +583,159 @@ def _why_section(why: list[dict]) -> str:
     return "\n".join(out)
 
 
-def _conclusion_section(conclusion: dict | None, results: dict) -> str:
-    if not conclusion:  # no diagnosis given: the flagged verdict lines, worst first
-        flagged = sorted(
-            (r for r in results.values() if r.status in (Status.FAIL, Status.ERROR, Status.WARN)),
-            key=lambda r: (severity(r.status), r.query),
+def screen_section(sc) -> str:
+    """The first screen (``view.Screen``) at the top of the page, as the terminal shows it: the
+    headline, each slow card with its cause, cost, evidence, why and next step, the findings, the
+    folded lists and the totals."""
+    from .terminal import header_line
+
+    kind = {"PASS": " ok", "SKIP": " skip"}.get(sc.status, "")
+    out = [
+        f'<div class="conclusion{kind}">',
+        f'<p class="meta">{esc(header_line(sc, 10**6))}</p>',
+        f'<p class="headline">{_status_span(sc.status)} {esc(sc.headline)}</p>',
+    ]
+    for card in sc.cards:
+        cost = card.cost()
+        out.append(
+            f'<div class="card"><h3>{esc(card.card)} — {esc(card.causes)} {_status_span(card.level)}'
+            + (f" costs {esc(cost)}" if cost else "")
+            + f' <code class="from">{esc(card.query)}</code></h3>'
         )
-        if not flagged:
-            return '<div class="conclusion ok"><p class="headline">No verdict query flags anything.</p></div>'
-        return (
-            '<div class="conclusion"><ul>'
-            + "".join(f"<li>{_status_span(r.status)} <code>{_ref(r)}</code>: {esc(r.summary)}</li>" for r in flagged)
-            + "</ul></div>"
+        if card.evidence:
+            out.append('<ul class="evidence">' + "".join(f"<li>{esc(e)}</li>" for e in card.evidence) + "</ul>")
+        why = [esc(w) for w in card.why]
+        why += [f"<code>{esc(q)}</code> {_status_span(st)}" for q, st in card.why_quiet]
+        if card.why_note:
+            why.append(esc(card.why_note))
+        if why:
+            out.append('<p class="label">why</p><ul class="why">' + "".join(f"<li>{w}</li>" for w in why) + "</ul>")
+        if card.next_step:
+            out.append(f'<p class="next"><span class="label">next</span> {esc(card.next_step)}</p>')
+        out.append("</div>")
+    if not sc.cards:
+        if sc.resting:
+            out.append("<ul>" + "".join(f"<li>{esc(r)}</li>" for r in sc.resting) + "</ul>")
+        if sc.conclusion.get("next_step"):
+            out.append(f'<p class="next"><span class="label">next</span> {esc(sc.conclusion["next_step"])}</p>')
+    if sc.findings or sc.errors:
+        rows = "".join(
+            f"<tr><td>{_status_span(f.level)}</td><td><code>{esc(f.query)}</code></td><td>{esc(f.label)}</td>"
+            f"<td>{esc(f.cost)}</td><td>{esc(f.causes)}</td></tr>"
+            for f in sc.findings
+        ) + "".join(f'<tr><td>{_status_span("ERROR")}</td><td colspan="4">{esc(e)}</td></tr>' for e in sc.errors)
+        out.append(
+            '<table class="findings"><thead><tr><th>level</th><th>query</th><th>subject</th><th>cost</th>'
+            f"<th>cause</th></tr></thead><tbody>{rows}</tbody></table>"
         )
-    status = conclusion.get("status")
-    badge = f"{_status_span(str(status))} " if status else ""
-    parts = [f'<div class="conclusion"><p class="headline">{badge}{esc(conclusion.get("headline"))}</p><dl>']
-    for key, label in (
-        ("slow_cards", "slow card(s)"),
-        ("cause", "cause"),
-        ("evidence", "evidence"),
-        ("next_step", "next step"),
-        ("query", "from"),
-    ):
-        v = conclusion.get(key)
-        if v not in (None, "", [], {}):
-            parts.append(f"<dt>{label}</dt><dd>{esc(v)}</dd>")
-    parts.append("</dl></div>")
-    return "".join(parts)
+    folded = []
+    if sc.passed:
+        folded.append(
+            f"{_status_span('PASS')} {len(sc.passed)}: " + ", ".join(f"<code>{esc(q)}</code>" for q in sc.passed)
+        )
+    if sc.info:
+        folded.append(
+            f"{_status_span('INFO')} {len(sc.info)} reports: " + ", ".join(f"<code>{esc(q)}</code>" for q in sc.info)
+        )
+    for g in sc.skips:
+        folded.append(
+            f"{_status_span('SKIP')} {len(g.queries)}, missing input: {esc(g.need)} ("
+            + ", ".join(f"<code>{esc(q)}</code>" for q in g.queries)
+            + ")"
+        )
+    if folded:
+        out.append('<ul class="folded">' + "".join(f"<li>{f}</li>" for f in folded) + "</ul>")
+    totals = " ".join(f"{k}={v}" for k, v in sc.totals.items()) + f" TOTAL={sc.total}"
+    out.append(f'<p class="totals"><code>{esc(totals)}</code></p></div>')
+    return "\n".join(out)
+
+
+def _metrics_section(F: _Figures, results: dict, make_subplots) -> str:
+    """Live metrics over time (``report.metrics``: per DP domain requests/s, waiting requests and
+    KV usage, the instance's TTFT and e2e P99), the windows in which a watched verdict was FAIL
+    shaded; nothing when the run has no metric windows."""
+    res = _data(results, "report.metrics")
+    if not _usable(res):
+        return ""
+    go = F.go
+    rows = res.rows
+    fig = make_subplots(
+        rows=4,
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.06,
+        subplot_titles=(
+            "finished requests/s per DP domain",
+            "waiting requests per DP domain",
+            "KV-cache usage per DP domain",
+            "instance first-token (TTFT) and end-to-end P99 (ms)",
+        ),
+    )
+    domains = sorted({r["dp_rank"] for r in rows if r.get("dp_rank") is not None})
+    for dp in domains:
+        rs = [r for r in rows if r.get("dp_rank") == dp]
+        x = [_f(r["since_start_s"]) for r in rs]
+        for row, col in ((1, "requests_per_s"), (2, "waiting"), (3, "kv_usage")):
+            fig.add_trace(
+                go.Scatter(
+                    x=x,
+                    y=[_f(r.get(col)) for r in rs],
+                    mode="lines+markers",
+                    name=f"DP {dp}",
+                    legendgroup=f"dp{dp}",
+                    showlegend=row == 1,
+                ),
+                row=row,
+                col=1,
+            )
+    inst = [r for r in rows if r.get("dp_rank") is None]
+    for col, label in (("ttft_p99_ms", "TTFT P99"), ("e2e_p99_ms", "e2e P99")):
+        fig.add_trace(
+            go.Scatter(
+                x=[_f(r["since_start_s"]) for r in inst],
+                y=[_f(r.get(col)) for r in inst],
+                mode="lines+markers",
+                name=f"instance {label}",
+            ),
+            row=4,
+            col=1,
+        )
+    alerts = _alert_spans(inst)
+    for x0, x1, what in alerts:
+        fig.add_vrect(x0=x0, x1=x1, fillcolor="#d62728", opacity=0.12, line_width=0, layer="below", row="all", col=1)
+        fig.add_annotation(
+            x=(x0 + x1) / 2,
+            y=1.02,
+            xref="x",
+            yref="paper",
+            showarrow=False,
+            text=html.escape(f"FAIL: {what}"),
+            font=dict(color="#d62728", size=11),
+        )
+    fig.update_xaxes(title_text="seconds since the first window", row=4, col=1)
+    fig.update_layout(title="Live metrics (slowcard watch), per window")
+    note = (
+        f"<p>{len(domains)} DP domain(s), {len({r['ts_ns'] for r in rows})} window(s)"
+        + (f"; {len(alerts)} alert period(s) shaded (a watched verdict FAIL)" if alerts else "; no alert")
+        + ".</p>"
+    )
+    return "<h2>Live metrics</h2>" + note + F.block(fig, _ref(res), 900)
+
+
+def _alert_spans(inst_rows: list) -> list[tuple[float, float, str]]:
+    """(start s, end s, failing verdicts) of each run of consecutive windows with a FAIL."""
+    spans: list[tuple[float, float, str]] = []
+    for r in sorted(inst_rows, key=lambda r: r["since_start_s"]):
+        end = _f(r["since_start_s"]) or 0.0
+        start = end - (_f(r.get("window_s")) or 0.0)
+        what = r.get("failing")
+        if not what:
+            continue
+        if spans and spans[-1][2] == what and abs(spans[-1][1] - start) < 1e-6 + (_f(r.get("window_s")) or 0) * 0.5:
+            spans[-1] = (spans[-1][0], end, what)
+        else:
+            spans.append((start, end, str(what)))
+    return spans
 
 
 _CSS = """
@@ -616,6 +746,9 @@ h1{font-size:1.5em}h2{margin-top:2em;border-bottom:1px solid #ddd;padding-bottom
 .conclusion{border-left:6px solid #d62728;background:#fff5f5;padding:8px 16px}
 .conclusion .headline{font-size:1.2em;font-weight:600}.conclusion dt{font-weight:600}
 .conclusion dd{margin:0 0 6px 0}.conclusion.ok{border-color:#2ca02c;background:#f3fff3}
+.conclusion.skip{border-color:#999;background:#f7f7f7}.conclusion .meta{margin:4px 0}
+.card{margin:10px 0}.card h3{margin:6px 0;font-size:1.05em}.card ul{margin:2px 0 4px 0}
+.label{font-weight:600;margin:2px 0}.from{color:#666;font-weight:400}.totals{margin-top:8px}
 table{border-collapse:collapse;font-size:.85em;margin:6px 0}td,th{border:1px solid #ddd;padding:3px 6px;
      text-align:left;vertical-align:top}th{background:#f3f3f3}tr.hot td{background:#ffe9e9}
 .tbl{overflow-x:auto}.st{font-weight:700;padding:0 4px;border-radius:3px}
@@ -637,20 +770,29 @@ def build_report(con, run: str, results: dict, *, conclusion: dict | None = None
     """The report page of one run as an HTML string.
 
     ``results`` maps query name -> Result (e.g. ``Diagnosis.results``); queries the report needs
-    and ``results`` lacks are run here with default parameters. ``conclusion`` (the diagnosis
-    conclusion dict), when given, is shown at the top. Raises UsageError when plotly is missing.
+    and ``results`` lacks are run here with default parameters. The page opens with the first
+    screen of the diagnosis (``view.screen``) of ``conclusion`` (the diagnosis conclusion dict;
+    without one, the conclusion of ``results``). Raises UsageError when plotly is missing.
     """
     go, make_subplots, offline = _plotly()
+    from ..diagnosis import Diagnosis, conclude
+    from ..view import run_inputs, screen
+
     results = ensure_results(con, run, results, None, catalog)
+    why = why_mod.explain(results, con, run)
+    sc = screen(
+        Diagnosis(run=run, results=results, conclusion=conclusion or conclude(results), why=why), run_inputs(con, run)
+    )
     slow = _slow_ranks(results)
     F = _Figures(go)
     sections = [
-        _conclusion_section(conclusion, results),
-        _why_section(why_mod.explain(results, con, run)),
+        screen_section(sc),
+        _why_section(why),
         _moe_section(F, results, slow),
         _wait_section(F, results, make_subplots),
         _expert_section(F, results),
         _dp_section(F, results, make_subplots),
+        _metrics_section(F, results, make_subplots),
         _verdicts_section(results),
     ]
     when = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
