@@ -189,7 +189,7 @@ def test_hot_domain_with_rising_p99_is_flagged_within_a_few_intervals(sims, tmp_
     finally:
         con.close()
     assert diag.conclusion["headline"] == "Slow card: DP domain 2 — request-skew"
-    assert diag.conclusion["query"] == "dp-metrics-imbalance@v1"
+    assert diag.conclusion["query"] == "dp-metrics-imbalance@v2"
 
 
 def test_short_burst_and_jitter_are_not_flagged(sims, tmp_path):
