@@ -30,9 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 KINDS = ("part", "template", "worker", "dask", "export")
-_NAME = re.compile(
-    r"^\.?slowcard-(?:{})-(?P<host>.+)-(?P<pid>\d+)-(?P<token>[A-Za-z0-9_]+)$".format("|".join(KINDS))
-)
+_NAME = re.compile(r"^\.?slowcard-(?:{})-(?P<host>.+)-(?P<pid>\d+)-(?P<token>[A-Za-z0-9_]+)$".format("|".join(KINDS)))
 OWNER_FILE = ".owner"
 # A folder without an owner file is left alone for this long (seconds), whatever its pid says.
 LEGACY_AGE_S = 3600.0

@@ -408,6 +408,7 @@ class PrometheusSource:
         self.max_series = max_series
         self.path = self.base
         self._instances: dict[str, int] = {}
+        self.chunk_steps = BACKFILL_CHUNK_STEPS  # steps per range request (shrinks on oversized answers)
         self.selector = '{__name__=~"' + "|".join(re.escape(n) for n in sorted(self.wanted)) + '"}'
 
     def _range(self, start_ms: int, end_ms: int) -> tuple[dict[int, mx.Snapshot], TargetStatus]:
@@ -419,11 +420,13 @@ class PrometheusSource:
                 "step": f"{self.step_ms / 1e3:.3f}",
             }
         )
-        got = http_get(f"{self.base}/api/v1/query_range?{q}", self.timeout_s)
-        if got.body is None:
-            return {}, TargetStatus(self.base, False, error=got.error)
+        _status, body, error = http_request(
+            f"{self.base}/api/v1/query_range?{q}", self.timeout_s, headers={"Accept": "application/json"}
+        )
+        if body is None:
+            return {}, TargetStatus(self.base, False, error=error)
         try:
-            doc = orjson.loads(got.body)
+            doc = orjson.loads(body)  # the bytes as they came: no decoded copy of up to MAX_BYTES
             if doc.get("status") != "success":
                 return {}, TargetStatus(self.base, False, error=f"API error: {str(doc.get('error'))[:120]}")
             result = doc["data"]["result"]
@@ -431,7 +434,7 @@ class PrometheusSource:
                 raise TypeError
         except (ValueError, KeyError, TypeError, AttributeError):
             return {}, TargetStatus(self.base, False, error="garbage: not a Prometheus API answer")
-        del got, doc
+        del body, doc
         snaps: dict[int, mx.Snapshot] = {}
         kept = 0
         drops = Drops()
@@ -499,18 +502,28 @@ class PrometheusSource:
 
     def collect(self, since_ns: int | None) -> Iterator[Batch]:
         """Snapshots from the step at ``since_ns`` (else now - backfill) up to now, oldest first,
-        one batch per range request (at most BACKFILL_CHUNK_STEPS steps each)."""
+        one batch per range request (at most ``chunk_steps`` steps each). An answer over
+        MAX_BYTES makes the requests 8x shorter (once per range; a single step over it ends the
+        collection); any other failed request ends it too: the next collection starts again
+        from the last stored step, so a dead server costs one timeout per interval."""
         now_ms = time.time_ns() // 1_000_000
         end = now_ms // self.step_ms * self.step_ms
         first = end - max(self.backfill_ms, self.step_ms)
         start = first if since_ns is None else since_ns // 1_000_000
         start = min(max(start, first), end)  # a stored step from the future must not stop the watch
-        chunk = self.step_ms * BACKFILL_CHUNK_STEPS
         t = start
+        shrunk = False
         while t <= end:
-            t_end = min(end, t + chunk)
+            t_end = min(end, t + self.step_ms * self.chunk_steps)
             snaps, st = self._range(t, t_end)
+            if not st.ok and (st.error or "").startswith("response over") and t_end > t and not shrunk:
+                self.chunk_steps = max(1, self.chunk_steps // 8)
+                shrunk = True
+                continue
+            shrunk = False
             yield [snaps[k] for k in sorted(snaps)], [st]
+            if not st.ok:
+                return
             t = t_end + self.step_ms
 
 
