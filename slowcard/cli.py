@@ -355,6 +355,7 @@ def main():
         os.environ["SLOWCARD_DEBUG"] = "1"
     sys.stdout = _TerminalSafe(sys.stdout)
     sys.stderr = _TerminalSafe(sys.stderr)
+    sys.argv[1:] = _run_names_as_text(sys.argv[1:])
     _no_pandas_search()
     _env_warnings()
     signal.signal(signal.SIGINT, _on_interrupt)
@@ -363,6 +364,23 @@ def main():
         app()
     else:
         _run_fast(*fast)
+
+
+def _run_names_as_text(args: list[str]) -> list[str]:
+    """A --run value is a name, stored as text: the bytes of one that are not UTF-8 become
+    ``\\xNN`` (store.db_text), so `--run NAME` finds the run an ingest stored under NAME. Paths
+    stay as the OS gave them."""
+    from .store import db_text
+
+    out, after_run = [], False
+    for a in args:
+        if after_run:
+            a = db_text(a)
+        elif a.startswith("--run="):
+            a = "--run=" + db_text(a[len("--run=") :])
+        out.append(a)
+        after_run = a == "--run"
+    return out
 
 
 # The common forms of the commands run in loops (`query`, `diagnose`, `ingest`) are parsed here, without

@@ -102,6 +102,25 @@ def ddl_fingerprint() -> str:
     return h.hexdigest()[:16]
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def db_text(text: str) -> str:
+    """A name or path from the OS as the database stores it. The OS gives bytes; Python keeps
+    the bytes of a name that are not UTF-8 as lone surrogates (U+DC80..U+DCFF), which DuckDB
+    cannot take (a traceback before issue 31). Each such byte becomes the text ``\\xNN`` (any
+    other lone surrogate ``\\uXXXX``): the same name always gives the same text, and it prints as
+    the bytes it was. Valid names are returned as they are."""
+    if not _SURROGATE.search(text):
+        return text
+
+    def one(m: re.Match) -> str:
+        code = ord(m.group())
+        return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
+
+    return _SURROGATE.sub(one, text)
+
+
 def _is_lock_error(exc: Exception) -> bool:
     text = str(exc)
     return "lock" in text.lower() and ("Conflicting lock" in text or "Could not set lock" in text)
@@ -116,6 +135,11 @@ def connect(
         DatabaseBusy: still locked after the wait; the message names the database and the holder.
     """
     wait_s = LOCK_WAIT_S if wait_s is None else wait_s
+    if str(path) != db_text(str(path)):
+        raise UsageError(
+            f"{db_text(str(path))}: the database's name is not valid UTF-8, and DuckDB opens UTF-8 "
+            "names only; give --db a UTF-8 name (the files to ingest may keep theirs)"
+        )
     check_duckdb_file(path)
     # Never fetch or load extensions on the user's behalf: a SQLite or Postgres file given as --db
     # would otherwise make DuckDB download one (issue 16).
@@ -780,6 +804,7 @@ def row_tables(con) -> list[str]:
 
 
 def ensure_run(con, run: str, root_path: str | None) -> None:
+    run, root_path = db_text(run), None if root_path is None else db_text(root_path)
     con.execute(
         "INSERT INTO runs (run, root_path, created_at) SELECT ?, ?, now() "
         "WHERE NOT EXISTS (SELECT 1 FROM runs WHERE run = ?)",
@@ -845,6 +870,7 @@ def claim_source(con, run: str, path: str, size: int, fingerprint: str) -> int:
     """Test helper for format modules: create (or reuse) the `sources` row of (run, path) inside
     the caller's transaction and clear its old rows. The ingest driver uses new_source_id +
     commit_source instead."""
+    run, path = db_text(run), db_text(path)
     row = con.execute("SELECT source_id FROM sources WHERE run = ? AND path = ?", [run, path]).fetchone()
     if row:
         sid = row[0]
@@ -894,6 +920,12 @@ def commit_source(
 ) -> None:
     """Publish a file's rows in one short transaction: the previous ingest of the same (run, path),
     if any, disappears and this one appears, or (on any error) nothing changes."""
+    # names and messages that hold a file's name: as the database stores them (db_text)
+    run, path = db_text(run), db_text(path)
+    texts = {k: db_text(v) for k, v in vars(rec).items() if isinstance(v, str)}
+    rec = SourceRecord(**{**vars(rec), **texts})
+    drops = [(db_text(r), p if p is None else db_text(str(p)), n) for r, p, n in drops]
+    cell_drops = [(db_text(r), p if p is None else db_text(str(p)), n) for r, p, n in cell_drops]
     con.execute("BEGIN")
     try:
         for (old,) in con.execute("SELECT source_id FROM sources WHERE run = ? AND path = ?", [run, path]).fetchall():
