@@ -573,7 +573,7 @@ class Watcher:
         busy_wait_s: float | None = None,
     ):
         self.db = Path(db)
-        self.run = run
+        self.run = store.db_text(run)  # a name as the database stores it (bytes that are not UTF-8: \xNN)
         self.source = source
         self.retention_ns = int(retention_s * 1e9)
         self.exec_cmd = exec_cmd
@@ -601,13 +601,14 @@ class Watcher:
             return None
 
     def _source_id(self, con) -> int:
+        path = store.db_text(self.source.path)
         row = con.execute(
             "SELECT source_id FROM sources WHERE run = ? AND path = ? AND format = ?",
-            [self.run, self.source.path, self.source.format],
+            [self.run, path, self.source.format],
         ).fetchone()
         if row:
             return row[0]
-        store.ensure_run(con, self.run, self.source.path)
+        store.ensure_run(con, self.run, path)
         sid = con.execute("""SELECT greatest(nextval('source_id_seq'),
                                  (SELECT coalesce(max(source_id), 0) + 1 FROM sources),
                                  (SELECT coalesce(max(source_id), 0) + 1 FROM pending_sources))""").fetchone()[0]
@@ -615,7 +616,7 @@ class Watcher:
             """INSERT INTO sources (source_id, run, path, size_bytes, fingerprint, format, rows_seen,
                            rows_kept, rows_dropped, status, message, metadata, ingested_at)
                        VALUES (?, ?, ?, 0, '', ?, 0, 0, 0, 'ok', '', ?, now())""",
-            [sid, self.run, self.source.path, self.source.format, json.dumps({"watch": self.source.path})],
+            [sid, self.run, path, self.source.format, json.dumps({"watch": path})],
         )
         return sid
 
@@ -671,7 +672,10 @@ class Watcher:
                 con.executemany(
                     "INSERT INTO metric_scrape_rows (source_id, ts_ns, target, ok, samples, dropped, error, note) "
                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    [(sid, ts, s.target, s.ok, s.samples, s.dropped, s.error, s.note) for ts, s in self._scrapes],
+                    [
+                        (sid, ts, store.db_text(s.target), s.ok, s.samples, s.dropped, s.error, s.note)
+                        for ts, s in self._scrapes
+                    ],
                 )
             con.execute(
                 """UPDATE sources SET rows_kept = (SELECT count(*) FROM metric_window_rows WHERE source_id = ?),
