@@ -223,6 +223,7 @@ def show(
     """
     try:
         q = queries_mod.find(queries_mod.load_catalog(sql_dir), name)
+        queries_mod.check_shell_safe(q)  # what `query` refuses is not printed for the shell either
         text = (
             q.path.read_text(encoding="utf-8").rstrip() if raw else queries_mod.shell_sql(q, run, _parse_params(param))
         )
