@@ -54,7 +54,7 @@ def _main(debug: DebugOption = False):
 
 
 def _fail(msg: str, code: int = 2):
-    typer.echo(f"Error: {msg}", err=True)
+    typer.echo(render.safe_field(f"Error: {msg}"), err=True)
     raise typer.Exit(code)
 
 
@@ -114,11 +114,13 @@ def ingest(
         if not quiet:
             typer.echo(render.ingest_table(report))
         for w in report.warnings:
-            typer.echo(f"warning: {w}", err=True)
+            typer.echo(render.safe_field(f"warning: {w}"), err=True)
         for f in report.files:
             if f.status in ("failed", "truncated", "salvaged"):
                 typer.echo(
-                    f"{f.status}: {f.path}: {f.message}" if f.path not in f.message else f"{f.status}: {f.message}",
+                    render.safe_field(
+                        f"{f.status}: {f.path}: {f.message}" if f.path not in f.message else f"{f.status}: {f.message}"
+                    ),
                     err=True,
                 )
     raise typer.Exit(max(r.exit_code for r in reports))
@@ -265,7 +267,7 @@ def diagnose(
         run = report.run
         for f in report.files:
             if f.status in ("failed", "truncated", "salvaged"):
-                typer.echo(f"{f.status}: {f.message}", err=True)
+                typer.echo(render.safe_field(f"{f.status}: {f.message}"), err=True)
     con = queries_mod.open_readonly(db)
     try:
         chosen = pick_runs(con, [run] if run else None)[0]
@@ -337,7 +339,7 @@ def export(
     except (duckdb.Error, OSError) as exc:
         _fail(f"{parquet}: export failed ({str(exc).splitlines()[0]})", 2)
     for name, n in written.items():
-        typer.echo(f"{name}: {n} rows -> {parquet / name}")
+        typer.echo(render.safe_field(f"{name}: {n} rows -> {parquet / name}"))
 
 
 from . import cli_views  # noqa: E402  (report and annotate commands)

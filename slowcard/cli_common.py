@@ -20,6 +20,7 @@ from typer.core import TyperGroup
 
 from . import queries as queries_mod
 from .errors import SlowcardError, UsageError
+from .render import safe_field
 
 DEFAULT_DB = "slowcard.duckdb"
 
@@ -49,7 +50,7 @@ def error_boundary(ctx=None):
     except (SlowcardError, FileNotFoundError) as exc:
         if debug_on(ctx):
             raise
-        typer.echo(f"Error: {exc}", err=True)
+        typer.echo(safe_field(f"Error: {exc}"), err=True)  # one line whatever names it holds
         raise typer.Exit(2) from None
 
 
@@ -63,7 +64,7 @@ class Commands(TyperGroup):
 
 def fail(msg: str, code: int = 2):
     """Print ``Error: msg`` on stderr and exit (for checks of the command line itself)."""
-    typer.echo(f"Error: {msg}", err=True)
+    typer.echo(safe_field(f"Error: {msg}"), err=True)
     raise typer.Exit(code)
 
 
@@ -106,7 +107,7 @@ def progress_printer():
     def show(state: dict):
         mb_done = state["bytes_done"] / 1e6
         mb_total = state["bytes_total"] / 1e6
-        cur = Path(state["current"]).name if state.get("current") else ""
+        cur = safe_field(Path(state["current"]).name) if state.get("current") else ""
         sys.stderr.write(
             f"\r[{state['files_done']}/{state['files_total']} files] {mb_done:,.1f}/{mb_total:,.1f} MB "
             f"{state['events']:,} rows  {cur[:40]:<40}"
