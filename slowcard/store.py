@@ -121,6 +121,15 @@ def db_text(text: str) -> str:
     return _SURROGATE.sub(one, text)
 
 
+def check_db_name(path: str | Path) -> None:
+    """UsageError for a database name DuckDB cannot open: one that is not UTF-8."""
+    if str(path) != db_text(str(path)):
+        raise UsageError(
+            f"{db_text(str(path))}: the database's name is not valid UTF-8, and DuckDB opens UTF-8 "
+            "names only; give --db a UTF-8 name (the files to ingest may keep theirs)"
+        )
+
+
 def _is_lock_error(exc: Exception) -> bool:
     text = str(exc)
     return "lock" in text.lower() and ("Conflicting lock" in text or "Could not set lock" in text)
@@ -135,11 +144,7 @@ def connect(
         DatabaseBusy: still locked after the wait; the message names the database and the holder.
     """
     wait_s = LOCK_WAIT_S if wait_s is None else wait_s
-    if str(path) != db_text(str(path)):
-        raise UsageError(
-            f"{db_text(str(path))}: the database's name is not valid UTF-8, and DuckDB opens UTF-8 "
-            "names only; give --db a UTF-8 name (the files to ingest may keep theirs)"
-        )
+    check_db_name(path)
     check_duckdb_file(path)
     # Never fetch or load extensions on the user's behalf: a SQLite or Postgres file given as --db
     # would otherwise make DuckDB download one (issue 16).
@@ -726,6 +731,7 @@ def open_db(path: str | Path, read_only: bool = False, wait_s: float | None = No
     """Open the database for writing (schema applied) or for reading (schema refreshed first
     when this slowcard version's views differ from the ones stored in the file)."""
     path = Path(path)
+    check_db_name(path)  # before anything is created under that name
     if read_only:
         if not path.exists():
             raise FileNotFoundError(f"{path}: no such database; run `slowcard ingest PATH --db {path}` first")
