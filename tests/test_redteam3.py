@@ -600,3 +600,24 @@ def test_12_a_shown_script_runs_in_the_sandbox_of_query(tmp_path):
     finally:
         con.close()
     assert "ERROR" in cli("query", "leak", "--db", db, "--sql-dir", sql).stdout
+
+
+def test_4_a_bad_time_in_a_scraped_file_drops_its_sample_not_the_file(tmp_path):
+    name = "vllm_profiling_eplb:expert_hotness:current_max"
+    f = tmp_path / "m.prom"
+    f.write_text(
+        f"# TYPE {name} gauge\n"
+        f'{name}{{rank="0",phase="all",dp="0"}} 1.5 99999999999999999999\n'  # ms: past year 2262
+        f'{name}{{rank="1",phase="all",dp="0"}} 2.5 1700000000000\n'
+        f'{name}{{rank="2",phase="all",dp="0"}} 3.5 -99999999999999999\n'
+        "# scrape_ts=1e300\n"
+        f'{name}{{rank="3",phase="all",dp="0"}} 4.5\n'
+    )
+    res = cli("ingest", f, "--db", tmp_path / "p.duckdb")
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr  # 1: salvaged, see Exit codes
+    db = tmp_path / "p.duckdb"
+    assert rows(db, "SELECT status, rows_seen, rows_kept, rows_dropped FROM sources") == [("salvaged", 4, 2, 2)]
+    assert rows(db, "SELECT value, ts_ns FROM metric_sample_rows ORDER BY value") == [
+        (2.5, 1_700_000_000_000_000_000),
+        (4.5, None),
+    ]
