@@ -244,7 +244,14 @@ def register(app: typer.Typer) -> None:
             try:
                 watcher.run_loop(interval_s, duration_s=duration_s, once=once, on_step=show)
             except KeyboardInterrupt:
-                typer.echo("interrupted: every window collected before Ctrl-C is in the database", err=True)
+                if watcher.pending():  # the database was busy at the last collections
+                    typer.echo(
+                        "interrupted: the windows held while the database was busy were not written; "
+                        "every window written before is in the database",
+                        err=True,
+                    )
+                else:
+                    typer.echo("interrupted: every window collected before Ctrl-C is in the database", err=True)
         except SlowcardError as exc:
             typer.echo(safe_field(f"Error: {exc}"), err=True)
             raise typer.Exit(2) from None
