@@ -10,11 +10,16 @@ Two sources (one per watch):
   raw series of the mapped metrics, one step per interval): a backfill of the last hours in
   bounded chunks, then the new steps at each interval.
 
-Both yield snapshots (slowcard/metrics.py); consecutive snapshots make windows, written with
-the expert-load slots and the per-endpoint outcome in ONE transaction per collection (a Ctrl-C
-or a crash leaves whole windows only). Only the previous snapshot is kept in memory, responses
-are read up to a byte cap and samples up to a series cap, and windows older than the retention
-are deleted, so a watch of days stays bounded.
+Both yield snapshots (slowcard/metrics.py), one request's worth at a time; consecutive
+snapshots make windows, written with the expert-load slots and the per-endpoint outcome in ONE
+transaction per collection (per 20,000 rows of a long backfill; a Ctrl-C or a crash leaves whole
+windows only). What an endpoint says is never trusted (issue 31): every request ends by one
+deadline (headers and body), answers are read up to a byte cap, samples up to series caps, and
+every number that becomes a key, a time or a duration is checked (finite, in range; a range
+query's timestamps on the asked step grid) with the bad sample dropped and counted. Only the
+previous snapshot is kept in memory, and windows older than the retention are deleted, so a
+watch of days stays bounded. A database busy with a reader holds the windows in memory
+(bounded) until the next collection: the watch never ends for it.
 
 Never prints: events go to the caller's callback (the CLI prints them).
 """
