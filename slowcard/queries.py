@@ -589,7 +589,9 @@ def _query_timeout() -> float:
         value = float(os.environ.get("SLOWCARD_QUERY_TIMEOUT", QUERY_TIMEOUT_S))
     except ValueError:
         return QUERY_TIMEOUT_S
-    return value if math.isfinite(value) and value > 0 else 0.0
+    # 0, negative, non-finite or beyond a year (a wait that long overflows the platform's
+    # timeout: 1e300 was a traceback): no limit
+    return value if math.isfinite(value) and 0 < value <= 366 * 86400 else 0.0
 
 
 def isolated_select(con, body: str, params: dict, scope: str | None = None) -> tuple[list[str], list]:

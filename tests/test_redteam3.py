@@ -621,3 +621,11 @@ def test_4_a_bad_time_in_a_scraped_file_drops_its_sample_not_the_file(tmp_path):
         (2.5, 1_700_000_000_000_000_000),
         (4.5, None),
     ]
+
+
+@pytest.mark.parametrize("value", ["1e300", "inf", "99999999999999"])
+def test_4_a_huge_query_timeout_means_no_limit(tmp_path, value):
+    db = tmp_path / "q.duckdb"
+    assert cli("ingest", EP4, "--db", db, "-q").returncode == 0
+    res = cli("query", "ep-slow-rank", "--db", db, env={"SLOWCARD_QUERY_TIMEOUT": value})
+    assert res.returncode == 1 and "Traceback" not in res.stderr and "ep-slow-rank@" in res.stdout, res.stderr
