@@ -231,8 +231,10 @@ def fmt_num(v) -> str:
 def comparison_text(cmp, limit: int = 20) -> str:
     """Verdict changes first, then one side-by-side table per metric query."""
     lines = [
-        f"== {cmp.run_a} (A) vs {cmp.run_b} (B) ==",
-        f"slow card(s) in A: {'; '.join(cmp.slow_cards_a) or 'none'}; in B: {'; '.join(cmp.slow_cards_b) or 'none'}",
+        safe_field(f"== {cmp.run_a} (A) vs {cmp.run_b} (B) =="),
+        safe_field(
+            f"slow card(s) in A: {'; '.join(cmp.slow_cards_a) or 'none'}; in B: {'; '.join(cmp.slow_cards_b) or 'none'}"
+        ),
     ]
     rows = [
         [
