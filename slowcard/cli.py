@@ -76,7 +76,7 @@ def _main(
 
 
 def _fail(msg: str, code: int = 2):
-    typer.echo(f"Error: {msg}", err=True)
+    typer.echo(render.safe_field(f"Error: {msg}"), err=True)
     raise typer.Exit(code)
 
 
@@ -136,11 +136,13 @@ def ingest(
         if not quiet:
             typer.echo(render.ingest_table(report))
         for w in report.warnings:
-            typer.echo(f"warning: {w}", err=True)
+            typer.echo(render.safe_field(f"warning: {w}"), err=True)
         for f in report.files:
             if f.status in ("failed", "truncated", "salvaged"):
                 typer.echo(
-                    f"{f.status}: {f.path}: {f.message}" if f.path not in f.message else f"{f.status}: {f.message}",
+                    render.safe_field(
+                        f"{f.status}: {f.path}: {f.message}" if f.path not in f.message else f"{f.status}: {f.message}"
+                    ),
                     err=True,
                 )
     raise typer.Exit(max(r.exit_code for r in reports))
@@ -253,6 +255,7 @@ def show(
     """
     try:
         q = queries_mod.find(queries_mod.load_catalog(sql_dir), name)
+        queries_mod.check_shell_safe(q)  # what `query` refuses is not printed for the shell either
         text = (
             q.path.read_text(encoding="utf-8").rstrip() if raw else queries_mod.shell_sql(q, run, _parse_params(param))
         )
@@ -307,7 +310,7 @@ def diagnose(
         run = report.run
         for f in report.files:
             if f.status in ("failed", "truncated", "salvaged"):
-                typer.echo(f"{f.status}: {f.message}", err=True)
+                typer.echo(render.safe_field(f"{f.status}: {f.message}"), err=True)
     con = queries_mod.open_readonly(db)
     try:
         chosen = pick_runs(con, [run] if run else None)[0]
@@ -401,7 +404,7 @@ def export(
     except (duckdb.Error, OSError) as exc:
         _fail(f"{parquet}: export failed ({str(exc).splitlines()[0]})", 2)
     for name, n in written.items():
-        typer.echo(f"{name}: {n} rows -> {parquet / name}")
+        typer.echo(render.safe_field(f"{name}: {n} rows -> {parquet / name}"))
 
 
 from . import cli_views  # noqa: E402  (report and annotate commands)
@@ -420,6 +423,7 @@ def main():
         os.environ["SLOWCARD_DEBUG"] = "1"
     sys.stdout = _TerminalSafe(sys.stdout)
     sys.stderr = _TerminalSafe(sys.stderr)
+    sys.argv[1:] = _run_names_as_text(sys.argv[1:])
     _no_pandas_search()
     _env_warnings()
     signal.signal(signal.SIGINT, _on_interrupt)
@@ -428,6 +432,23 @@ def main():
         app()
     else:
         _run_fast(*fast)
+
+
+def _run_names_as_text(args: list[str]) -> list[str]:
+    """A --run value is a name, stored as text: the bytes of one that are not UTF-8 become
+    ``\\xNN`` (store.db_text), so `--run NAME` finds the run an ingest stored under NAME. Paths
+    stay as the OS gave them."""
+    from .store import db_text
+
+    out, after_run = [], False
+    for a in args:
+        if after_run:
+            a = db_text(a)
+        elif a.startswith("--run="):
+            a = "--run=" + db_text(a[len("--run=") :])
+        out.append(a)
+        after_run = a == "--run"
+    return out
 
 
 # The common forms of the commands run in loops (`query`, `diagnose`, `ingest`) are parsed here, without

@@ -20,6 +20,7 @@ from typer.core import TyperGroup
 
 from . import queries as queries_mod
 from .errors import SlowcardError, UsageError
+from .render import safe_field
 
 DEFAULT_DB = "slowcard.duckdb"
 
@@ -55,7 +56,7 @@ def error_boundary(ctx=None):
     except (SlowcardError, FileNotFoundError) as exc:
         if debug_on(ctx):
             raise
-        typer.echo(f"Error: {exc}", err=True)
+        typer.echo(safe_field(f"Error: {exc}"), err=True)  # one line whatever names it holds
         raise typer.Exit(2) from None
 
 
@@ -98,7 +99,7 @@ def _help_as_flag(get_help_option):
 
 def fail(msg: str, code: int = 2):
     """Print ``Error: msg`` on stderr and exit (for checks of the command line itself)."""
-    typer.echo(f"Error: {msg}", err=True)
+    typer.echo(safe_field(f"Error: {msg}"), err=True)
     raise typer.Exit(code)
 
 

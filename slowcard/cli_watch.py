@@ -16,18 +16,47 @@ from typing import Any, Literal, overload
 import typer
 
 from .errors import SlowcardError, UsageError
+from .render import safe_field
 
 DEFAULT_DB = "slowcard.duckdb"
-_DUR = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_DUR = re.compile(r"^\s*(\d{1,15}(?:\.\d{1,9})?)\s*(ms|s|m|h|d)?\s*$")
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+DAY_S = 86400.0
+# The longest value each duration may take: past these a sleep or a socket timeout overflows
+# the platform's time_t (99999999999999d was an OverflowError), and nothing sensible needs more.
+DURATION_MAX_S = {
+    "--interval": 7 * DAY_S,
+    "--timeout": 3600.0,
+    "--duration": 3660 * DAY_S,
+    "--backfill": 3660 * DAY_S,
+    "--retention": 3660 * DAY_S,
+}
+
+
+def _fmt_s(seconds: float) -> str:
+    for unit, size in (("d", DAY_S), ("h", 3600.0), ("m", 60.0)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"
 
 
 def parse_duration(text: str, what: str) -> float:
-    """'15', '15s', '2m', '1.5h', '7d' -> seconds."""
+    """'15', '15s', '2m', '1.5h', '7d' -> seconds: finite, above 0 and at most DURATION_MAX_S[what]."""
     m = _DUR.match(text or "")
-    if not m or float(m.group(1)) <= 0:
-        raise UsageError(f"{what} {text!r}: expected a positive duration like 15s, 2m, 1h or 7d")
-    return float(m.group(1)) * _UNIT[m.group(2)]
+    value = float(m.group(1)) * _UNIT[m.group(2)] if m else 0.0
+    top = DURATION_MAX_S.get(what, 3660 * DAY_S)
+    if not m or not 0 < value <= top:
+        raise UsageError(f"{what} {text!r}: expected a positive duration up to {_fmt_s(top)}, like 15s, 2m, 1h or 7d")
+    return value
+
+
+def _dp(text: str, what: str) -> int:
+    """A DP rank given on the command line: a whole number 0..MAX_INDEX."""
+    from .metrics import MAX_INDEX
+
+    if not (text.strip().isascii() and text.strip().isdigit()) or int(text) > MAX_INDEX:
+        raise UsageError(f"{what}: the DP rank must be a number from 0 to {MAX_INDEX}")
+    return int(text)
 
 
 @overload
@@ -41,8 +70,8 @@ def _pairs(values: list[str] | None, what: str, int_value: bool) -> list[tuple[s
         key, sep, val = raw.rpartition("=")
         if int_value:
             # URL=DP; an '=' inside the URL's query string (?a=1) is part of the URL
-            if sep and val.strip().isdigit() and "?" not in key:
-                out.append((key, int(val)))
+            if sep and val.strip().isascii() and val.strip().isdigit() and "?" not in key:
+                out.append((key, _dp(val, f"{what} {raw}")))
             else:
                 out.append((raw, None))
             continue
@@ -81,17 +110,28 @@ def status_line(step, width: int = 100) -> str:
         inst = next((r for r in rows if r["dp_rank"] is None), None)
         if inst:
             parts.append(f"P99 TTFT {_fmt_ms(inst['ttft_p99_ms'])} e2e {_fmt_ms(inst['e2e_p99_ms'])}")
-        n_win = len({r["ts_ns"] for r in step.windows})
+        n_win = step.n_windows or len({r["ts_ns"] for r in step.windows})
         if n_win > 1:
             parts.append(f"{n_win} windows")
         if not doms:
             parts.append("no domain")
     else:
         parts.append("no new window")
-    judged = [f"{name} {r.status}" for name, r in step.results.items() if r.status != "SKIP"]
-    skipped = sum(1 for r in step.results.values() if r.status == "SKIP")
-    parts.append(", ".join(judged + ([f"{skipped} SKIP"] if skipped else [])))
-    lines = [clip("  ".join(parts), width)]
+    if step.busy:
+        parts.append(f"database busy: {step.held_windows} window(s) held, written when it is free")
+    else:
+        judged = [f"{name} {r.status}" for name, r in step.results.items() if r.status != "SKIP"]
+        skipped = sum(1 for r in step.results.values() if r.status == "SKIP")
+        parts.append(", ".join(judged + ([f"{skipped} SKIP"] if skipped else [])))
+    if step.lost_windows:
+        parts.append(f"{step.lost_windows} window(s) dropped while the database was busy")
+    dropped = sum(s.dropped for s in step.statuses)
+    if dropped:
+        why = next((s.note for s in step.statuses if s.note), None)
+        parts.append(f"{dropped} sample(s) dropped" + (f" ({why})" if why else ""))
+    # each line escaped whatever the names and server answers hold (a newline in an error text
+    # forged an ALERT line)
+    lines = [clip(safe_field("  ".join(parts)), width)]
     if doms:  # the domains in groups of equal size, one line each
         fit = max((width - 2 + 3) // (max(len(d) for d in doms) + 3), 1)
         n_lines = -(-len(doms) // fit)
@@ -102,17 +142,19 @@ def status_line(step, width: int = 100) -> str:
             start += size
     down = [f"{s.target}: {s.error}" for s in step.statuses if not s.ok]
     if down:
-        lines.append(clip("  down: " + "; ".join(down[:3]) + (f" (+{len(down) - 3})" if len(down) > 3 else ""), width))
+        text = "  down: " + "; ".join(down[:3]) + (f" (+{len(down) - 3})" if len(down) > 3 else "")
+        lines.append(clip(safe_field(text), width))
     return "\n".join(lines)
 
 
 def change_lines(name: str, old: str, new: str, summary: str, width: int = 100) -> str:
     """A verdict change on lines of its own: ``ALERT name: PASS -> FAIL: summary`` when it turns
-    FAIL, ``CLEARED`` when it turns back; the summary wrapped within ``width``, never cut."""
+    FAIL, ``CLEARED`` when it turns back; the summary escaped (newlines too) and wrapped within
+    ``width``, never cut."""
     from .renderers import wrap
 
     tag = "ALERT" if new == "FAIL" else "CLEARED"
-    return "\n".join(wrap(f"{tag} {name}: {old} -> {new}: {summary}", width, indent="  "))
+    return "\n".join(wrap(safe_field(f"{tag} {name}: {old} -> {new}: {summary}"), width, indent="  "))
 
 
 def register(app: typer.Typer) -> None:
@@ -198,11 +240,7 @@ def register(app: typer.Typer) -> None:
                 assert prometheus is not None  # exactly one of --scrape / --prometheus: checked above
                 if not prometheus.startswith(("http://", "https://")):
                     raise UsageError(f"--prometheus {prometheus!r}: expected an http:// or https:// URL")
-                dmap = {}
-                for k, v in _pairs(dp_map, "--dp-map", False):
-                    if not v.strip().isdigit():
-                        raise UsageError(f"--dp-map {k}={v}: the DP rank must be a number >= 0")
-                    dmap[k] = int(v)
+                dmap = {k: _dp(v, f"--dp-map {k}={v}") for k, v in _pairs(dp_map, "--dp-map", False)}
                 source = PrometheusSource(
                     prometheus,
                     mapping,
@@ -223,20 +261,28 @@ def register(app: typer.Typer) -> None:
 
             def show(step):
                 nonlocal last
-                last = step
+                if step.results or last is None:
+                    last = step  # a step that found the database busy judged nothing: keep the last verdicts
                 width = screen_width()
                 typer.echo(status_line(step, width))
                 for name, old, new in step.changes:
                     typer.echo(change_lines(name, old, new, step.results[name].summary, width))
                 for act in step.actions:
-                    typer.echo(f"  {act}", err=True)
+                    typer.echo(safe_field(f"  {act}"), err=True)
 
             try:
                 watcher.run_loop(interval_s, duration_s=duration_s, once=once, on_step=show)
             except KeyboardInterrupt:
-                typer.echo("interrupted: every window collected before Ctrl-C is in the database", err=True)
+                if watcher.pending():  # the database was busy at the last collections
+                    typer.echo(
+                        "interrupted: the windows held while the database was busy were not written; "
+                        "every window written before is in the database",
+                        err=True,
+                    )
+                else:
+                    typer.echo("interrupted: every window collected before Ctrl-C is in the database", err=True)
         except SlowcardError as exc:
-            typer.echo(f"Error: {exc}", err=True)
+            typer.echo(safe_field(f"Error: {exc}"), err=True)
             raise typer.Exit(2) from None
         results = list(last.results.values()) if last else []
         bad = {"FAIL", "ERROR"} | ({"WARN"} if strict else set())

@@ -21,6 +21,7 @@ increases, so its quantiles are those of every request of the window).
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
 # canonical name -> (kind, exposed names tried in order). vLLM names the KV-cache gauge
@@ -96,6 +97,35 @@ class Snapshot:
     experts: dict = field(default_factory=dict)  # (target, layer, ep_rank, slot) -> float
 
 
+# Numbers that become keys: a DP rank, an EP rank, a layer or a slot is a whole number in
+# 0..MAX_INDEX (a label "inf", "1e30" or "-1" is no rank: the sample is dropped and counted, the
+# rest of the scrape is kept; DuckDB's INTEGER column could not even hold "1e30").
+MAX_INDEX = (1 << 20) - 1
+# A sample value beyond this magnitude (or NaN / +-Inf) is dropped: sums and rates of such values
+# overflow to Infinity, which no verdict can read and no JSON can carry.
+MAX_VALUE = 1e18
+
+# add_sample's answer for a sample that is not one of the mapped metrics (not a drop: the
+# exposition simply holds other metrics too)
+NOT_MAPPED = "not a mapped metric"
+
+
+def check_index(raw, what: str) -> tuple[int | None, str | None]:
+    """(value, None) for a whole number 0..MAX_INDEX given as text or number, else (None, why)."""
+    try:
+        text = str(raw).strip()
+        value = int(text) if re.fullmatch(r"[+]?\d{1,12}", text) else float(text)
+    except (TypeError, ValueError):
+        return None, f"{what} {str(raw)[:40]!r} is not a number"
+    if isinstance(value, float):
+        if not math.isfinite(value) or value != int(value):
+            return None, f"{what} {str(raw)[:40]!r} is not a whole number"
+        value = int(value) if abs(value) <= MAX_INDEX + 1 else MAX_INDEX + 1
+    if not 0 <= value <= MAX_INDEX:
+        return None, f"{what} {str(raw)[:40]!r} is out of range (0..{MAX_INDEX})"
+    return value, None
+
+
 def add_sample(
     snap: Snapshot,
     mapping: Mapping,
@@ -106,54 +136,60 @@ def add_sample(
     labels: dict,
     value: float,
     forced_dp: int | None = None,
-) -> bool:
-    """Put one exposed sample into the snapshot; False when it is not a mapped metric or unusable.
+) -> str | None:
+    """Put one exposed sample into the snapshot. Returns None when it was stored, NOT_MAPPED when
+    it is not a mapped metric, else why it was dropped (a number that cannot be a rank, a bucket
+    bound or a value: the caller counts it and keeps the rest of the scrape).
 
     The DP rank is ``forced_dp`` (the user mapped the endpoint to a domain), else the sample's DP
     label (vLLM's ``engine``), else ``default_dp`` (the endpoint's position)."""
     hit = wanted.get(name)
-    if hit is None or value is None or (isinstance(value, float) and math.isnan(value)):
-        return False
+    if hit is None:
+        return NOT_MAPPED
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return f"{name}: value {str(value)[:40]!r} is not a number"
+    if not math.isfinite(value) or abs(value) > MAX_VALUE:
+        return f"{name}: value {value!r} is not a finite number of at most {MAX_VALUE:g}"
     canon, part = hit
     if canon == "expert_tokens":
-        layer = _int_label(labels, ("layer",))
-        ep_rank = _int_label(labels, EP_RANK_LABELS)
-        slot = _int_label(labels, SLOT_LABELS)
-        if layer is None or ep_rank is None or slot is None:
-            return False
-        key = (target, layer, ep_rank, slot)
-        snap.experts[key] = snap.experts.get(key, 0.0) + float(value)
-        return True
-    dp = forced_dp if forced_dp is not None else _int_label(labels, mapping.dp_labels)
+        key_parts = []
+        for what, names in (("layer", ("layer",)), ("EP rank", EP_RANK_LABELS), ("slot", SLOT_LABELS)):
+            raw = next((labels[n] for n in names if labels.get(n) is not None), None)
+            if raw is None:
+                return f"{name}: no {what} label ({', '.join(names)})"
+            got, why = check_index(raw, f"{what} label")
+            if why:
+                return f"{name}: {why}"
+            key_parts.append(got)
+        key = (target, *key_parts)
+        snap.experts[key] = snap.experts.get(key, 0.0) + value
+        return None
+    dp = forced_dp
+    if dp is None:
+        raw = next((labels[n] for n in mapping.dp_labels if labels.get(n) is not None), None)
+        if raw is not None:
+            dp, why = check_index(raw, "DP label")
+            if why:
+                return f"{name}: {why}"
     if dp is None:
         dp = default_dp
     if dp is None:
-        return False
+        return f"{name}: no DP label ({', '.join(mapping.dp_labels)}) and no DP for the endpoint"
     le = None
     if part == "bucket":
         raw = labels.get("le")
-        if raw is None:
-            return False
         try:
-            le = float(raw)
+            le = float(str(raw)) if raw is not None else math.nan  # '+Inf' is the last bucket
         except (TypeError, ValueError):
-            return False
+            return f"{name}: bucket bound le={str(raw)[:40]!r} is not a number"
+        if math.isnan(le):
+            return f"{name}: bucket bound le={str(raw)[:40]!r} is not a number"
     skip = set(mapping.dp_labels) | {"le", "__name__", "instance", "job"}
     rest = tuple(sorted((k, str(v)) for k, v in labels.items() if k not in skip))
-    snap.values[(target, dp, canon, part, le, rest)] = float(value)
+    snap.values[(target, dp, canon, part, le, rest)] = value
     snap.targets.add(target)
-    return True
-
-
-def _int_label(labels: dict, names: tuple[str, ...]) -> int | None:
-    for n in names:
-        v = labels.get(n)
-        if v is None:
-            continue
-        try:
-            return int(float(v))
-        except (TypeError, ValueError):
-            return None
     return None
 
 
@@ -239,38 +275,49 @@ def window_rows(prev: Snapshot, cur: Snapshot, mapping: Mapping) -> list[dict]:
             rates[(dp, canon)] = rates.get((dp, canon), 0.0) + inc
         elif part == "bucket":
             hist[(dp, canon, le)] = hist.get((dp, canon, le), 0.0) + inc
+    # buckets per (dp, canonical): each row reads its own (a scan of every bucket per domain was
+    # quadratic: 3,000 engines took 34 s per collection)
+    buckets: dict = {}
+    inst_h: dict = {}
+    for (dp, canon, le), v in hist.items():
+        buckets.setdefault((dp, canon), []).append((le, v))
+        inst_h[(None, canon, le)] = inst_h.get((None, canon, le), 0.0) + v
+    for (dp, canon, le), v in inst_h.items():
+        buckets.setdefault((dp, canon), []).append((le, v))
     rows = []
     for dp in sorted(targets):
-        rows.append(_row(cur.ts_ns, dt_s, dp, len(targets[dp]), gauges, rates, hist, dp in reset))
+        rows.append(_row(cur.ts_ns, dt_s, dp, len(targets[dp]), gauges, rates, buckets, dp in reset))
     if rows:
         inst_g: dict = {}
         for (_dp, canon), vals in gauges.items():
             inst_g.setdefault((None, canon), []).extend(vals)
         inst_r: dict = {}
-        inst_h: dict = {}
         for (_dp, canon), v in rates.items():
             inst_r[(None, canon)] = inst_r.get((None, canon), 0.0) + v
-        for (_dp, canon, le), v in hist.items():
-            inst_h[(None, canon, le)] = inst_h.get((None, canon, le), 0.0) + v
         rows.append(
-            _row(cur.ts_ns, dt_s, None, len(set().union(*targets.values())), inst_g, inst_r, inst_h, bool(reset))
+            _row(cur.ts_ns, dt_s, None, len(set().union(*targets.values())), inst_g, inst_r, buckets, bool(reset))
         )
     return rows
 
 
-def _row(ts_ns, dt_s, dp, n_targets, gauges, rates, hist, was_reset) -> dict:
+def _finite(v):
+    """A computed number, or None when it is not finite (sums of huge samples can overflow)."""
+    return v if v is None or math.isfinite(v) else None
+
+
+def _row(ts_ns, dt_s, dp, n_targets, gauges, rates, buckets, was_reset) -> dict:
     def g(canon, how):
         vals = gauges.get((dp, canon))
-        return None if not vals else how(vals)
+        return None if not vals else _finite(how(vals))
 
     def r(canon):
         v = rates.get((dp, canon))
-        return None if v is None else v / dt_s
+        return None if v is None else _finite(v / dt_s)
 
     def qs(canon):
-        b = [(le, c) for (d, c_, le), c in hist.items() if d == dp and c_ == canon]
         # cumulative buckets summed over label sets stay cumulative
-        return [None if (x := histogram_quantile(q, b)) is None else x * 1000.0 for q in (0.5, 0.95, 0.99)]
+        b = buckets.get((dp, canon), [])
+        return [None if (x := histogram_quantile(q, b)) is None else _finite(x * 1000.0) for q in (0.5, 0.95, 0.99)]
 
     ttft, e2e = qs("ttft"), qs("e2e")
     return {

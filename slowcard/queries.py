@@ -625,7 +625,9 @@ def _query_timeout() -> float:
         value = float(os.environ.get("SLOWCARD_QUERY_TIMEOUT", QUERY_TIMEOUT_S))
     except ValueError:
         return QUERY_TIMEOUT_S
-    return value if math.isfinite(value) and value > 0 else 0.0
+    # 0, negative, non-finite or beyond a year (a wait that long overflows the platform's
+    # timeout: 1e300 was a traceback): no limit
+    return value if math.isfinite(value) and 0 < value <= 366 * 86400 else 0.0
 
 
 def isolated_select(con, body: str, params: dict, scope: str | None = None) -> tuple[list[str], list]:
@@ -728,10 +730,39 @@ def open_readonly(db_path: str | Path):
 
 def _sql_literal(value, typ: str) -> str:
     if typ == "VARCHAR":
-        return "'" + str(value).replace("'", "''") + "'"
+        # one line whatever the value holds: a newline in a run name must not start a line of the
+        # script (the duckdb shell reads a line starting with '.' as a command); control
+        # characters are spelled chr(N)
+        text = "'" + str(value).replace("'", "''") + "'"
+        return re.sub(r"[\x00-\x1f\x7f]", lambda m: f"' || chr({ord(m.group())}) || '", text)
     if typ == "BOOLEAN":
         return "true" if value else "false"
     return f"CAST({value!r} AS {typ})"
+
+
+def shell_refusal(query: Query) -> str | None:
+    """Why `slowcard show` must not print a query for the duckdb shell (None: it may): what
+    `slowcard query` refuses. A query runs as exactly one SELECT on a read-only connection
+    without file access; the shell runs whatever it is given, `.shell` lines and COPY included."""
+    try:
+        statements = duckdb.extract_statements(query.body)
+    except duckdb.Error as exc:
+        return f"its body does not parse as one SQL statement ({str(exc).splitlines()[0][:160]})"
+    if len(statements) != 1:
+        return (
+            f"its body holds {len(statements)} SQL statements; a query is exactly one statement, a SELECT "
+            "(see docs/contract.md)"
+        )
+    if statements[0].type != duckdb.StatementType.SELECT:
+        return f"its body is a {statements[0].type.name} statement, not a SELECT (see docs/contract.md)"
+    return None
+
+
+def check_shell_safe(query: Query) -> None:
+    """UsageError when `slowcard show` must not print the query (``shell_refusal``)."""
+    why = shell_refusal(query)
+    if why:
+        raise UsageError(f"{query.path}: {why}; `slowcard query` refuses this query, so `show` does not print it")
 
 
 def shell_sql(query: Query, run: str | None = None, params: dict | None = None) -> str:
@@ -739,6 +770,7 @@ def shell_sql(query: Query, run: str | None = None, params: dict | None = None) 
     per parameter (defaults overlaid with ``params``; ``run`` the given run, else the database's
     first run), and the body with each ``$name`` read by ``getvariable('name')``. Piped into
     ``duckdb DB`` it prints the query's rows; edit a SET line to try another value."""
+    check_shell_safe(query)
     values = bind_params(query, params)
     head = query.path.read_text(encoding="utf-8").splitlines()
     header = head[: next((i for i, line in enumerate(head) if not line.startswith("--")), len(head))]
@@ -747,6 +779,9 @@ def shell_sql(query: Query, run: str | None = None, params: dict | None = None) 
         "",
         f"-- For the duckdb shell: slowcard show {query.name} | duckdb slowcard.duckdb",
         "-- (parameters are variables: change a value below to try another)",
+        "-- the sandbox of `slowcard query`: no file access, settings locked",
+        "SET enable_external_access = false;",
+        "SET lock_configuration = true;",
     ]
     if run is None:
         lines.append("-- run: the database's first run (or write 'NAME')")

@@ -24,44 +24,71 @@ def tabulate(*args, **kwargs) -> str:
 
 FORMATS = ("table", "json", "csv", "markdown")
 
-# Characters that a terminal acts on instead of showing: C0 controls, DEL, C1 controls (CSI
-# 0x9b…), and the bidi overrides that reorder what is shown. File, host and run names can hold
-# them; printed raw they set titles, hyperlinks, colours or clear lines (issue 16).
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-_CONTROL_BUT_LINES = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]|\r(?!\n)")
+# Characters that a terminal acts on instead of showing: C0 controls (newline included: one
+# name must not print as two lines), DEL, C1 controls (CSI 0x9b…), the bidi overrides that
+# reorder what is shown, and lone surrogates (a file name that is not UTF-8: Python keeps each
+# undecodable byte as U+DC80..U+DCFF, which no terminal or JSON reader can take). File, host and
+# run names, server answers and messages can hold them; printed raw they set titles,
+# hyperlinks, colours, clear lines or forge whole lines (issues 16 and 31).
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+_CONTROL_BUT_LINES = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]|\r(?!\n)")
 
 
 def _escape(m: re.Match) -> str:
-    return f"\\u{ord(m.group()):04x}"
+    code = ord(m.group())
+    if 0xDC80 <= code <= 0xDCFF:  # an undecodable byte of an OS name, shown as that byte
+        return f"\\x{code - 0xDC00:02x}"
+    return f"\\u{code:04x}"
 
 
 def safe_field(text: str) -> str:
-    """A name or message shown in one table cell or line: every control character escaped
-    (a newline in a file name must not forge a row)."""
+    """The one escaping rule for anything from outside (names, paths, messages, server
+    answers) put into a printed line: every control character, newlines included, becomes
+    ``\\uXXXX`` (an undecodable byte of an OS name ``\\xNN``), so one value is one line and
+    never a forged one."""
     return _CONTROL.sub(_escape, text)
 
 
 def terminal_safe(text: str) -> str:
-    """Whole output text: control characters escaped, line breaks (LF, CRLF) and tabs kept."""
+    """Whole output text (the last filter before the terminal): control characters escaped,
+    line breaks (LF, CRLF) and tabs kept. Values inside a line are escaped before, by
+    ``safe_field``: this filter cannot tell a newline inside a value from the end of a line."""
     return _CONTROL_BUT_LINES.sub(_escape, text)
 
 
+_NONFINITE_NAMES = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+
 def _jsonable(v):
+    """A value strict JSON can carry. NaN and +-Infinity become null, and the object holding
+    one gets a flag beside it (``"<key>_nonfinite": "Infinity"``): JSON has no such numbers,
+    and ``NaN`` in a body breaks strict readers (webhooks, jq)."""
+    if isinstance(v, Decimal):
+        v = float(v)
     if isinstance(v, float) and not math.isfinite(v):
         return None
-    if isinstance(v, Decimal):
-        return float(v)
     if isinstance(v, (datetime, date)):
         return v.isoformat()
     if isinstance(v, dict):
-        return {str(k): _jsonable(x) for k, x in v.items()}
+        out = {}
+        for k, x in v.items():
+            out[str(k)] = _jsonable(x)
+            if isinstance(x, (float, Decimal)) and not math.isfinite(x):
+                out[f"{k}_nonfinite"] = _NONFINITE_NAMES[repr(float(x))]
+        return out
     if isinstance(v, (list, tuple)):
         return [_jsonable(x) for x in v]
+    if isinstance(v, str):
+        return _CONTROL_SURROGATE.sub(_escape, v)
     return v
 
 
-def to_json(obj) -> str:
-    return json.dumps(_jsonable(obj), indent=2, ensure_ascii=False)
+_CONTROL_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def to_json(obj, indent: int | None = 2) -> str:
+    """Strict JSON (no NaN / Infinity: see ``_jsonable``)."""
+    return json.dumps(_jsonable(obj), indent=indent, ensure_ascii=False, allow_nan=False, default=str)
 
 
 def _cell(v):

@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import threading
 import time
 import weakref
@@ -101,6 +102,34 @@ def ddl_fingerprint() -> str:
     return h.hexdigest()[:16]
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def db_text(text: str) -> str:
+    """A name or path from the OS as the database stores it. The OS gives bytes; Python keeps
+    the bytes of a name that are not UTF-8 as lone surrogates (U+DC80..U+DCFF), which DuckDB
+    cannot take (a traceback before issue 31). Each such byte becomes the text ``\\xNN`` (any
+    other lone surrogate ``\\uXXXX``): the same name always gives the same text, and it prints as
+    the bytes it was. Valid names are returned as they are."""
+    if not _SURROGATE.search(text):
+        return text
+
+    def one(m: re.Match) -> str:
+        code = ord(m.group())
+        return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
+
+    return _SURROGATE.sub(one, text)
+
+
+def check_db_name(path: str | Path) -> None:
+    """UsageError for a database name DuckDB cannot open: one that is not UTF-8."""
+    if str(path) != db_text(str(path)):
+        raise UsageError(
+            f"{db_text(str(path))}: the database's name is not valid UTF-8, and DuckDB opens UTF-8 "
+            "names only; give --db a UTF-8 name (the files to ingest may keep theirs)"
+        )
+
+
 def _is_lock_error(exc: Exception) -> bool:
     text = str(exc)
     return "lock" in text.lower() and ("Conflicting lock" in text or "Could not set lock" in text)
@@ -115,6 +144,7 @@ def connect(
         DatabaseBusy: still locked after the wait; the message names the database and the holder.
     """
     wait_s = LOCK_WAIT_S if wait_s is None else wait_s
+    check_db_name(path)
     check_duckdb_file(path)
     # Never fetch or load extensions on the user's behalf: a SQLite or Postgres file given as --db
     # would otherwise make DuckDB download one (issue 16).
@@ -500,8 +530,21 @@ def cache_dir() -> Path | None:
     return Path(base) / "slowcard"
 
 
-# Templates kept in the cache folder (one per slowcard / DuckDB version pair in use); older ones go.
+# The schema template (a new database is a copy of it) lives in a folder of its own inside the
+# cache folder, which only slowcard writes: a user's files beside it are never read, trusted or
+# pruned. A template's name carries the version key and the sha256 of its bytes,
+# ``schema-<key>-<sha16>.duckdb``: it is published only after its content was checked (an empty
+# database of this schema: schema fingerprint, no run and no row, the built-in taxonomy intact:
+# ``template_problem``), and every copy is hashed as it is made: a copy whose bytes do not hash
+# to the name is never used (the template is dropped, the schema created in place).
+# (Before issue 31 a slowcard database or a symlink to one at the template path seeded every new
+# database with its runs, and someone else's DuckDB file there refused every new --db.)
+TEMPLATE_FOLDER = "schema-templates"
+_TEMPLATE_NAME = re.compile(r"^schema-(?P<key>[0-9a-f]{16})-(?P<sha>[0-9a-f]{16})\.duckdb$")
+# Template versions kept (one per slowcard / DuckDB version pair in use); older ones go.
 _TEMPLATES_KEPT = 4
+# The only tables an empty database of this schema holds rows in.
+_TEMPLATE_FILLED = {"meta", "op_taxonomy"}
 
 
 def _template_key() -> str:
@@ -513,86 +556,191 @@ def _template_key() -> str:
     return h.hexdigest()[:16]
 
 
-def _template_path() -> Path | None:
-    folder = cache_dir()
-    return None if folder is None else folder / f"schema-{_template_key()}.duckdb"
+def _template_folder(create: bool) -> Path | None:
+    """The template folder: a real folder (not a link) owned by this user, created private;
+    None when there is no cache or the folder is not ours."""
+    base = cache_dir()
+    if base is None:
+        return None
+    folder = base / TEMPLATE_FOLDER
+    try:
+        if create:
+            folder.mkdir(parents=True, mode=0o700, exist_ok=True)
+        st = os.lstat(folder)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+        return None
+    return folder
+
+
+def _own_templates(folder: Path) -> list[tuple[Path, str, str, float]]:
+    """(path, key, sha16, mtime) of the files in the template folder that slowcard wrote: named
+    as templates, regular files (no link), owned by this user, one link."""
+    out = []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return []
+    for entry in entries:
+        m = _TEMPLATE_NAME.match(entry.name)
+        if not m:
+            continue
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid() and st.st_nlink == 1:
+            out.append((Path(entry.path), m.group("key"), m.group("sha"), st.st_mtime))
+    return out
+
+
+def _sha16(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()[:16]
+
+
+def template_problem(con) -> str | None:
+    """Why a database is not an empty database of this version's schema (None: it is one)."""
+    try:
+        meta = dict(con.execute("SELECT key, value FROM meta").fetchall())
+        if meta != {"ddl_fingerprint": ddl_fingerprint(), "schema_version": SCHEMA_VERSION}:
+            return "its schema fingerprint is not this version's"
+        filled = {
+            r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE estimated_size > 0").fetchall()
+        }
+        if filled - _TEMPLATE_FILLED:
+            return f"it holds rows ({', '.join(sorted(filled - _TEMPLATE_FILLED)[:3])})"
+        rows = con.execute(
+            "SELECT pattern, op_class, coll_kind, priority, origin FROM op_taxonomy ORDER BY ALL"
+        ).fetchall()
+    except duckdb.Error as exc:
+        return f"it does not read as one ({str(exc).splitlines()[0]})"
+    want = sorted((*r, "builtin") for r in taxonomy.parse(taxonomy.builtin_text(), "slowcard/taxonomy.csv"))
+    if sorted(rows, key=repr) != sorted(want, key=repr):
+        return "its operator taxonomy is not the built-in one"
+    return None
 
 
 def schema_template() -> Path | None:
     """The cached empty database with this version's schema, built on first use (a new database's
     schema costs ~0.15-0.25 s to create and ~0.02 s to copy: the fixed cost of every `diagnose`
     into a new --db, of every Dask worker's file). None when there is no usable cache folder; the
-    caller then creates the schema itself. Never raises."""
-    path = _template_path()
-    if path is None:
+    caller then creates the schema itself. Never raises. A new template is checked before it is
+    published; its copies are hashed against its name (``_copy_schema_template``)."""
+    folder = _template_folder(create=True)
+    if folder is None:
         return None
-    if path.is_file():
-        return path
-    folder = path.parent
-    tmp = folder / tempspace.temp_name("template")
+    key = _template_key()
+    mine = sorted((t for t in _own_templates(folder) if t[1] == key), key=lambda t: t[3], reverse=True)
+    if mine:
+        return mine[0][0]
+    tempspace.clean_stale([folder])  # builds cut short by a kill
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        tempspace.clean_stale([folder])  # builds cut short by a kill
+        work = tempspace.make_dir("template", folder)
+    except OSError:
+        return None
+    try:
+        tmp = work / "template.duckdb"
         con = connect(tmp, wait_s=0)
         try:
             apply_schema(con)
         finally:
             con.close()
         if Path(f"{tmp}.wal").exists():  # not checkpointed: the file alone is not the database
-            raise OSError("template not checkpointed")
+            return None
+        con = connect(tmp, read_only=True, wait_s=0)
+        try:
+            if template_problem(con) is not None:
+                return None
+        finally:
+            con.close()
+        path = folder / f"schema-{key}-{_sha16(tmp)}.duckdb"
         os.replace(tmp, path)  # whole or absent: concurrent builders each publish a complete file
     except (OSError, duckdb.Error, UsageError):
-        for leftover in (tmp, Path(f"{tmp}.wal")):
-            try:
-                leftover.unlink(missing_ok=True)
-            except OSError:  # the folder itself is unusable: nothing was written there
-                pass
         return None
-    try:  # another process may be pruning too
-        old = sorted(folder.glob("schema-*.duckdb"), key=lambda p: p.stat().st_mtime, reverse=True)
-        for stale in old[_TEMPLATES_KEPT:]:
-            stale.unlink(missing_ok=True)
-    except OSError:
-        pass
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    _prune_templates(folder, key)
     return path
 
 
+def _prune_templates(folder: Path, key: str) -> None:
+    """Keep the newest template of this key and of the _TEMPLATES_KEPT - 1 newest other keys;
+    only files slowcard wrote in its own folder (``_own_templates``) are ever removed."""
+    newest: dict[str, float] = {}
+    own = sorted(_own_templates(folder), key=lambda t: t[3], reverse=True)
+    for _path, k, _sha, mtime in own:
+        newest.setdefault(k, mtime)
+    keep_keys = [key] + [k for k in sorted(newest, key=lambda k: newest[k], reverse=True) if k != key]
+    keep_keys = keep_keys[:_TEMPLATES_KEPT]
+    seen: set[str] = set()
+    for path, k, _sha, _mtime in own:
+        if k in keep_keys and k not in seen:
+            seen.add(k)
+            continue
+        try:  # another process may be pruning too
+            path.unlink(missing_ok=True)
+        except OSError:
+            pass
+
+
+def _drop_template(template: Path) -> None:
+    """A template that failed its check goes (it is rebuilt at the next new database)."""
+    folder = _template_folder(create=False)
+    if folder is not None and template.parent == folder and _TEMPLATE_NAME.match(template.name):
+        try:
+            template.unlink(missing_ok=True)
+        except OSError:
+            pass
+
+
 def _copy_schema_template(path: str | Path) -> bool:
-    """Create the new database ``path`` as a copy of the schema template; False (nothing written)
-    when ``path`` exists, is in memory, or there is no template."""
+    """Create the new database ``path`` as a copy of the schema template, hashed as it is copied;
+    False (nothing written) when ``path`` exists, is in memory, there is no template, or the
+    bytes do not hash to the template's name (then it is dropped, and the caller creates the
+    schema in place)."""
     if str(path) == ":memory:" or Path(path).exists():
         return False
     template = schema_template()
     if template is None:
         return False
-    # copied beside it under a temporary name, then linked into place: another process opening
-    # the same new path meanwhile finds no file or a whole one, and never loses its own
-    tmp = Path(path).parent / tempspace.temp_name("template")
+    m = _TEMPLATE_NAME.match(template.name)
+    if m is None:
+        return False
+    # copied into a temporary folder beside the database (owned by this process: tempspace),
+    # hashed, then linked into place: another process opening the same new path
+    # meanwhile finds no file or a whole, checked one, and never loses its own
     try:
-        shutil.copyfile(template, tmp)
+        work = tempspace.make_dir("template", Path(path).parent, hidden=True)
+    except OSError:
+        return False
+    try:
+        tmp = work / "copy.duckdb"
+        h = hashlib.sha256()
+        with open(template, "rb") as src, open(tmp, "wb") as dst:
+            for block in iter(lambda: src.read(1 << 20), b""):
+                h.update(block)
+                dst.write(block)
+        if h.hexdigest()[:16] != m.group("sha"):  # changed since slowcard checked and wrote it
+            _drop_template(template)
+            return False
         os.link(tmp, path)
     except OSError:  # FileExistsError: another process created it first; or no hard links here
         return False
     finally:
-        try:
-            tmp.unlink(missing_ok=True)
-        except OSError:
-            pass
+        shutil.rmtree(work, ignore_errors=True)
     return True
-
-
-def _drop_schema_template(path: str | Path) -> None:
-    """A copy of the template did not open: remove the copy and the template (rebuilt next time)."""
-    Path(path).unlink(missing_ok=True)
-    template = _template_path()
-    if template is not None:
-        template.unlink(missing_ok=True)
 
 
 def open_db(path: str | Path, read_only: bool = False, wait_s: float | None = None):
     """Open the database for writing (schema applied) or for reading (schema refreshed first
     when this slowcard version's views differ from the ones stored in the file)."""
     path = Path(path)
+    check_db_name(path)  # before anything is created under that name
     if read_only:
         if not path.exists():
             raise FileNotFoundError(f"{path}: no such database; run `slowcard ingest PATH --db {path}` first")
@@ -615,15 +763,8 @@ def open_db(path: str | Path, read_only: bool = False, wait_s: float | None = No
             con = connect(path, read_only=True, wait_s=wait_s)
         _FRESH.add(con)
         return con
-    from_template = _copy_schema_template(path)
-    try:
-        con = connect(path, wait_s=wait_s)
-    except UsageError:
-        if not from_template:
-            raise
-        # the cached template did not open (damaged on disk): drop it and build the schema here
-        _drop_schema_template(path)
-        con = connect(path, wait_s=wait_s)
+    _copy_schema_template(path)  # a checked copy, or nothing (the schema is then created here)
+    con = connect(path, wait_s=wait_s)
     try:
         check_ours(con, path)
     except UsageError:
@@ -678,6 +819,7 @@ def row_tables(con) -> list[str]:
 
 
 def ensure_run(con, run: str, root_path: str | None) -> None:
+    run, root_path = db_text(run), None if root_path is None else db_text(root_path)
     con.execute(
         "INSERT INTO runs (run, root_path, created_at) SELECT ?, ?, now() "
         "WHERE NOT EXISTS (SELECT 1 FROM runs WHERE run = ?)",
@@ -743,6 +885,7 @@ def claim_source(con, run: str, path: str, size: int, fingerprint: str) -> int:
     """Test helper for format modules: create (or reuse) the `sources` row of (run, path) inside
     the caller's transaction and clear its old rows. The ingest driver uses new_source_id +
     commit_source instead."""
+    run, path = db_text(run), db_text(path)
     row = con.execute("SELECT source_id FROM sources WHERE run = ? AND path = ?", [run, path]).fetchone()
     if row:
         sid = row[0]
@@ -792,6 +935,12 @@ def commit_source(
 ) -> None:
     """Publish a file's rows in one short transaction: the previous ingest of the same (run, path),
     if any, disappears and this one appears, or (on any error) nothing changes."""
+    # names and messages that hold a file's name: as the database stores them (db_text)
+    run, path = db_text(run), db_text(path)
+    texts = {k: db_text(v) for k, v in vars(rec).items() if isinstance(v, str)}
+    rec = SourceRecord(**{**vars(rec), **texts})
+    drops = [(db_text(r), p if p is None else db_text(str(p)), n) for r, p, n in drops]
+    cell_drops = [(db_text(r), p if p is None else db_text(str(p)), n) for r, p, n in cell_drops]
     con.execute("BEGIN")
     try:
         for (old,) in con.execute("SELECT source_id FROM sources WHERE run = ? AND path = ?", [run, path]).fetchall():

@@ -93,11 +93,15 @@ def plan(kernels: list[tuple[str, float]]) -> list[dict]:
         if role == "moe_start":
             in_moe = True
         if role == "gemm" and out and out[-1]["role"] == "routing_end":
-            out.append(dict(name=DISPATCH, dur_us=XFER_US, stream=COMM_STREAM, role="dispatch", moe=True, dep=len(out) - 1))
+            out.append(
+                dict(name=DISPATCH, dur_us=XFER_US, stream=COMM_STREAM, role="dispatch", moe=True, dep=len(out) - 1)
+            )
         dep = len(out) - 1 if out and out[-1]["role"] in ("dispatch", "combine") else None
         out.append(dict(name=name, dur_us=dur, stream=COMPUTE_STREAM, role=role, moe=in_moe, dep=dep))
         if role == "scatter":
-            out.append(dict(name=COMBINE, dur_us=XFER_US, stream=COMM_STREAM, role="combine", moe=True, dep=len(out) - 1))
+            out.append(
+                dict(name=COMBINE, dur_us=XFER_US, stream=COMM_STREAM, role="combine", moe=True, dep=len(out) - 1)
+            )
             in_moe = False
     return out
 
@@ -139,7 +143,17 @@ def write_run(
                 launch_dur = LAUNCH_US * rng.lognormvariate(0, 0.2)
                 host[r] = launch + launch_dur
                 corr[r] += 1
-                events[r].append(_x("cuda_runtime", "cudaLaunchKernel", 1000 + r, 1000 + r, launch, launch_dur, {"correlation": corr[r]}))
+                events[r].append(
+                    _x(
+                        "cuda_runtime",
+                        "cudaLaunchKernel",
+                        1000 + r,
+                        1000 + r,
+                        launch,
+                        launch_dur,
+                        {"correlation": corr[r]},
+                    )
+                )
                 ready = launch + launch_dur + LATENCY_US
                 dep_end = ends[r][k["dep"]] if k["dep"] is not None else 0.0
                 if k["role"] == "dispatch":  # waits for the routing on the compute stream
@@ -151,7 +165,9 @@ def write_run(
                 durs = [meet - starts[r] + k["dur_us"] * rng.lognormvariate(0, 0.05) for r in range(ranks)]
             else:
                 durs = [
-                    k["dur_us"] * rng.lognormvariate(0, 0.03) * (effects.get(r, Effect()).gemm_factor if k["role"] == "gemm" else 1.0)
+                    k["dur_us"]
+                    * rng.lognormvariate(0, 0.03)
+                    * (effects.get(r, Effect()).gemm_factor if k["role"] == "gemm" else 1.0)
                     for r in range(ranks)
                 ]
             for r in range(ranks):
@@ -161,15 +177,37 @@ def write_run(
                 args = {"correlation": launches[r], "stream": k["stream"], "device": 0}
                 events[r].append(_x("kernel", k["name"], 0, k["stream"], starts[r], durs[r], args))
                 if k["role"] == "combine" and moe_open[r] is not None:
-                    events[r].append(_x("cpu_op", "vllm::moe_forward", 1000 + r, 1000 + r, moe_open[r], host[r] - moe_open[r] + 0.5, {}))
+                    events[r].append(
+                        _x(
+                            "cpu_op",
+                            "vllm::moe_forward",
+                            1000 + r,
+                            1000 + r,
+                            moe_open[r],
+                            host[r] - moe_open[r] + 0.5,
+                            {},
+                        )
+                    )
                     moe_open[r] = None
         for r in range(ranks):  # the host waits for the step's last kernel, then samples
             done = max(free[r].values())
             if done > host[r]:
-                events[r].append(_x("cuda_runtime", "cudaStreamSynchronize", 1000 + r, 1000 + r, host[r], done - host[r], {}))
+                events[r].append(
+                    _x("cuda_runtime", "cudaStreamSynchronize", 1000 + r, 1000 + r, host[r], done - host[r], {})
+                )
                 host[r] = done
             host[r] += STEP_TAIL_US
-            events[r].append(_x("user_annotation", f"ProfilerStep#{s}", 1000 + r, 1000 + r, step_start[r], host[r] - step_start[r], {}))
+            events[r].append(
+                _x(
+                    "user_annotation",
+                    f"ProfilerStep#{s}",
+                    1000 + r,
+                    1000 + r,
+                    step_start[r],
+                    host[r] - step_start[r],
+                    {},
+                )
+            )
     paths = []
     out.mkdir(parents=True, exist_ok=True)
     for r in range(ranks):
@@ -186,7 +224,16 @@ def write_run(
 
 
 def _x(cat: str, name: str, pid: int, tid: int, ts_us: float, dur_us: float, args: dict) -> dict:
-    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": round(BASE_US + ts_us, 3), "dur": round(dur_us, 3), "args": args}
+    return {
+        "ph": "X",
+        "cat": cat,
+        "name": name,
+        "pid": pid,
+        "tid": tid,
+        "ts": round(BASE_US + ts_us, 3),
+        "dur": round(dur_us, 3),
+        "args": args,
+    }
 
 
 def measure(out: Path, ranks: int) -> dict[int, dict]:

@@ -12,6 +12,7 @@ boundary) plus one file per failure mode in testdata/bad/ (test_ingest_cli.py).
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 from collections import Counter
@@ -367,3 +368,147 @@ def test_prometheus_lines(con, work, lines):
         + "\n"
     )
     check(con, work / "metrics.prom", text.encode(), "experts")
+
+
+# --- `slowcard watch` against a hostile endpoint (issue 31) -------------------------------------
+# tests/hostile_endpoint.py on 127.0.0.1 answers what hypothesis writes: expositions whose rank
+# labels, bucket bounds and values are any number or text (inf, nan, 1e30, -1, 10**40, garbage),
+# and Prometheus answers whose timestamps are any number (future, ancient, non-finite, off the
+# grid). The watcher must never raise, store only finite numbers and in-range ranks and times,
+# and count every sample it drops.
+
+NUMBER_TEXT = st.one_of(
+    st.sampled_from(["inf", "+Inf", "-Inf", "nan", "NaN", "1e30", "-1", "1.5", "0", "3", "99999999999", "1e-300"]),
+    st.integers(min_value=-(10**40), max_value=10**40).map(str),
+    st.floats(allow_nan=True, allow_infinity=True).map(repr),
+    st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=8),
+)
+SAMPLE_NAMES = [
+    "vllm:num_requests_running",
+    "vllm:kv_cache_usage_perc",
+    "vllm:request_success_total",
+    "vllm:time_to_first_token_seconds_bucket",
+    "vllm:expert_tokens_total",
+]
+
+
+def _label(v: str) -> str:
+    return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+SAMPLE_LINE = st.builds(
+    lambda name, engine, le, layer, value: (
+        f'{name}{{engine="{_label(engine)}",le="{_label(le)}",layer="{_label(layer)}",rank="0",slot="1"}} {value}'
+    ),
+    st.sampled_from(SAMPLE_NAMES),
+    NUMBER_TEXT,
+    NUMBER_TEXT,
+    NUMBER_TEXT,
+    NUMBER_TEXT,
+)
+EXPOSITION = st.lists(
+    st.one_of(SAMPLE_LINE, st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=60)), max_size=25
+)
+
+
+@pytest.fixture(scope="module")
+def hostile():
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from hostile_endpoint import HostileEndpoint
+
+    with HostileEndpoint(lifetime_s=10) as srv:
+        yield srv
+
+
+def _stored_ok(db: Path) -> None:
+    import duckdb
+
+    from slowcard import metrics as mx
+
+    numeric = [c for c in mx.WINDOW_COLUMNS if c not in ("ts_ns", "dp_rank", "targets", "reset")]
+    c = duckdb.connect(str(db), read_only=True)
+    try:
+        bad = c.execute(
+            "SELECT count(*) FROM metric_window_rows WHERE "
+            + " OR ".join(f"NOT isfinite({x})" for x in numeric)
+            + f" OR dp_rank < 0 OR dp_rank > {mx.MAX_INDEX} OR ts_ns > epoch_ns(now()) + 600e9"
+        ).fetchone()[0]
+        assert bad == 0
+        scrapes = c.execute("SELECT count(*) FROM metric_scrape_rows WHERE dropped > 0 AND note IS NULL").fetchone()
+        assert scrapes[0] == 0  # every drop has its reason
+    finally:
+        c.close()
+
+
+WATCH_SETTINGS = settings(
+    max_examples=max(10, BUDGET // 4),
+    deadline=None,
+    derandomize=False,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+
+
+@given(EXPOSITION, EXPOSITION)
+@seed(SEED)
+@WATCH_SETTINGS
+def test_watch_scrapes_any_exposition(hostile, tmp_path_factory, first, second):
+    from slowcard import metrics as mx
+    from slowcard.watch import ScrapeSource, Watcher
+
+    FUZZ_COUNTS["watch-scrape"] += 1
+    db = tmp_path_factory.mktemp("watch") / "w.duckdb"
+    w = Watcher(db, "fuzz", ScrapeSource([(hostile.url("/scripted"), None)], mx.Mapping(), timeout_s=5.0))
+    w.queries = []  # collecting and storing is fuzzed here; the verdicts have their own tests
+    for lines in (first, second):
+        hostile.script("\n".join(lines) + "\n")
+        step = w.step()
+        assert step.busy is None and len(step.statuses) == 1
+    _stored_ok(db)
+
+
+TIMESTAMP = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from(["inf", "nan", "1e300", None, [], {}, "x"]),
+    st.integers(min_value=-(10**30), max_value=10**30),
+)
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.dictionaries(st.sampled_from(["engine", "instance", "job", "dp", "x"]), NUMBER_TEXT, max_size=3),
+            st.lists(st.one_of(st.tuples(TIMESTAMP, NUMBER_TEXT).map(list), st.just(1), st.just([])), max_size=6),
+            st.booleans(),
+        ),
+        max_size=5,
+    ),
+    st.booleans(),
+)
+@seed(SEED)
+@WATCH_SETTINGS
+def test_watch_reads_any_prometheus_answer(hostile, series, on_grid):
+    import time
+
+    from slowcard import metrics as mx
+    from slowcard.watch import PrometheusSource
+
+    FUZZ_COUNTS["watch-prometheus"] += 1
+    step_s = 15.0
+    end = int(time.time() // step_s * step_s)
+    result = []
+    for labels, values, named in series:
+        if on_grid:  # real steps, so that some samples are kept beside the hostile ones
+            values = values + [[end - step_s * i, "1"] for i in range(3)]
+        metric = {**labels, **({"__name__": "vllm:num_requests_running"} if named else {})}
+        result.append({"metric": metric, "values": values})
+    hostile.script(json.dumps({"status": "success", "data": {"resultType": "matrix", "result": result}}))
+    source = PrometheusSource(hostile.url("/api_scripted"), mx.Mapping(), step_s=step_s, backfill_s=300)
+    for snaps, statuses in source.collect(None):
+        assert statuses[0].ok or statuses[0].error
+        for snap in snaps:
+            assert end - 300 - step_s <= snap.ts_ns / 1e9 <= time.time()
+            assert all(math.isfinite(v) for v in snap.values.values())
+            assert all(0 <= key[1] <= mx.MAX_INDEX for key in snap.values)

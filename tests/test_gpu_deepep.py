@@ -134,7 +134,16 @@ def test_guard_gmm_blocks_a_source_of_grouped_matmuls_only_keeps_one_per_layer(t
     import json
 
     events = [
-        {"ph": "X", "cat": "kernel", "name": "_matmul_ogs_x", "pid": 0, "tid": 7, "ts": 1000 + 100 * i, "dur": 50, "args": {}}
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "_matmul_ogs_x",
+            "pid": 0,
+            "tid": 7,
+            "ts": 1000 + 100 * i,
+            "dur": 50,
+            "args": {},
+        }
         for i in range(6)
     ]
     p = tmp_path / "t.json"
@@ -153,7 +162,9 @@ def test_synthetic_deepep_slow_link_is_slow_comm(tmp_path):
     DeepEP kernel late) is slow-comm; its balanced twin PASSes."""
     db = tmp_path / "s.duckdb"
     for sc in ("balanced", "slow_link"):
-        synth_gpu_ep.write_gpu_ep_run(tmp_path / sc, ranks=4, steps=4, layers=4, scenario=sc, slow_rank=2, comm="deepep", seed=1)
+        synth_gpu_ep.write_gpu_ep_run(
+            tmp_path / sc, ranks=4, steps=4, layers=4, scenario=sc, slow_rank=2, comm="deepep", seed=1
+        )
         _ingest(tmp_path / sc, db, sc)
     assert _run(db, "ep-slow-rank", "balanced").status == "PASS"
     res = _run(db, "ep-slow-rank", "slow_link")

@@ -608,15 +608,19 @@ def test_11_temp_folders_of_a_killed_ingest_are_removed_at_the_next_start(tmp_pa
     left = [p for r in roots for p in glob.glob(f"{r}/slowcard-part-*-{proc.pid}-*")]
     assert left, "the kill did not land while the part folder existed"
     # a stale folder of a dead process beside the database (a killed Dask ingest's staging)
+    # (its owner file names it, unlocked: the lock died with the process; issue 31)
     stale = tmp_path / f".slowcard-dask-{tempspace._host()}-{proc.pid}-abc123"
     stale.mkdir()
+    (stale / tempspace.OWNER_FILE).write_text(f"slowcard temp folder abc123\npid {proc.pid}\n")
     (stale / "part.parquet").write_bytes(b"x" * 1000)
     # ... and a folder of a live process, which must stay
     live = tempspace.make_dir("part", tmp_path)
     assert _cli("ingest", paths[1], "--db", db, "-q").returncode == 0
     assert not [p for p in left if os.path.exists(p)] and not stale.exists()
     assert live.exists()
-    live.rmdir()
+    import shutil
+
+    shutil.rmtree(live)  # (holds its owner file)
 
 
 # --- 6: resources stay bounded -------------------------------------------------------------------

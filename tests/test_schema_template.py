@@ -47,7 +47,7 @@ def test_a_copy_of_the_template_is_the_database_the_ddl_builds(tmp_path, monkeyp
     monkeypatch.setenv("SLOWCARD_CACHE_DIR", str(tmp_path / "cache"))
     copied = new_db(tmp_path / "copied.duckdb")
     template = store.schema_template()
-    assert template is not None and template.parent == tmp_path / "cache"
+    assert template is not None and template.parent == tmp_path / "cache" / store.TEMPLATE_FOLDER
     monkeypatch.setenv("SLOWCARD_CACHE_DIR", "")  # no cache: the schema is created here
     assert store.schema_template() is None
     built = new_db(tmp_path / "built.duckdb")
@@ -96,12 +96,11 @@ def test_a_damaged_template_is_dropped_and_rebuilt(tmp_path, monkeypatch, damage
     template = store.schema_template()
     good = template.read_bytes()
     template.write_bytes(b"not a database at all" if damage == "garbage" else good[: len(good) // 3])
-    db = new_db(tmp_path / "t.duckdb")  # opens: built here after the copy failed
+    db = new_db(tmp_path / "t.duckdb")  # opens: the copy did not hash to the template's name
     assert catalog(db)["meta"]
-    if damage == "garbage":
-        assert not template.exists()  # the copy did not open: the template went with it
+    assert not template.exists()  # the damaged template went
     again = store.schema_template()
-    assert again == template and again.exists()
+    assert again is not None and again.exists() and again.parent == template.parent
     assert catalog(new_db(tmp_path / "u.duckdb")) == catalog(db)
 
 
@@ -124,10 +123,19 @@ def test_a_copy_cut_short_by_a_kill_is_removed_by_the_next_write_open(tmp_path, 
     from slowcard import tempspace
 
     monkeypatch.setenv("SLOWCARD_CACHE_DIR", str(tmp_path / "cache"))
-    dead = tempspace.temp_name("template").replace(f"-{os.getpid()}-", "-999999999-")
-    (tmp_path / dead).write_bytes(b"half a database")
-    (tmp_path / "cache").mkdir()
-    (tmp_path / "cache" / dead).write_bytes(b"half a template")
-    new_db(tmp_path / "t.duckdb")
-    assert not (tmp_path / dead).exists()  # the database's folder
-    assert not (tmp_path / "cache" / dead).exists()  # the cache, cleaned when the template is built
+    # what a process killed while copying leaves: its temporary folder, owner file unlocked
+    # (the lock died with it), beside the database and in the template folder
+    store.schema_template()
+    dead = []
+    for parent in (tmp_path, tmp_path / "cache" / store.TEMPLATE_FOLDER):
+        folder = parent / f".slowcard-template-{tempspace._host()}-999999999-abc{len(dead)}"
+        folder.mkdir()
+        (folder / tempspace.OWNER_FILE).write_text(f"slowcard temp folder abc{len(dead)}\n")
+        (folder / "copy.duckdb").write_bytes(b"half a database")
+        dead.append(folder)
+    store.open_db(tmp_path / "t.duckdb").close()  # a write-open of a database in tmp_path
+    assert not dead[0].exists()  # the database's folder
+    for p in (tmp_path / "cache" / store.TEMPLATE_FOLDER).glob("schema-*.duckdb"):
+        p.unlink()  # no template: the next new database builds one, cleaning its folder first
+    new_db(tmp_path / "u.duckdb")
+    assert not dead[1].exists()

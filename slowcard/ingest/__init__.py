@@ -19,6 +19,7 @@ import time
 import zlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -358,7 +359,8 @@ def prepare_batch(paths, run, rank_pattern, rank_map):
     if not paths:
         raise UsageError("give at least one file, folder or glob to ingest")
     files = expand_paths(paths)
-    run = run or default_run_name(paths)
+    # a run name is a name: stored as text, whatever bytes the folder or --run gave (store.db_text)
+    run = store.db_text(run or default_run_name(paths))
     rmap = ranks_mod.load_rank_map(rank_map) if rank_map else None
     if rank_pattern:
         import re
@@ -477,6 +479,21 @@ def ingest_paths(
     return report
 
 
+@contextmanager
+def _duckdb_readable(path: Path):
+    """The path as DuckDB can open it: itself, or for a name that is not UTF-8 (DuckDB takes
+    UTF-8 names only; the OS gives bytes) the file opened here, as /proc/self/fd/N."""
+    name = str(path)
+    if store.db_text(name) == name or not os.path.isdir("/proc/self/fd"):
+        yield name
+        return
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        yield f"/proc/self/fd/{fd}"
+    finally:
+        os.close(fd)
+
+
 def ingest_file(
     con,
     path: Path,
@@ -526,7 +543,8 @@ def ingest_file(
     sid = store.new_source_id(con)
     try:
         with store.discard_on_error(con, sid):
-            outcome: Outcome = reader.ingest(Context(path, fmt, sid, run, con, opts, on_bytes))
+            with _duckdb_readable(path) as db_path:
+                outcome: Outcome = reader.ingest(Context(path, fmt, sid, run, con, opts, on_bytes, db_path))
             if guess:
                 outcome.message = f"{outcome.message}; {guess}" if outcome.message else guess
             info = ranks_mod.resolve(path, outcome.rank_hints, rank_pattern, rank_map)

@@ -66,6 +66,14 @@ class Context:
     # from any thread, so a progress bar moves within one large file. Readers that do not call it
     # are counted whole when they finish.
     on_bytes: Callable[[int], None] | None = None
+    # The path as DuckDB can open it (read_csv, read_json): ``path`` itself, or for a name that
+    # is not UTF-8 (DuckDB takes UTF-8 names only) the file opened by the driver, as
+    # /proc/self/fd/N (issue 31). Python code opens ``path``.
+    db_path: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.db_path:
+            self.db_path = str(self.path)
 
     def read_bytes(self, n: int) -> None:
         if self.on_bytes and n > 0:

@@ -490,7 +490,7 @@ class ExpertLoadFormats(ExpertsBase):
               END AS reason
             FROM typed
         """,
-            {"path": str(path), "comp": "gzip" if is_gzip(path) else "none", "delim": delim},
+            {"path": ctx.db_path, "comp": "gzip" if is_gzip(path) else "none", "delim": delim},
         )
         try:
             file_epoch = _name_int(_EPOCH_RE, path)

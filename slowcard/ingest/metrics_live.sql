@@ -2,7 +2,8 @@
 -- One `sources` row per watched source and run (format metrics_scrape: the /metrics endpoints;
 -- format prometheus_api: a Prometheus server), path = the endpoint list or the server URL.
 -- Rows are appended one window at a time, each window in one transaction (an interrupted watch
--- leaves whole windows only); windows older than the watch's retention are deleted.
+-- leaves whole windows only); windows older than the watch's retention are deleted, and so is
+-- a window more than 10 minutes in the future (never written since issue 31; repaired if found).
 -- Expert-load metrics go to expert_load_rows (window_idx = the window's sequence number), so
 -- expert-hotspots / eplb-effect read them like a load tensor.
 
@@ -35,9 +36,12 @@ CREATE TABLE IF NOT EXISTS metric_scrape_rows (
     target     VARCHAR,   -- endpoint URL (or Prometheus instance)
     ok         BOOLEAN,
     samples    INTEGER,   -- mapped samples kept
-    dropped    INTEGER,   -- lines that did not parse, or series over the cap
-    error      VARCHAR    -- timeout | connection refused | HTTP 503 | garbage: … (NULL when ok)
+    dropped    INTEGER,   -- lines that did not parse, samples whose rank, time or value is not a usable number, series over the cap
+    error      VARCHAR,   -- timeout | connection refused | HTTP 503 | garbage: … (NULL when ok)
+    note       VARCHAR    -- why samples were dropped: the first reasons with their counts (NULL: none dropped)
 );
+-- databases from before `note` (issue 31)
+ALTER TABLE metric_scrape_rows ADD COLUMN IF NOT EXISTS note VARCHAR;
 
 -- The watched verdicts after each collection: the alert history (a status differing from the
 -- previous row of the same query is an alert; --once compares with the row of the last cron run).
@@ -57,7 +61,7 @@ SELECT m.source_id, s.run, m.ts_ns, m.window_s, m.dp_rank, m.targets, m.running,
 FROM metric_window_rows m JOIN scoped_sources s USING (source_id);
 
 CREATE OR REPLACE VIEW metric_scrapes AS
-SELECT m.source_id, s.run, m.ts_ns, m.target, m.ok, m.samples, m.dropped, m.error
+SELECT m.source_id, s.run, m.ts_ns, m.target, m.ok, m.samples, m.dropped, m.error, m.note
 FROM metric_scrape_rows m JOIN scoped_sources s USING (source_id);
 
 CREATE OR REPLACE VIEW metric_verdicts AS

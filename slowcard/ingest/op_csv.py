@@ -368,7 +368,7 @@ class OpCsvReader:
                 )
             )"""
         try:
-            return scalar(ctx.con, sql, {"sid": ctx.source_id, "path": str(ctx.path)})
+            return scalar(ctx.con, sql, {"sid": ctx.source_id, "path": ctx.db_path})
         except duckdb.Error as exc:
             raise InputError(
                 ctx.path,

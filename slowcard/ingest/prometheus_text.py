@@ -4,7 +4,6 @@ slowcard/ingest/experts.py."""
 
 from __future__ import annotations
 
-import math
 import re
 from typing import TYPE_CHECKING
 
@@ -23,6 +22,9 @@ from .expert_base import (
     _SCRAPE_TS_RE,
     ExpertsBase,
 )
+
+# The latest time an int64 of nanoseconds holds (year 2262): a later or non-finite timestamp is no time.
+MAX_TS_S = 9_223_372_036.0
 
 
 class PrometheusTextFormat(ExpertsBase):
@@ -55,7 +57,7 @@ class PrometheusTextFormat(ExpertsBase):
                     scrapes.append((len(scrapes), cur_ts, cur_start, cur))
                 try:
                     cur_ts = float(m.group(1))
-                    if not math.isfinite(cur_ts):
+                    if not 0 <= cur_ts <= MAX_TS_S:  # also NaN and +-inf
                         raise ValueError
                 except ValueError:
                     cur_ts = None
@@ -72,7 +74,12 @@ class PrometheusTextFormat(ExpertsBase):
             n_samples = sum(1 for ln in block if ln.strip() and not ln.lstrip().startswith("#"))
             seen += n_samples
             samples, block_drops = parse_exposition(block, start)
-            rows.extend(self._sample_row(ctx.source_id, idx, ts_s, fam, typ, s) for fam, typ, s in samples)
+            for fam, typ, s in samples:
+                row = self._sample_row(ctx.source_id, idx, ts_s, fam, typ, s)
+                if row is None:  # one bad time drops its sample, not the file (issue 31)
+                    drops.append((f"sample timestamp is not unix seconds in 0..{MAX_TS_S:.0f}", f"line {start}", 1))
+                else:
+                    rows.append(row)
             drops.extend(block_drops)
         kept = len(rows)
         if seen and kept == 0:
@@ -106,12 +113,17 @@ class PrometheusTextFormat(ExpertsBase):
         return self._outcome(seen, kept, drops, {"scrapes": len(scrapes)})
 
     @staticmethod
-    def _sample_row(sid: int, scrape: int, ts_s: float | None, family: str, typ: str, s) -> tuple:
+    def _sample_row(sid: int, scrape: int, ts_s: float | None, family: str, typ: str, s) -> tuple | None:
+        """The row of one sample; None when its timestamp is no time (not finite, or beyond what
+        an int64 of nanoseconds holds: 1e300 or Inf was an OverflowError that failed the file)."""
         ts = s.timestamp if s.timestamp is not None else ts_s
         ts_ns = None
         if ts is not None:
             # prometheus_client gives float seconds; keep µs precision exactly
-            ts_ns = int(round(float(ts) * 1e6)) * 1000
+            sec = float(ts)
+            if not 0 <= sec <= MAX_TS_S:
+                return None
+            ts_ns = int(round(sec * 1e6)) * 1000
         labels = orjson.dumps(dict(sorted(s.labels.items()))).decode()
         value = float(s.value)
         return (sid, scrape, ts_ns, family, typ, s.name, labels, value)

@@ -196,7 +196,7 @@ class _Csv:
             if store_rejects
             else "ignore_errors = true"
         )
-        path = str(self.path).replace("'", "''")
+        path = self.ctx.db_path.replace("'", "''")
         return (
             f"read_csv('{path}', header = true, "
             f"auto_detect = false, columns = {{{cols}}}, delim = ',', quote = '\"', escape = '\"', "
