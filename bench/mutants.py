@@ -215,8 +215,8 @@ DP_METRICS_IMBALANCE = [
     Mutant(
         "dpm-median-includes-the-domain",
         DPM_SQL,
-        "WHERE o.wseq = s.wseq AND o.signal = s.signal AND o.dp_rank <> s.dp_rank) AS others_median",
-        "WHERE o.wseq = s.wseq AND o.signal = s.signal) AS others_median",
+        "SELECT r.*, k1 + (k1 >= pos)::INTEGER AS at1, k2 + (k2 >= pos)::INTEGER AS at2",
+        "SELECT r.*, k1 AS at1, k2 AS at2",
         DPM,
     ),
     Mutant(
@@ -537,7 +537,76 @@ EXPERT_VERDICTS = [
 # ep-slow-rank (issue 27 rewrites it): the lead adds its mutants here (token-skew without the
 # GroupedMatmul significance, ties counted for the rank, a truncated rank's missing transfers
 # counted as 0, ...), each with the tests that guard it.
-EP_SLOW_RANK: list[Mutant] = []
+EP = ("tests/test_ep_decision.py", "tests/test_ep_rules.py", "tests/test_ep_queries.py")
+EP_SQL = "sql/ep-slow-rank.sql"
+EP_SLOW_RANK = [
+    # the issue-33 survivors
+    Mutant(
+        "ep-named-without-gmm-significance",
+        EP_SQL,
+        "    WHERE gmm_sig OR tr_sig OR host_sig",
+        "    WHERE TRUE",
+        EP,
+    ),
+    Mutant(
+        "ep-ties-counted-for-the-rank",
+        EP_SQL,
+        "count(*) FILTER (WHERE gmm_ns > med_gmm_ns) AS k_gmm",
+        "count(*) FILTER (WHERE gmm_ns >= med_gmm_ns) AS k_gmm",
+        EP,
+    ),
+    Mutant(  # v5 holds each rank's transfer against its own peers, so a truncated rank's
+        # missing calls can only come back through the matching: keep its untrusted calls
+        "ep-truncated-rank-calls-matched",
+        "slowcard/views/30_collectives.sql",
+        "FROM calls c ANTI JOIN untrusted u USING (source_id, pg, coll_kind);",
+        "FROM calls c;",
+        ("tests/test_truncated_rank.py", *EP),
+    ),
+    # issue 27's decision
+    Mutant(
+        "ep-cost-level-fail-whatever-the-cost",
+        EP_SQL,
+        "SELECT CASE WHEN round(100.0 * cost_ns / greatest(moe_ns, 1), 1) >= $min_cost_pct THEN 'FAIL' ELSE 'WARN' END AS level,",
+        "SELECT 'FAIL' AS level,",
+        EP,
+    ),
+    Mutant(
+        "ep-negligible-cost-reported",
+        EP_SQL,
+        "WHERE enough.skip_reason IS NULL AND round(100.0 * cost_ns / greatest(moe_ns, 1), 1) >= $min_warn_pct",
+        "WHERE enough.skip_reason IS NULL",
+        EP,
+    ),
+    Mutant(
+        "ep-cost-untrimmed",
+        EP_SQL,
+        "g_pos > floor(g_n * $trim_pct / 100) AND g_pos <= g_n - floor(g_n * $trim_pct / 100) AS g_kept",
+        "TRUE AS g_kept",
+        EP,
+    ),
+    Mutant(
+        "ep-a-second-cause-named-whatever-its-share",
+        EP_SQL,
+        "CASE WHEN len(list_filter(ranked_causes, lambda c: c.pct >= $min_share_pct)) > 1",
+        "CASE WHEN len(list_filter(ranked_causes, lambda c: c.pct > 0)) > 1",
+        EP,
+    ),
+    Mutant(
+        "ep-late-rank-is-a-slow-link",
+        "slowcard/views/30_collectives.sql",
+        "CAST(sum(c.peer_transfer_ns + CASE WHEN c.arrived_last THEN coalesce(x.last_excess_ns, 0) ELSE 0 END)",
+        "CAST(sum(c.peer_transfer_ns + CASE WHEN c.arrived_last THEN 0 ELSE 0 END + 0 * coalesce(x.last_excess_ns, 0))",
+        EP,
+    ),
+    Mutant(
+        "ep-host-wait-counts-dependency-gaps",
+        "slowcard/views/20_moe.sql",
+        "sum(CASE WHEN launch_ns > greatest(coalesce(prev_end_ns, layer_start_ns), layer_start_ns)",
+        "sum(CASE WHEN TRUE",
+        ("tests/test_gpu_deepep.py",),
+    ),
+]
 
 MUTANTS: list[Mutant] = [
     *DP_IMBALANCE,
