@@ -171,3 +171,15 @@ def test_synthetic_deepep_slow_link_is_slow_comm(tmp_path):
     assert [(r["rank"], r["cause"]) for r in res.rows] == [(2, "slow-comm")], res.summary
     pgs = {r[0] for r in queries.open_readonly(db).execute("SELECT DISTINCT pg FROM collective_waits").fetchall()}
     assert pgs == {"ep:dispatch", "ep:combine"}
+
+
+def test_why_host_device_reads_the_compute_stream_not_the_whole_gpu(real_gpu):
+    """The host-bound rank's compute stream waits for launches while its communication stream is
+    busy: on the whole GPU it idled little (v1 read it device-bound); on its compute stream it
+    waits well above the median rank's, so v2 reads host-bound, and its stream wait is the
+    measured one within 10 %. Near miss: the balanced run's ranks all read device-bound."""
+    db, truth = real_gpu
+    rows = {r["rank"]: r for r in _run(db, "why-host-device", "host").rows}
+    assert rows[2]["bound"] == "host-bound" and rows[2]["host_wait_pct"] < 25.0
+    assert rows[2]["stream_host_wait_us"] == pytest.approx(truth["host"][2]["host_wait_us"], rel=0.10)
+    assert {r["bound"] for r in _run(db, "why-host-device", "balanced").rows} == {"device-bound"}
