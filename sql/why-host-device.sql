@@ -10,7 +10,7 @@
 -- subject: rank
 -- order: 210
 -- shows: why
--- headline: {bound} | {compute_pct} % computing, {collective_pct} % collectives, {host_wait_pct} % waiting for the host of {window_ms} ms | compute {compute_ratio}x the median rank's
+-- headline: {bound} | its compute stream waits for the host {stream_host_wait_pct} % of {window_ms} ms (median rank {median_rank_stream_host_wait_pct} %) | {compute_pct} % computing, {collective_pct} % collectives | compute {compute_ratio}x the median rank's
 -- summary: rank {rank} {bound}: computing {compute_pct}%, collectives {collective_pct}%, waiting for the host {host_wait_pct}% (its compute stream {stream_host_wait_pct}%, the median rank's {median_rank_stream_host_wait_pct}%), other idle {other_idle_pct}% of {window_ms} ms on the device (compute {compute_ratio}x the median rank's)
 --
 -- A device that is slow because its HOST is slow (Python, dispatch, data loading, CPU binding)
