@@ -174,7 +174,10 @@ def test_3_a_30mb_answer_of_a_million_timestamps_stays_bounded(srv, tmp_path):
     )
     assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
     assert "1250000 sample(s) dropped" in res.stdout
-    assert _maxrss_mb(res) < 800  # measured ~420 MB; before issue 31: 3 GB and no end at 600 s
+    # measured 420 MB alone and 904 MB once inside a full CI run (successive 30 MB answers parsed
+    # into the same process; freed memory is not handed back, so the peak grows by a parse); before
+    # issue 31: 3 GB and no end at 600 s
+    assert _maxrss_mb(res) < 1500
 
 
 @pytest.mark.slow
