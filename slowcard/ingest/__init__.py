@@ -18,7 +18,8 @@ import threading
 import time
 import zlib
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor
+from concurrent.futures import wait as futures_wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -440,7 +441,7 @@ def ingest_paths(
 
             try:
                 prog.update(current=str(p))
-                res = ingest_file(cur, p, run, explicit, size, opts, rank_pattern, rmap, on_bytes)
+                res = ingest_file(cur, p, run, explicit, size, opts, rank_pattern, rmap, on_bytes, stopping)
             finally:
                 cursors.discard(cur)
                 cur.close()
@@ -453,8 +454,19 @@ def ingest_paths(
             # with threads split between jobs, 8 files of 90 MB took 4.3 s at --jobs 2 against
             # 3.6 s at --jobs 1; shared, 3.5-3.8 s, and 64 small files 3.0 s against 4.4 s.
             with ThreadPoolExecutor(max_workers=jobs) as pool:
+                futures = [pool.submit(one, item) for item in work]
                 try:
-                    report.files = list(pool.map(one, work))
+                    # wait in short steps: os.kill / a terminal may deliver SIGINT to any thread,
+                    # and a main thread blocked in one long wait handled it only once a whole
+                    # file had finished (a Ctrl-C then let the other files commit as well)
+                    pending = set(futures)
+                    while pending:
+                        done, pending = futures_wait(pending, timeout=0.1, return_when=FIRST_EXCEPTION)
+                        for f in done:
+                            exc = f.exception()
+                            if exc is not None:
+                                raise exc
+                    report.files = [f.result() for f in futures]
                 except KeyboardInterrupt:
                     # Ctrl-C reaches the main thread only: stop the workers' statements too,
                     # instead of waiting for every queued file to finish.
@@ -504,8 +516,11 @@ def ingest_file(
     rank_pattern: str | None = None,
     rank_map=None,
     on_bytes=None,
+    stopping: threading.Event | None = None,
 ) -> FileResult:
-    """Ingest one file; never raises for bad input (the FileResult says what happened)."""
+    """Ingest one file; never raises for bad input (the FileResult says what happened).
+    ``stopping``: set when the batch was interrupted (Ctrl-C); a file whose rows are in but not yet
+    committed is then left out (its transaction rolled back), never committed after the Ctrl-C."""
     t0 = time.perf_counter()
     result = FileResult(path=str(path), format=None, status="failed", size_bytes=size)
     if path.name.startswith(COMPANION) and path.suffix == ".json":
@@ -566,6 +581,8 @@ def ingest_file(
                 world_size=info.world_size,
                 host=info.host,
             )
+            if stopping is not None and stopping.is_set():
+                raise KeyboardInterrupt  # Ctrl-C came while this file's rows went in: not committed
             store.commit_source(
                 con,
                 sid,
