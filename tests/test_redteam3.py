@@ -295,8 +295,14 @@ def test_6_a_reader_holding_the_database_past_the_lock_wait_does_not_end_the_wat
                     break
             except (duckdb.Error, OSError):
                 continue  # not created yet, or the watcher writing
+        con = None
+        while con is None and time.monotonic() < deadline:  # between two of the watcher's writes
+            try:
+                con = duckdb.connect(str(db), read_only=True)  # a long query: 4 s, past SLOWCARD_LOCK_WAIT
+            except duckdb.IOException:
+                time.sleep(0.05)
+        assert con is not None, "the watcher never let go of the database"
         held_from = time.time_ns()
-        con = duckdb.connect(str(db), read_only=True)  # a long query: 4 s, past SLOWCARD_LOCK_WAIT
         time.sleep(4)
         con.close()
         held_to = time.time_ns()
@@ -304,7 +310,7 @@ def test_6_a_reader_holding_the_database_past_the_lock_wait_does_not_end_the_wat
     finally:
         if proc.poll() is None:
             proc.kill()
-            proc.wait()
+        proc.communicate()  # its pipes closed whatever happened (an open one warns in a later test)
     assert proc.returncode == 0, err
     assert "database busy" in out
     # the windows collected meanwhile were written once the reader let go
