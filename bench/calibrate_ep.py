@@ -515,25 +515,7 @@ def grid_report(runs: dict[str, dict], secs: float) -> str:
             "not named",
         ],
     )
-    brows = []
-    for band in ("cost >= 5 %", "cost 2-5 %", "cost < 2 %"):
-        pairs = bands.get(band, [])
-        n = len(pairs)
-        fail_right = sum(g is not None and g["level"] == "FAIL" and g["cause"] == tr["cause"] for tr, g in pairs)
-        named = sum(g is not None for _, g in pairs)
-        fails = sum(g is not None and g["level"] == "FAIL" for _, g in pairs)
-        brows.append(
-            [
-                band,
-                n,
-                f"{fail_right} ({100 * fail_right / max(n, 1):.0f} %)",
-                f"{named} ({100 * named / max(n, 1):.0f} %)",
-                fails,
-            ]
-        )
-    text += "\n\nEvery rank of every run, by its measured cost (truth from the raw trace):\n\n" + table(
-        brows, ["measured", "ranks", "FAIL with the measured cause", "named (WARN or FAIL)", "FAIL"]
-    )
+    text += "\n\nEvery rank of every run, by its measured cost (truth from the raw trace):\n\n" + cost_band_table(bands)
     within = sum(abs(e) <= 0.30 for e in errors)
     text += (
         f"\n\nBalanced runs (random routing, nothing planted): {bal['runs']}, FAIL {bal['fail']}, WARN {bal['warn']} [target: 0 FAIL]"
@@ -545,6 +527,29 @@ def grid_report(runs: dict[str, dict], secs: float) -> str:
         f"\n\n({len(runs)} runs, {secs:.0f} s)"
     )
     return text
+
+
+def cost_band_table(bands: dict[str, list]) -> str:
+    """Every judged rank by its measured cost band: (truth, finding or None) pairs per band.
+
+    Shared by the CPU grid and the GPU set (bench/calibrate_gpu.py): the same targets, the same table."""
+    rows = []
+    for band in ("cost >= 5 %", "cost 2-5 %", "cost < 2 %"):
+        pairs = bands.get(band, [])
+        n = len(pairs)
+        fail_right = sum(g is not None and g["level"] == "FAIL" and g["cause"] == tr["cause"] for tr, g in pairs)
+        named = sum(g is not None for _, g in pairs)
+        fails = sum(g is not None and g["level"] == "FAIL" for _, g in pairs)
+        rows.append(
+            [
+                band,
+                n,
+                f"{fail_right} ({100 * fail_right / max(n, 1):.0f} %)",
+                f"{named} ({100 * named / max(n, 1):.0f} %)",
+                fails,
+            ]
+        )
+    return table(rows, ["measured", "ranks", "FAIL with the measured cause", "named (WARN or FAIL)", "FAIL"])
 
 
 def _pct(xs: list[float], q: float) -> float:

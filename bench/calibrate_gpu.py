@@ -33,7 +33,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
 import real_gpu_ep as rg  # noqa: E402
-from calibrate_ep import table  # noqa: E402
+from calibrate_ep import cost_band_table, table  # noqa: E402
 
 from slowcard import queries  # noqa: E402
 from slowcard.ingest import ingest_paths  # noqa: E402
@@ -178,24 +178,7 @@ def report(plan: dict, secs: float) -> str:
             "not named",
         ],
     )
-    brows = []
-    for band in ("cost >= 5 %", "cost 2-5 %", "cost < 2 %"):
-        pairs = bands.get(band, [])
-        n = len(pairs)
-        fail_right = sum(g is not None and g["level"] == "FAIL" and g["cause"] == tr["cause"] for tr, g in pairs)
-        named = sum(g is not None for _, g in pairs)
-        brows.append(
-            [
-                band,
-                n,
-                f"{fail_right} ({100 * fail_right / max(n, 1):.0f} %)",
-                f"{named} ({100 * named / max(n, 1):.0f} %)",
-                sum(g is not None and g["level"] == "FAIL" for _, g in pairs),
-            ]
-        )
-    text += "\n\nEvery rank of every run, by its measured cost (% of step time):\n\n" + table(
-        brows, ["measured", "ranks", "FAIL with the measured cause", "named (WARN or FAIL)", "FAIL"]
-    )
+    text += "\n\nEvery rank of every run, by its measured cost (% of step time):\n\n" + cost_band_table(bands)
     within = sum(abs(e) <= 0.30 for e in errors)
     n_runs = len(plan)
     text += (
