@@ -309,7 +309,7 @@ class MsServiceProfilerBackend:
         except (OSError, ValueError) as exc:
             raise CaptureError(f"{self.config}: not a readable JSON config ({str(exc)[:120]})") from None
         if not isinstance(doc, dict):
-            raise CaptureError(f"{self.config}: expected a JSON object with an \"enable\" field")
+            raise CaptureError(f'{self.config}: expected a JSON object with an "enable" field')
         return doc
 
     def _set(self, enable: int) -> None:
@@ -320,7 +320,7 @@ class MsServiceProfilerBackend:
             tmp.write_text(json.dumps(doc, indent=4) + "\n", encoding="utf-8")
             os.replace(tmp, self.config)  # the poller never reads a half-written config
         except OSError as exc:
-            raise CaptureError(f"{self.config}: cannot write \"enable\": {enable} ({exc})") from None
+            raise CaptureError(f'{self.config}: cannot write "enable": {enable} ({exc})') from None
 
     def output_dir(self) -> Path:
         return self.dir
@@ -458,13 +458,13 @@ class Capturer:
     def trigger(self, alert: Alert) -> str:
         """Start a capture for ``alert`` in a thread; what happened, as text."""
         if self._stop.is_set():
-            return "capture not started: the watch is ending"
+            return "not started: the watch is ending"
         if self.busy():
-            return f"capture not started for {alert.query}: another capture is running (one at a time)"
+            return f"not started for {alert.query}: another capture is running (one at a time)"
         if self._ended_at is not None:
             left = self.cooldown_s - (time.monotonic() - self._ended_at)
             if left > 0:
-                return f"capture not started for {alert.query}: cool-down, {left:.0f} s left (--capture-cooldown)"
+                return f"not started for {alert.query}: cool-down, {left:.0f} s left (--capture-cooldown)"
 
         def work():
             cap = self.run(alert)
@@ -473,9 +473,8 @@ class Capturer:
 
         self._thread = threading.Thread(target=work, name="slowcard-capture", daemon=True)
         self._thread.start()
-        return (
-            f"capture started ({self.backend.name}, {self.seconds:g} s) for {alert.query}"
-            + (f": {alert.subject}" if alert.subject else "")
+        return f"started ({self.backend.name}, {self.seconds:g} s) for {alert.query}" + (
+            f": {alert.subject}" if alert.subject else ""
         )
 
     def finished(self) -> list[Capture]:
@@ -580,9 +579,8 @@ class Capturer:
                 bad = [f for f in report.files if f.status == "failed"]
                 kept = [f for f in report.files if f.status != "failed"]
                 if not kept:
-                    first = bad[0] if bad else None
                     raise CaptureError(
-                        "no file could be ingested" + (f": {first.path}: {first.message[:200]}" if first else "")
+                        "no file could be ingested" + (f": {bad[0].path}: {bad[0].message[:200]}" if bad else "")
                     )
                 if bad:
                     cap.notes.append(f"{len(bad)} file(s) failed to ingest, e.g. {bad[0].path}: {bad[0].message[:120]}")
@@ -600,10 +598,10 @@ class Capturer:
         cap.verdict_query = concl.get("query")
         cap.next_step = concl.get("next_step")
         cards = findings_mod.slow_cards(diag.results)
-        first = cards[0] if cards else None
-        cap.slow_card = first.label if first else None
+        card = cards[0] if cards else None
+        cap.slow_card = card.label if card else None
         n_dom = self.n_domains() if self.n_domains else None
-        cap.matches_alert = match_alert(cap.alert, first, n_ranks or None, n_dom)
+        cap.matches_alert = match_alert(cap.alert, card, n_ranks or None, n_dom)
 
     # --- the captures table ----------------------------------------------------------------
     def _record_start(self, cap: Capture) -> None:
@@ -671,6 +669,21 @@ class Capturer:
                 )
             finally:
                 con.close()
+
+
+WEBHOOK_TIMEOUT_S = 10.0
+
+
+def post_capture(webhook: str, cap: Capture, watch_run: str | None) -> str:
+    """POST a finished capture (beside its alert) as JSON to ``webhook``; the outcome as text."""
+    from .render import to_json
+    from .watch import http_request
+
+    data = to_json({"run": watch_run, "event": "capture", "capture": cap.to_dict()}, indent=None).encode("utf-8")
+    status, _body, error = http_request(
+        webhook, WEBHOOK_TIMEOUT_S, 1 << 20, data=data, headers={"Content-Type": "application/json"}
+    )
+    return f"capture webhook HTTP {status}" if error is None else f"capture webhook failed: {error}"
 
 
 def make_backend(
