@@ -676,7 +676,8 @@ def _captures_section(captures: list[dict]) -> str:
         when = _dt.datetime.fromtimestamp(c["alert_ts_ns"] / 1e9).strftime("%H:%M:%S") if c.get("alert_ts_ns") else "-"
         if c["status"] == "ok":
             verdict = f"{c.get('verdict_status') or '-'} {c.get('verdict_query') or ''}: {c.get('headline') or ''}"
-            link = {True: "the alerted domain", False: "another card than the alert's"}.get(c.get("matches_alert"), "-")
+            m = c.get("matches_alert")
+            link = "-" if m is None else ("the alerted domain" if m else "another card than the alert's")
         else:
             verdict, link = c.get("reason") or "", "-"
         rows.append(
@@ -694,12 +695,11 @@ def _captures_section(captures: list[dict]) -> str:
             ]
         )
     cols = ["capture", "alert at", "alert", "backend", "status", "window", "run", "capture's verdict", "names", "notes"]
-    rows = [dict(zip(cols, r)) for r in rows]
     return (
         "<h2>Captures on alert</h2><p>Each profile capture taken when a watched verdict turned FAIL "
         "(<code>slowcard watch --capture</code>), its files ingested as the run shown and diagnosed "
         "(<code>slowcard diagnose --run RUN</code> for the whole answer); shaded green on the timeline above.</p>"
-        + _table(cols, rows)
+        + _table(cols, [dict(zip(cols, r)) for r in rows])
     )
 
 
