@@ -46,7 +46,10 @@ DEFAULT_WAIT_S = 120.0  # after the stop: how long the files may take to appear 
 DEFAULT_MAX_BYTES = 2 << 30
 SETTLE_S = 1.0  # a file set whose sizes did not change for this long (and parses whole) is complete
 MAX_SCAN_FILES = 200_000  # files looked at in an output directory (a home directory by mistake stays bounded)
-COMMAND_TIMEOUT_S = 120.0  # an exec start/stop command or msserviceprofiler parse
+COMMAND_TIMEOUT_S = 120.0
+FULL_PARSE_BYTES = (
+    256 << 20
+)  # a plain JSON file up to this size is parsed whole to call it complete  # an exec start/stop command or msserviceprofiler parse
 
 
 class CaptureError(Exception):
@@ -170,8 +173,9 @@ def new_files(before: dict[Path, tuple[int, int]], now: dict[Path, tuple[int, in
 
 
 def incomplete(path: Path) -> str | None:
-    """Why a written file is not whole yet (None when it is): a JSON trace must end its document
-    (``}`` or ``]``), a ``.gz`` must have its whole stream, a CSV must end its last line; other
+    """Why a written file is not whole yet (None when it is): a ``.gz`` must have its whole stream
+    (end marker and CRC), a JSON file must parse (up to FULL_PARSE_BYTES; a larger one, and the
+    JSON inside a ``.gz``, must at least close its document), a CSV must end its last line; other
     files only need a stable size (the caller's check)."""
     name = path.name.lower()
     try:
@@ -195,7 +199,14 @@ def incomplete(path: Path) -> str | None:
     except (OSError, zlib.error, EOFError, gzip.BadGzipFile) as exc:
         return f"unreadable ({type(exc).__name__}: {str(exc)[:80]})"
     stripped = text_tail.rstrip()
-    if inner.endswith(".json"):
+    if inner == name and name.endswith(".json") and path.stat().st_size <= FULL_PARSE_BYTES:
+        import orjson
+
+        try:
+            orjson.loads(path.read_bytes())
+        except orjson.JSONDecodeError:
+            return "it is not a whole JSON document"
+    elif inner.endswith(".json"):
         if not stripped or stripped[-1:] not in (b"}", b"]"):
             return "its JSON document is not closed"
     elif inner.endswith(".csv"):

@@ -43,7 +43,7 @@ class FakeServiceProfiler(threading.Thread):
         self.poll_s = poll_s
         self.write = write
         self.collections: list[Path] = []
-        self._stop = threading.Event()
+        self._halt = threading.Event()
 
     def prof_dir(self) -> Path:
         doc = json.loads(self.config.read_text())
@@ -53,7 +53,7 @@ class FakeServiceProfiler(threading.Thread):
     def run(self) -> None:
         enabled = False
         started = 0.0
-        while not self._stop.wait(self.poll_s):
+        while not self._halt.wait(self.poll_s):
             try:
                 on = json.loads(self.config.read_text()).get("enable") == 1
             except (OSError, ValueError):
@@ -72,7 +72,7 @@ class FakeServiceProfiler(threading.Thread):
                 self.collections.append(out)
 
     def close(self) -> None:
-        self._stop.set()
+        self._halt.set()
         self.join(5)
 
 

@@ -28,7 +28,7 @@ it was hot during the capture (its GroupedMatmul gets ~3.5x the rows, the others
 every combine: ep-slow-rank names that rank, cause token-skew), ``balanced`` otherwise.
 ``--profile-status CODE`` answers both endpoints with that HTTP status instead (404, 500);
 ``--profile-write never`` writes nothing, ``half`` leaves rank 0's file cut short (a profiler
-killed mid-write), ``slow`` writes each file in two halves 1.5 s apart (a file still growing);
+killed mid-write), ``slow`` writes the first half of each file, the rest 1.5 s later (files still growing);
 ``--profile-delay S`` waits S seconds after the stop before writing.
 """
 
@@ -167,8 +167,9 @@ def write_capture(a, out_dir: Path, hot_during_capture: bool) -> list[Path]:
                 dest.write_bytes(data)
             if a.profile_write == "half" and r == 0:
                 cut_trace(dest, 4000)
-        for dest, data in written:  # the second halves, once every first half is there
-            time.sleep(1.5)
+        if written:
+            time.sleep(1.5)  # the second halves, once every first half has been there a while
+        for dest, data in written:
             dest.write_bytes(data)
     return sorted(out_dir.iterdir())
 
