@@ -461,10 +461,12 @@ class Capturer:
         self._ended_at: float | None = None  # monotonic end of the last capture (cool-down)
         self._done: list[Capture] = []
         self._done_lock = threading.Lock()
+        self._running = False
 
     # --- in the background (watch) ---------------------------------------------------------
     def busy(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        """A capture is running (its outcome not handed to ``finished`` yet)."""
+        return self._running
 
     def trigger(self, alert: Alert) -> str:
         """Start a capture for ``alert`` in a thread; what happened, as text."""
@@ -478,10 +480,16 @@ class Capturer:
                 return f"not started for {alert.query}: cool-down, {left:.0f} s left (--capture-cooldown)"
 
         def work():
-            cap = self.run(alert)
-            with self._done_lock:
-                self._done.append(cap)
+            cap = None
+            try:
+                cap = self.run(alert)
+            finally:
+                with self._done_lock:  # done and not running in one step: a caller never sees neither
+                    if cap is not None:
+                        self._done.append(cap)
+                    self._running = False
 
+        self._running = True
         self._thread = threading.Thread(target=work, name="slowcard-capture", daemon=True)
         self._thread.start()
         return f"started ({self.backend.name}, {self.seconds:g} s) for {alert.query}" + (

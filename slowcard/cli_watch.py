@@ -437,9 +437,10 @@ def register(app: typer.Typer) -> None:
 
             try:
                 watcher.run_loop(interval_s, duration_s=duration_s, once=once, on_step=show)
-                if capturer is not None and capturer.busy():
-                    typer.echo("waiting for the running capture to end (Ctrl-C stops it)", err=True)
-                    capturer.wait()
+                if capturer is not None:
+                    if capturer.busy():
+                        typer.echo("waiting for the running capture to end (Ctrl-C stops it)", err=True)
+                        capturer.wait()
                     show_captures(screen_width())
             except KeyboardInterrupt:
                 if capturer is not None:
