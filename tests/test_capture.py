@@ -462,6 +462,11 @@ def test_watch_capture_end_to_end_with_webhook_and_report(sims, tmp_path):
     (timeline,) = [f for f in figure_data(page) if f["query"].startswith("metric-timeline")]
     greens = [s for s in timeline["layout"]["shapes"] if s.get("fillcolor") == "#2ca02c"]
     assert greens and all(0.9 < s["x1"] - s["x0"] < 1.5 for s in greens)  # the 1 s capture window
+    # the capture's own run links back to its alert
+    r = cli("report", "--db", str(db), "--run", "capture-1", "--out", str(tmp_path / "c.html"))
+    assert r.returncode == 0, r.stderr
+    page = (tmp_path / "c.html").read_text()
+    assert "dp-metrics-imbalance: DP domain 2" in page[page.index("<h2>Captures on alert</h2>") :]
 
 
 def test_watch_ctrl_c_during_a_capture(sims, tmp_path):
@@ -536,3 +541,41 @@ def test_capture_command_exit_codes(sims, tmp_path):
     assert cli("capture", "nsys", "--db", str(tmp_path / "c.duckdb")).returncode == 2
     w = cli("watch", "--scrape", "http://127.0.0.1:1/metrics", "--exporter", "tgi", "--db", str(tmp_path / "d.duckdb"))
     assert w.returncode == 2 and "unknown exporter 'tgi'" in w.stderr
+
+
+def test_capture_command_msserviceprofiler(tmp_path):
+    cfg = msprof_sim.write_config(tmp_path / "cfg.json", prof_dir="prof")
+    poller = msprof_sim.FakeServiceProfiler(cfg, hot_dp=3)
+    poller.start()
+    try:
+        p = cli(
+            "capture", "msserviceprofiler", "--dp", "3", "--capture-seconds", "0.5s", "--db", str(tmp_path / "m.duckdb"),
+            env={**__import__("os").environ, "SERVICE_PROF_CONFIG_PATH": str(cfg), "PATH": "/usr/bin:/bin"},
+        )  # fmt: skip
+    finally:
+        poller.close()
+    assert p.returncode == 1, p.stderr  # dp-imbalance FAILs on DP domain 3
+    flat = " ".join(p.stdout.split())
+    assert "CAPTURE 1 for on-demand (DP domain 3): ok, msserviceprofiler" in flat
+    assert "verdict FAIL dp-imbalance@" in flat and "DP domain 3 — request-skew" in flat
+    assert "; the alerted DP domain 3" in flat
+    assert "note: msserviceprofiler is not on PATH: its parse step was not run" in flat
+
+
+def test_watch_capture_usage_errors(tmp_path):
+    base = ["watch", "--scrape", "http://127.0.0.1:1/metrics", "--once", "--db", str(tmp_path / "u.duckdb")]
+    p = cli(*base, "--capture", "nsys")
+    assert p.returncode == 2 and "--capture 'nsys': expected one of vllm, msserviceprofiler, exec" in p.stderr
+    p = cli(*base, "--capture", "vllm")
+    assert p.returncode == 2 and "needs --capture-dir" in p.stderr
+    p = cli(*base, "--capture", "exec", "--capture-dir", str(tmp_path))
+    assert p.returncode == 2 and "--capture-start CMD, --capture-stop CMD" in p.stderr
+    p = cli(*base, "--capture", "vllm", "--capture-dir", str(tmp_path), "--capture-seconds", "0s")
+    assert p.returncode == 2 and "--capture-seconds '0s'" in p.stderr
+
+
+def test_exec_stop_failure_says_the_profiler_may_still_run(tmp_path):
+    backend = ExecBackend("true", "exit 1", tmp_path)
+    cap = Capturer(tmp_path / "x.duckdb", backend, seconds=0.1).run(Alert.on_demand())
+    assert cap.status == "failed" and cap.reason.startswith("stop command exited 1")
+    assert "the profiler may still be running" in cap.reason

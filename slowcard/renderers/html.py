@@ -653,11 +653,12 @@ def screen_section(sc) -> str:
 
 
 def watch_captures(con, run: str) -> list[dict]:
-    """The captures taken on the alerts of watched run ``run`` (``captures`` table), oldest first."""
+    """The captures taken on the alerts of watched run ``run``, or the capture that ``run`` is
+    (``captures`` table), oldest first."""
     import duckdb
 
     try:
-        cur = con.execute("SELECT * FROM captures WHERE watch_run = ? ORDER BY capture_id", [run])
+        cur = con.execute("SELECT * FROM captures WHERE watch_run = ? OR run = ? ORDER BY capture_id", [run, run])
     except duckdb.Error:
         return []  # a database written before the captures table: none
     cols = [d[0] for d in cur.description]
