@@ -462,6 +462,11 @@ class Capturer:
         self._done: list[Capture] = []
         self._done_lock = threading.Lock()
         self._running = False
+        self.phase = "idle"  # what the running capture does: starting | profiling | collecting | idle
+        # set while no capture runs: waited on instead of Thread.join, which a Ctrl-C landing in
+        # it (Python < 3.13) can leave believing the thread has ended
+        self._idle = threading.Event()
+        self._idle.set()
 
     # --- in the background (watch) ---------------------------------------------------------
     def busy(self) -> bool:
@@ -488,8 +493,10 @@ class Capturer:
                     if cap is not None:
                         self._done.append(cap)
                     self._running = False
+                self._idle.set()
 
         self._running = True
+        self._idle.clear()
         self._thread = threading.Thread(target=work, name="slowcard-capture", daemon=True)
         self._thread.start()
         return f"started ({self.backend.name}, {self.seconds:g} s) for {alert.query}" + (
@@ -504,26 +511,26 @@ class Capturer:
 
     def wait(self, timeout_s: float | None = None) -> None:
         """Let a running capture finish (the watch's --duration ended)."""
-        if self._thread is not None:
-            self._thread.join(timeout_s)
+        self._idle.wait(timeout_s)
 
     def shutdown(self, timeout_s: float = 30.0) -> None:
         """Stop a running capture now (Ctrl-C): its profiler is stopped and the capture is
         recorded as interrupted; no new capture starts."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
+        self._idle.wait(timeout_s)
 
     # --- one capture -----------------------------------------------------------------------
     def run(self, alert: Alert) -> Capture:
         """Start, keep, stop, wait for the files, ingest, diagnose, record. Never raises for a
         capture that goes wrong: the returned Capture says how and why."""
         cap = Capture(None, alert, self.backend.name)
+        self.phase = "starting"
         try:
             self._record_start(cap)
         except Exception as exc:  # noqa: BLE001 (the database is busy or broken: say so, go on)
             cap.status, cap.reason = "failed", f"{self.db}: cannot record the capture: {str(exc)[:200]}"
             self._ended_at = time.monotonic()
+            self.phase = "idle"
             return cap
         try:
             self._capture(cap)
@@ -539,6 +546,7 @@ class Capturer:
                 self._record_end(cap)
             except Exception as exc:  # noqa: BLE001
                 cap.notes.append(f"{self.db}: the capture's outcome was not recorded: {str(exc)[:200]}")
+            self.phase = "idle"
         return cap
 
     def _capture(self, cap: Capture) -> None:
@@ -546,8 +554,9 @@ class Capturer:
         before = scan(folder)
         if self._stop.is_set():
             cap.status = "interrupted"
-            raise CaptureError("the watch was ending: the profiler was not started")
+            raise CaptureError("stopped before the profiler was started (Ctrl-C or the watch ending)")
         self.backend.start()
+        self.phase = "profiling"
         cap.started_ns = time.time_ns()
         t0 = time.monotonic()
         stopped_early = self._stop.wait(self.seconds)
@@ -559,11 +568,12 @@ class Capturer:
         finally:
             cap.stopped_ns = time.time_ns()
             cap.window_s = round(time.monotonic() - t0, 3)
+        self.phase = "collecting"
         if stopped_early:
             cap.status = "interrupted"
             raise CaptureError(
-                f"the watch ended {cap.window_s:g} s into the {self.seconds:g} s window: the profiler was "
-                f"stopped and nothing was ingested (its output, if any, is in {folder})"
+                f"stopped {cap.window_s:g} s into the {self.seconds:g} s window (Ctrl-C or the watch ending): "
+                f"the profiler was stopped and nothing was ingested (its output, if any, is in {folder})"
             )
         try:
             got = wait_for_files(folder, before, self.wait_s, self._stop, self.settle_s)

@@ -1,9 +1,13 @@
-"""The `watch` command (added to the typer app by ``register(app)``): live metrics into the
-database, one status line per interval, an alert line when a verdict turns FAIL or back.
+"""The `watch` and `capture` commands (added to the typer app by ``register(app)``): live
+metrics into the database, one status line per interval, an alert line when a verdict turns
+FAIL or back; with ``--capture``, a profile capture on each alert (slowcard/capture.py) whose
+verdict is printed beside it.
 
-Exit codes as for `query`: 0 no watched verdict FAILed or ERRORed at the end (WARN too with
---strict), 1 otherwise, 2 usage or input error. Ctrl-C ends the watch with the exit code of
-the last verdicts; the database keeps every whole window collected before it.
+Exit codes of `watch` as for `query`: 0 no watched verdict FAILed or ERRORed at the end (WARN too
+with --strict), 1 otherwise, 2 usage or input error; captures do not change them. Ctrl-C ends the
+watch with the exit code of the last verdicts (a running capture is stopped and recorded
+interrupted); the database keeps every whole window collected before it. `capture`: 0 diagnosed
+and nothing FAILs, 1 its diagnosis FAILs, 2 usage error, 3 the capture did not complete.
 """
 
 from __future__ import annotations
@@ -505,14 +509,22 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(2) from None
         alert = Alert.on_demand(dp_rank=dp_rank)
         done: list = []
-        worker = threading.Thread(target=lambda: done.append(capturer.run(alert)), daemon=True)
-        worker.start()
+        ended = threading.Event()
+
+        def work():
+            try:
+                done.append(capturer.run(alert))
+            finally:
+                ended.set()
+
+        threading.Thread(target=work, daemon=True).start()
         try:
-            while worker.is_alive():
-                worker.join(0.1)  # short waits: Ctrl-C reaches this thread at once
+            while not ended.wait(0.1):  # short waits (never Thread.join): Ctrl-C lands here at once
+                pass
         except KeyboardInterrupt:
             typer.echo("interrupted: stopping the profiler", err=True)
-            capturer.shutdown()
+            capturer.shutdown()  # no thread of its own here: sets the stop the capture waits on
+            ended.wait(30)
         if not done:
             typer.echo("Error: the capture did not end in time after Ctrl-C", err=True)
             raise typer.Exit(3)
