@@ -225,7 +225,7 @@ def wait_for_files(
 ) -> dict[Path, int]:
     """The files that appeared in ``folder`` since ``before``, once they are complete: the same
     set with the same sizes for ``settle_s`` and every one whole (``incomplete``). Raises
-    CaptureError naming what was missing or cut when ``wait_s`` passes (or ``stop`` is set)."""
+    CaptureError naming what was missing or cut when ``wait_s`` passes, or when ``stop`` is set."""
     deadline = time.monotonic() + wait_s
     last: dict[Path, int] | None = None
     stable_since = time.monotonic()
@@ -238,7 +238,11 @@ def wait_for_files(
             bad = {p: why for p in got if (why := incomplete(p))}
             if not bad:
                 return got
-        if now >= deadline or stop.is_set():
+        if stop.is_set():
+            raise CaptureError(
+                f"stopped while waiting for the files in {folder} (Ctrl-C or the watch ending); nothing was ingested"
+            )
+        if now >= deadline:
             if not got:
                 raise CaptureError(f"no new file in {folder} within {wait_s:g} s after the stop")
             bad = {p: why for p in got if (why := incomplete(p))}

@@ -628,3 +628,12 @@ def test_capture_command_ctrl_c_stops_the_profiler(sims, tmp_path):
     assert "stopping the profiler" in err
     assert "interrupted: stopped" in flat  # mid-window, or before the profiler was started
     assert rows(tmp_path / "c.duckdb", "SELECT status FROM captures") == [("interrupted",)]
+
+
+def test_wait_for_files_ends_when_stopped(tmp_path):
+    stop = threading.Event()
+    threading.Timer(0.3, stop.set).start()
+    t = time.monotonic()
+    with pytest.raises(CaptureError, match=r"stopped while waiting for the files in .*nothing was ingested"):
+        wait_for_files(tmp_path, {}, 30.0, stop, settle_s=0.2, poll_s=0.05)
+    assert time.monotonic() - t < 5
