@@ -520,6 +520,7 @@ def test_watch_ctrl_c_during_a_capture(sims, tmp_path):
             proc.wait(5)
     assert proc.returncode in (0, 1), err
     out = " ".join(out.split())
+    assert "CAPTURE 1" in out, err
     # stopped mid-window, or (on a loaded machine) before the profiler was even started
     assert "CAPTURE 1 for dp-metrics-imbalance (DP domain 1" in out
     assert "interrupted: stopped" in out
