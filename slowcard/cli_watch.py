@@ -1,9 +1,13 @@
-"""The `watch` command (added to the typer app by ``register(app)``): live metrics into the
-database, one status line per interval, an alert line when a verdict turns FAIL or back.
+"""The `watch` and `capture` commands (added to the typer app by ``register(app)``): live
+metrics into the database, one status line per interval, an alert line when a verdict turns
+FAIL or back; with ``--capture``, a profile capture on each alert (slowcard/capture.py) whose
+verdict is printed beside it.
 
-Exit codes as for `query`: 0 no watched verdict FAILed or ERRORed at the end (WARN too with
---strict), 1 otherwise, 2 usage or input error. Ctrl-C ends the watch with the exit code of
-the last verdicts; the database keeps every whole window collected before it.
+Exit codes of `watch` as for `query`: 0 no watched verdict FAILed or ERRORed at the end (WARN too
+with --strict), 1 otherwise, 2 usage or input error; captures do not change them. Ctrl-C ends the
+watch with the exit code of the last verdicts (a running capture is stopped and recorded
+interrupted); the database keeps every whole window collected before it. `capture`: 0 diagnosed
+and nothing FAILs, 1 its diagnosis FAILs, 2 usage error, 3 the capture did not complete.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
-from typing import Any, Literal, overload
+from typing import Any, Literal, NamedTuple, overload
 
 import typer
 
@@ -30,6 +34,9 @@ DURATION_MAX_S = {
     "--duration": 3660 * DAY_S,
     "--backfill": 3660 * DAY_S,
     "--retention": 3660 * DAY_S,
+    "--capture-seconds": 3600.0,
+    "--capture-wait": 3600.0,
+    "--capture-cooldown": 7 * DAY_S,
 }
 
 
@@ -157,8 +164,98 @@ def change_lines(name: str, old: str, new: str, summary: str, width: int = 100) 
     return "\n".join(wrap(safe_field(f"{tag} {name}: {old} -> {new}: {summary}"), width, indent="  "))
 
 
+def _server_of(url: str) -> str:
+    """http://host:port of a /metrics URL: vLLM serves /start_profile on the same server."""
+    import urllib.parse
+
+    u = urllib.parse.urlsplit(url)
+    return f"{u.scheme}://{u.netloc}"
+
+
+class CaptureOptions(NamedTuple):
+    backend: str
+    url: str | None
+    capture_dir: Path | None
+    config: Path | None
+    start: str | None
+    stop: str | None
+    seconds: str
+    wait: str
+    cooldown: str
+    max_mb: float
+
+
+def make_capturer(opts: CaptureOptions, db: Path, sql_dir, db_lock, n_domains):
+    """A Capturer from the command line's --capture* options (UsageError for a bad one)."""
+    from .capture import BACKENDS, CaptureError, Capturer, make_backend
+
+    if opts.backend not in BACKENDS:
+        raise UsageError(f"--capture {opts.backend!r}: expected one of {', '.join(BACKENDS)}")
+    if opts.url is not None and not opts.url.startswith(("http://", "https://")):
+        raise UsageError(f"--capture-url {opts.url!r}: expected an http:// or https:// URL")
+    seconds = parse_duration(opts.seconds, "--capture-seconds")
+    wait = parse_duration(opts.wait, "--capture-wait")
+    cooldown = parse_duration(opts.cooldown, "--capture-cooldown")
+    try:
+        backend = make_backend(
+            opts.backend,
+            url=opts.url,
+            capture_dir=opts.capture_dir,
+            config=opts.config,
+            start_cmd=opts.start,
+            stop_cmd=opts.stop,
+        )
+    except CaptureError as exc:
+        raise UsageError(str(exc)) from None
+    return Capturer(
+        db,
+        backend,
+        seconds=seconds,
+        cooldown_s=cooldown,
+        max_bytes=int(opts.max_mb * 1e6),
+        wait_s=wait,
+        sql_dirs=sql_dir,
+        db_lock=db_lock,
+        n_domains=n_domains,
+    )
+
+
+def capture_lines(cap, width: int = 100) -> str:
+    """A finished capture on lines of its own: ``CAPTURE n for <alert>: <status> ...`` then the
+    capture's verdict beside the alert (or the reason it has none)."""
+    from .renderers import wrap
+
+    a = cap.alert
+    what = a.query + (f" ({a.subject}" + (f": {a.cause})" if a.cause else ")") if a.subject else "")
+    head = f"CAPTURE {cap.capture_id} for {what}: {cap.status}"
+    if cap.status == "ok":
+        head += (
+            f", {cap.backend} {cap.window_s:.1f} s, {cap.files} file(s) {cap.size_bytes / 1e6:.1f} MB -> run {cap.run}"
+        )
+    elif cap.reason:
+        head += f": {cap.reason}"
+    lines = [head]
+    if cap.status == "ok":
+        verdict = f"verdict {cap.verdict_status}"
+        if cap.verdict_query:
+            verdict += f" {cap.verdict_query}"
+        verdict += f": {cap.headline}" if cap.headline else ""
+        if cap.matches_alert is True:
+            verdict += f"; the alerted {a.subject}" if a.subject else ""
+        elif cap.matches_alert is False:
+            verdict += f"; NOT the alerted {a.subject}" if a.subject else ""
+        lines.append(verdict)
+        if cap.next_step and cap.slow_card:
+            lines.append(f"next: {cap.next_step}")
+    lines += [f"note: {n}" for n in cap.notes]
+    out = []
+    for i, text in enumerate(lines):
+        out += wrap(safe_field(text), width, indent="    " if i else "  ", first="  " if i else "")
+    return "\n".join(out)
+
+
 def register(app: typer.Typer) -> None:
-    """Add the `watch` command to ``app``."""
+    """Add the `watch` and `capture` commands to ``app``."""
 
     @app.command()
     def watch(
@@ -203,6 +300,35 @@ def register(app: typer.Typer) -> None:
         once: bool = typer.Option(False, "--once", help="Collect one window, judge, print, exit (for cron)."),
         strict: bool = typer.Option(False, "--strict", help="Exit 1 on WARN too."),
         sql_dir: list[Path] | None = typer.Option(None, "--sql-dir", help="Extra folder of query files."),
+        exporter: str = typer.Option(
+            "vllm", "--exporter", help="Metric names of: vllm | vllm-ascend | mindie (see docs/tables.md)."
+        ),
+        capture: str | None = typer.Option(
+            None,
+            "--capture",
+            help="When a verdict turns FAIL, profile the service: vllm | msserviceprofiler | exec (see README).",
+        ),
+        capture_url: str | None = typer.Option(
+            None, "--capture-url", help="vLLM API server for /start_profile (default: the first --scrape's server)."
+        ),
+        capture_dir: Path | None = typer.Option(
+            None, "--capture-dir", help="Where the profiler writes (vllm: its torch_profiler_dir; exec)."
+        ),
+        capture_config: Path | None = typer.Option(
+            None, "--capture-config", help="msServiceProfiler JSON config (default: $SERVICE_PROF_CONFIG_PATH)."
+        ),
+        capture_start: str | None = typer.Option(None, "--capture-start", help="exec: shell command that starts it."),
+        capture_stop: str | None = typer.Option(None, "--capture-stop", help="exec: shell command that stops it."),
+        capture_seconds: str = typer.Option("10s", "--capture-seconds", help="How long the profiler runs."),
+        capture_wait: str = typer.Option(
+            "2m", "--capture-wait", help="After the stop: how long the files may take to be complete."
+        ),
+        capture_cooldown: str = typer.Option(
+            "5m", "--capture-cooldown", help="Least time between the end of a capture and the next."
+        ),
+        capture_max_mb: float = typer.Option(
+            2048.0, "--capture-max-mb", min=0.001, help="A capture larger than this is not ingested."
+        ),
     ):
         """Collect live service metrics (vLLM /metrics or a Prometheus server) into the database
         and re-judge dp-metrics-imbalance and expert-hotspots after every interval.
@@ -222,7 +348,10 @@ def register(app: typer.Typer) -> None:
             interval_s = parse_duration(interval, "--interval")
             duration_s = parse_duration(duration, "--duration") if duration else None
             timeout_s = parse_duration(timeout, "--timeout")
-            mapping = mx.Mapping()
+            try:
+                mapping = mx.Mapping.for_exporter(exporter)
+            except ValueError as exc:
+                raise UsageError(f"--exporter: {exc}") from None
             if dp_label:
                 mapping.dp_labels = (dp_label,)
             for canon, name in _pairs(metric, "--metric", False):
@@ -249,6 +378,24 @@ def register(app: typer.Typer) -> None:
                     dp_map=dmap,
                     timeout_s=timeout_s,
                 )
+            capturer = None
+            domains: list[int | None] = [None]  # DP domains in the latest window (to link a capture's rank)
+            if capture:
+                import threading
+
+                opts = CaptureOptions(
+                    capture,
+                    capture_url or (_server_of(_pairs(scrape[:1], "--scrape", True)[0][0]) if scrape else None),
+                    capture_dir,
+                    capture_config,
+                    capture_start,
+                    capture_stop,
+                    capture_seconds,
+                    capture_wait,
+                    capture_cooldown,
+                    capture_max_mb,
+                )
+                capturer = make_capturer(opts, db, sql_dir, threading.Lock(), lambda: domains[0])
             watcher = Watcher(
                 db,
                 run,
@@ -257,7 +404,18 @@ def register(app: typer.Typer) -> None:
                 exec_cmd=exec_cmd,
                 webhook=webhook,
                 sql_dirs=sql_dir,
+                db_lock=capturer.db_lock if capturer else None,
             )
+
+            def show_captures(width: int) -> None:
+                if capturer is None:
+                    return
+                for cap in capturer.finished():
+                    typer.echo(capture_lines(cap, width))
+                    if webhook:
+                        from .capture import post_capture
+
+                        typer.echo(safe_field(f"  {post_capture(webhook, cap, watcher.run)}"), err=True)
 
             def show(step):
                 nonlocal last
@@ -269,10 +427,29 @@ def register(app: typer.Typer) -> None:
                     typer.echo(change_lines(name, old, new, step.results[name].summary, width))
                 for act in step.actions:
                     typer.echo(safe_field(f"  {act}"), err=True)
+                if capturer is not None:
+                    if step.windows:
+                        last_ts = max(r["ts_ns"] for r in step.windows)
+                        domains[0] = len({r["dp_rank"] for r in step.windows if r["ts_ns"] == last_ts} - {None})
+                    show_captures(width)
+                    for name, _old, new in step.changes:
+                        if new == "FAIL":
+                            from .capture import Alert
+
+                            alert = Alert.from_result(name, step.results[name], step.ts_ns, watcher.run)
+                            typer.echo(safe_field(f"CAPTURE {capturer.trigger(alert)}"))
 
             try:
                 watcher.run_loop(interval_s, duration_s=duration_s, once=once, on_step=show)
+                if capturer is not None:
+                    if capturer.busy():
+                        typer.echo("waiting for the running capture to end (Ctrl-C stops it)", err=True)
+                        capturer.wait()
+                    show_captures(screen_width())
             except KeyboardInterrupt:
+                if capturer is not None:
+                    capturer.shutdown()
+                    show_captures(screen_width())
                 if watcher.pending():  # the database was busy at the last collections
                     typer.echo(
                         "interrupted: the windows held while the database was busy were not written; "
@@ -287,3 +464,79 @@ def register(app: typer.Typer) -> None:
         results = list(last.results.values()) if last else []
         bad = {"FAIL", "ERROR"} | ({"WARN"} if strict else set())
         raise typer.Exit(1 if any(r.status in bad for r in results) else 0)
+
+    @app.command("capture")
+    def capture_cmd(
+        backend: str = typer.Argument(..., help="vllm | msserviceprofiler | exec"),
+        url: str | None = typer.Option(None, "--url", help="vllm: the API server, e.g. http://127.0.0.1:8000."),
+        capture_dir: Path | None = typer.Option(
+            None, "--capture-dir", help="Where the profiler writes (vllm: its torch_profiler_dir; exec)."
+        ),
+        config: Path | None = typer.Option(
+            None, "--capture-config", help="msServiceProfiler JSON config (default: $SERVICE_PROF_CONFIG_PATH)."
+        ),
+        start: str | None = typer.Option(None, "--capture-start", help="exec: shell command that starts it."),
+        stop: str | None = typer.Option(None, "--capture-stop", help="exec: shell command that stops it."),
+        seconds: str = typer.Option("10s", "--capture-seconds", help="How long the profiler runs."),
+        wait: str = typer.Option("2m", "--capture-wait", help="After the stop: how long the files may take."),
+        max_mb: float = typer.Option(2048.0, "--capture-max-mb", min=0.001, help="Larger captures are not ingested."),
+        dp: str | None = typer.Option(None, "--dp", help="The suspect DP domain (links the verdict to it)."),
+        db: Path = typer.Option(DEFAULT_DB, "--db", help="DuckDB database file (created if missing)."),
+        fmt: str = typer.Option("table", "--format", help="table | json"),
+        sql_dir: list[Path] | None = typer.Option(None, "--sql-dir", help="Extra folder of query files."),
+    ):
+        """Profile a running service now: start its profiler, keep it --capture-seconds, stop it,
+        wait for the files, ingest them as run capture-N and diagnose it.
+
+        Exit codes: 0 the capture was diagnosed and nothing FAILs, 1 its diagnosis FAILs,
+        2 usage error, 3 the capture failed, timed out, was too large or was interrupted.
+
+        Example:
+            slowcard capture vllm --url http://127.0.0.1:8000 --capture-dir /tmp/vllm_profile --dp 2
+        """
+        import threading
+
+        from .capture import Alert
+
+        try:
+            if fmt not in ("table", "json"):
+                raise UsageError(f"--format {fmt!r}: expected table or json")
+            dp_rank = _dp(dp, "--dp") if dp is not None else None
+            opts = CaptureOptions(backend, url, capture_dir, config, start, stop, seconds, wait, "1s", max_mb)
+            capturer = make_capturer(opts, db, sql_dir, threading.Lock(), lambda: None)
+        except SlowcardError as exc:
+            typer.echo(safe_field(f"Error: {exc}"), err=True)
+            raise typer.Exit(2) from None
+        alert = Alert.on_demand(dp_rank=dp_rank)
+        done: list = []
+        ended = threading.Event()
+
+        def work():
+            try:
+                done.append(capturer.run(alert))
+            finally:
+                ended.set()
+
+        threading.Thread(target=work, daemon=True).start()
+        try:
+            while not ended.wait(0.1):  # short waits (never Thread.join): Ctrl-C lands here at once
+                pass
+        except KeyboardInterrupt:
+            typer.echo("interrupted: stopping the profiler", err=True)
+            capturer.shutdown()  # no thread of its own here: sets the stop the capture waits on
+            ended.wait(30)
+        if not done:
+            typer.echo("Error: the capture did not end in time after Ctrl-C", err=True)
+            raise typer.Exit(3)
+        cap = done[0]
+        if fmt == "json":
+            from .render import to_json
+
+            typer.echo(to_json(cap.to_dict()))
+        else:
+            from .cli_common import screen_width
+
+            typer.echo(capture_lines(cap, screen_width()))
+        if cap.status != "ok":
+            raise typer.Exit(3)
+        raise typer.Exit(1 if cap.verdict_status in ("FAIL", "ERROR") else 0)

@@ -41,6 +41,43 @@ VLLM_MAPPING: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 KINDS = ("gauge", "counter", "histogram")
 DP_LABELS = ("engine", "dp", "dp_rank")
+
+# MindIE Service's /metrics (Prometheus format, served with MIES_SERVICE_MONITOR_MODE=1 on the
+# metricsPort): the same quantities without the "vllm:" prefix and with a model_name label only.
+# Sources: MindIE Service docs "服务管控指标查询接口(普罗格式)",
+# https://www.hiascend.com/document/detail/zh/mindie/21RC1/mindieservice/servicedev/mindie_service0103.html
+# (request_success_total, num_requests_running/waiting, prompt_tokens_total,
+# generation_tokens_total, ...), and MindIE-LLM's PrometheusMetrics::InitPrometheusMetrics
+# (prometheus_metrics.cpp: time_to_first_token_seconds and e2e_request_latency_seconds histograms,
+# npu_cache_usage_perc gauge "1 means 100 percent usage"). No label carries a DP domain: each
+# DP instance serves its own /metrics, so the domain is the endpoint's URL=DP (or its position).
+MINDIE_MAPPING: dict[str, tuple[str, tuple[str, ...]]] = {
+    "running": ("gauge", ("num_requests_running",)),
+    "waiting": ("gauge", ("num_requests_waiting",)),
+    "kv_usage": ("gauge", ("npu_cache_usage_perc",)),
+    "requests": ("counter", ("request_success_total",)),
+    "prompt_tokens": ("counter", ("prompt_tokens_total",)),
+    "generation_tokens": ("counter", ("generation_tokens_total",)),
+    "ttft": ("histogram", ("time_to_first_token_seconds",)),
+    "e2e": ("histogram", ("e2e_request_latency_seconds",)),
+    "expert_tokens": ("counter", ("expert_tokens_total",)),  # no MindIE standard name either: --metric
+}
+
+# Exporters `watch --exporter` knows: (mapping, DP labels, where the names come from).
+# vLLM-Ascend is a platform plugin of vLLM (entry point vllm.platform_plugins "ascend"): the API
+# server, and with it /metrics, is upstream vLLM's, so the names are vLLM's (vllm:*, the V1
+# per-engine label `engine` = the DP rank; vLLM docs/design/metrics.md). Its profiling endpoints
+# and msServiceProfiler switch: vllm-project/vllm-ascend
+# docs/source/developer_guide/performance_and_debug/service_profiling_guide.md.
+EXPORTERS: dict[str, tuple[dict[str, tuple[str, tuple[str, ...]]], tuple[str, ...], str]] = {
+    "vllm": (VLLM_MAPPING, DP_LABELS, "vLLM docs/design/metrics.md (vllm/v1/metrics/loggers.py)"),
+    "vllm-ascend": (VLLM_MAPPING, DP_LABELS, "vLLM's own metrics (vllm-ascend is a vLLM platform plugin)"),
+    "mindie": (
+        MINDIE_MAPPING,
+        (),
+        "MindIE Service metrics docs (mindie_service0103) and MindIE-LLM prometheus_metrics.cpp",
+    ),
+}
 EP_RANK_LABELS = ("rank", "ep_rank", "device_id")
 SLOT_LABELS = ("slot", "local_slot", "local_expert")
 
@@ -51,6 +88,14 @@ class Mapping:
 
     metrics: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=lambda: dict(VLLM_MAPPING))
     dp_labels: tuple[str, ...] = DP_LABELS
+
+    @classmethod
+    def for_exporter(cls, name: str) -> Mapping:
+        """The mapping of a known exporter (EXPORTERS); ValueError for an unknown one."""
+        if name not in EXPORTERS:
+            raise ValueError(f"unknown exporter {name!r}; known: {', '.join(EXPORTERS)}")
+        metrics, labels, _source = EXPORTERS[name]
+        return cls(dict(metrics), labels)
 
     def override(self, canonical: str, name: str) -> None:
         """Use ``name`` for ``canonical`` (raises ValueError for an unknown canonical name)."""

@@ -132,3 +132,36 @@ CREATE TABLE IF NOT EXISTS a2a_split_rows (
     ts_ns       BIGINT,
     recv_tokens BIGINT     -- sum of "Out split size" (or Concrete Inputs[3]) of one all-to-all; NULL: unknown
 );
+
+-- Captures on alert (slowcard/capture.py, `slowcard watch --capture`, `slowcard capture`): one
+-- row per profile capture, written when it starts (status 'running') and updated when it ends;
+-- the capture's files are ingested as run `capture-<capture_id>`.
+CREATE SEQUENCE IF NOT EXISTS capture_id_seq START 1;
+CREATE TABLE IF NOT EXISTS captures (
+    capture_id     INTEGER PRIMARY KEY,
+    watch_run      VARCHAR,   -- the watched run whose alert caused it (NULL: on demand)
+    alert_ts_ns    BIGINT,    -- when the alert fired, epoch ns (metric_verdicts.ts_ns)
+    query          VARCHAR,   -- the alerting query (dp-metrics-imbalance, ...) or 'on-demand'
+    subject        VARCHAR,   -- what the alert named: 'DP domain 2', 'expert 5, layer 0'
+    alert_cause    VARCHAR,
+    alert_summary  VARCHAR,
+    backend        VARCHAR,   -- vllm | msserviceprofiler | exec
+    status         VARCHAR,   -- running | ok | failed | timeout | too-large | interrupted
+    reason         VARCHAR,   -- why it is not ok (NULL when ok)
+    started_ns     BIGINT,    -- profiler started / stopped, epoch ns
+    stopped_ns     BIGINT,
+    window_s       DOUBLE,    -- seconds the profiler ran
+    folder         VARCHAR,   -- where the capture's files are
+    files          INTEGER,
+    size_bytes     BIGINT,
+    run            VARCHAR,   -- the run the files were ingested as (capture-<capture_id>)
+    verdict_status VARCHAR,   -- the capture's diagnosis: status of its conclusion
+    slow_card      VARCHAR,   -- 'rank 2', 'DP domain 2', NULL when none
+    cause          VARCHAR,
+    verdict_query  VARCHAR,   -- the verdict that named it, e.g. ep-slow-rank@v5
+    headline       VARCHAR,
+    next_step      VARCHAR,
+    matches_alert  BOOLEAN,   -- the slow card is the alerted DP domain (NULL: cannot tell)
+    notes          VARCHAR,   -- e.g. msserviceprofiler parse not run (not on PATH)
+    created_at     TIMESTAMP
+);

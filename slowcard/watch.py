@@ -576,8 +576,14 @@ class Watcher:
         sql_dirs=None,
         exec_timeout_s: float = 30.0,
         busy_wait_s: float | None = None,
+        db_lock=None,
     ):
         self.db = Path(db)
+        # shared with a capture thread of the same process (slowcard/capture.py): its ingest holds
+        # the lock, and a collection that cannot get it within the busy wait holds its windows as
+        # for another process's lock (opening the database meanwhile would clean the ingest's
+        # pending rows as a killed ingest's)
+        self.db_lock = db_lock
         self.run = store.db_text(run)  # a name as the database stores it (bytes that are not UTF-8: \xNN)
         self.source = source
         self.retention_ns = int(retention_s * 1e9)
@@ -600,6 +606,17 @@ class Watcher:
     # --- database ------------------------------------------------------------
     def _open(self, wait_s: float):
         """A write connection, or None while another process holds the database past ``wait_s``."""
+        if self.db_lock is not None:
+            if not self.db_lock.acquire(timeout=max(wait_s, 0.001)):
+                return None
+            try:
+                return _LockedConnection(store.open_db(self.db, wait_s=wait_s), self.db_lock)
+            except DatabaseBusy:
+                self.db_lock.release()
+                return None
+            except BaseException:
+                self.db_lock.release()
+                raise
         try:
             return store.open_db(self.db, wait_s=wait_s)
         except DatabaseBusy:
@@ -934,6 +951,24 @@ def _insert_rows(con, sid: int, rows: list[dict]) -> None:
         con.execute(f'INSERT INTO metric_window_rows ({cols}) SELECT {cols} FROM "{name}"')
     finally:
         con.unregister(name)
+
+
+class _LockedConnection:
+    """A connection that releases the watcher's database lock when it is closed."""
+
+    def __init__(self, con, lock):
+        self._con, self._lock = con, lock
+
+    def close(self) -> None:
+        try:
+            self._con.close()
+        finally:
+            if self._lock is not None:
+                self._lock, lock = None, self._lock
+                lock.release()
+
+    def __getattr__(self, name):
+        return getattr(self._con, name)
 
 
 class _NoSource:

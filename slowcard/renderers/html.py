@@ -18,7 +18,9 @@ is printed under the figure) and each part replaced by a short note when its dat
 - ``report.dp`` / ``report.dp-windows``: the side-by-side table (``dp-report``), the domains
   ``dp-imbalance`` flags highlighted, and per-window tokens, queue wait and KV usage (``dp-batch``);
 - ``report.metrics``: live metrics over time when the run has them (``metric-timeline``: per DP
-  domain requests/s, waiting, KV usage; the instance's TTFT / e2e P99; alert windows shaded);
+  domain requests/s, waiting, KV usage; the instance's TTFT / e2e P99; alert windows shaded), then
+  the captures taken on its alerts (``captures`` table: each beside its alert, with the slow card
+  of its own diagnosis; their windows shaded green on the timeline);
 - every verdict with its summary and evidence rows.
 
 Every string that can come from a trace (names, summaries, row values) is passed through
@@ -650,10 +652,63 @@ def screen_section(sc) -> str:
     return "\n".join(out)
 
 
-def _metrics_section(F: _Figures, results: dict, make_subplots) -> str:
+def watch_captures(con, run: str) -> list[dict]:
+    """The captures taken on the alerts of watched run ``run``, or the capture that ``run`` is
+    (``captures`` table), oldest first."""
+    import duckdb
+
+    try:
+        cur = con.execute("SELECT * FROM captures WHERE watch_run = ? OR run = ? ORDER BY capture_id", [run, run])
+    except duckdb.Error:
+        return []  # a database written before the captures table: none
+    cols = [d[0] for d in cur.description]
+    return [dict(zip(cols, r)) for r in cur.fetchall()]
+
+
+def _captures_section(captures: list[dict]) -> str:
+    """Each capture beside the alert that caused it: its status (or why it failed) and the slow
+    card its own diagnosis names."""
+    if not captures:
+        return ""
+    rows = []
+    for c in captures:
+        alert = f"{c['query']}" + (f": {c['subject']}" if c.get("subject") else "")
+        alert += f" ({c['alert_cause']})" if c.get("alert_cause") else ""
+        when = _dt.datetime.fromtimestamp(c["alert_ts_ns"] / 1e9).strftime("%H:%M:%S") if c.get("alert_ts_ns") else "-"
+        if c["status"] == "ok":
+            verdict = f"{c.get('verdict_status') or '-'} {c.get('verdict_query') or ''}: {c.get('headline') or ''}"
+            m = c.get("matches_alert")
+            link = "-" if m is None else ("the alerted domain" if m else "another card than the alert's")
+        else:
+            verdict, link = c.get("reason") or "", "-"
+        rows.append(
+            [
+                c["capture_id"],
+                when,
+                alert,
+                c["backend"],
+                c["status"],
+                "-" if c.get("window_s") is None else f"{c['window_s']:.1f} s",
+                c.get("run") or "-",
+                verdict,
+                link,
+                c.get("notes") or "",
+            ]
+        )
+    cols = ["capture", "alert at", "alert", "backend", "status", "window", "run", "capture's verdict", "names", "notes"]
+    return (
+        "<h2>Captures on alert</h2><p>Each profile capture taken when a watched verdict turned FAIL "
+        "(<code>slowcard watch --capture</code>), its files ingested as the run shown and diagnosed "
+        "(<code>slowcard diagnose --run RUN</code> for the whole answer); shaded green on the timeline above.</p>"
+        + _table(cols, [dict(zip(cols, r)) for r in rows])
+    )
+
+
+def _metrics_section(F: _Figures, results: dict, make_subplots, captures: list[dict] | None = None) -> str:
     """Live metrics over time (``report.metrics``: per DP domain requests/s, waiting requests and
     KV usage, the instance's TTFT and e2e P99), the windows in which a watched verdict was FAIL
-    shaded; nothing when the run has no metric windows."""
+    shaded, and the captures taken on its alerts (green); nothing when the run has no metric
+    windows."""
     res = _data(results, "report.metrics")
     if not _usable(res):
         return ""
@@ -711,6 +766,22 @@ def _metrics_section(F: _Figures, results: dict, make_subplots) -> str:
             showarrow=False,
             text=html.escape(f"FAIL: {what}"),
             font=dict(color="#d62728", size=11),
+        )
+    first = next((r for r in rows if r.get("since_start_s") is not None and r.get("ts_ns") is not None), None)
+    for c in captures or []:
+        if first is None or c.get("started_ns") is None or c.get("stopped_ns") is None:
+            continue
+        zero_ns = first["ts_ns"] - (_f(first["since_start_s"]) or 0.0) * 1e9
+        x0, x1 = (c["started_ns"] - zero_ns) / 1e9, (c["stopped_ns"] - zero_ns) / 1e9
+        fig.add_vrect(x0=x0, x1=x1, fillcolor="#2ca02c", opacity=0.18, line_width=0, layer="below", row="all", col=1)
+        fig.add_annotation(
+            x=(x0 + x1) / 2,
+            y=-0.06,
+            xref="x",
+            yref="paper",
+            showarrow=False,
+            text=html.escape(f"capture {c['capture_id']}: {c['status']}"),
+            font=dict(color="#2ca02c", size=11),
         )
     fig.update_xaxes(title_text="seconds since the first window", row=4, col=1)
     fig.update_layout(title="Live metrics (slowcard watch), per window")
@@ -784,6 +855,7 @@ def build_report(con, run: str, results: dict, *, conclusion: dict | None = None
         Diagnosis(run=run, results=results, conclusion=conclusion or conclude(results), why=why), run_inputs(con, run)
     )
     slow = _slow_ranks(results)
+    captures = watch_captures(con, run)
     F = _Figures(go)
     sections = [
         screen_section(sc),
@@ -792,7 +864,8 @@ def build_report(con, run: str, results: dict, *, conclusion: dict | None = None
         _wait_section(F, results, make_subplots),
         _expert_section(F, results),
         _dp_section(F, results, make_subplots),
-        _metrics_section(F, results, make_subplots),
+        _metrics_section(F, results, make_subplots, captures),
+        _captures_section(captures),
         _verdicts_section(results),
     ]
     when = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
