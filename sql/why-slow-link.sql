@@ -96,7 +96,7 @@ mx AS (  -- matrix links, once per (op instance, src -> dst) whichever file hold
     FROM comm_matrix
     WHERE run = $run AND NOT is_total AND src_rank <> dst_rank AND upper(transport_type) <> 'LOCAL'
       AND transit_size_mb > 0 AND transit_ms > 0
-      AND NOT regexp_matches(op_name, '-(top|middle|bottom)[0-9]*$')
+      AND NOT regexp_full_match(op_name, '.*-(top|middle|bottom)[0-9]*')
     GROUP BY ALL
 ),
 mx_bw AS (
