@@ -27,9 +27,14 @@
 --   is_causal (the masked half is skipped); variable-length (3-D, packed) inputs are left out.
 --   Custom GEMM ops whose inputs are tuples (DeepGEMM's fp8 (tensor, scale) pairs) record no
 --   usable dims: not covered.
--- Time is the GPU kernels' time the op launched, linked by correlation id: a kernel's correlation names
--- its CUDA / HIP runtime launch call, and the op is the innermost one of those kinds enclosing that
--- call on its thread; every kernel the op launched counts (a bias copy too, as TraceLens does).
+-- Time is the time of the GPU kernels the op launched, linked by correlation id: a kernel's
+-- correlation names its CUDA / HIP runtime launch call, and the op is the last one of those kinds
+-- started before that call on its thread, when it still encloses the call (so the innermost; a
+-- call made after a nested op ended, say a copy inside aten::matmul after its aten::mm, is left
+-- out); every kernel the op launched counts (a bias copy too, as TraceLens does). Ops that
+-- launched no kernel (an outer aten::linear or aten::matmul) carry no FLOPs, so nothing is counted
+-- twice. A CUDA-graph replay launches its kernels from the graph, not from an op: only the ops
+-- run outside the graph count (in a vLLM decode trace, the LM head's aten::mm).
 -- TFLOP/s = FLOPs / kernel time. Rows per (rank, kind gemm / attention, data type): dtype from the
 -- first matrix input's "Input type" (fp32, 16-bit for bf16 / fp16, fp8, fp64), fp32 read as
 -- tf32 when a kernel's name says TF32 tensor cores (tf32, xf32, s1688, tensorop_s).

@@ -217,6 +217,37 @@ def test_real_a100_traces_of_two_ranks_tf32_gemms(realdata, tmp_path):
     assert row["work_ratio"] == pytest.approx(1.0, abs=0.1) and row["reading"].startswith("as efficient")
 
 
+def test_real_vllm_decode_on_mi300x_lm_head_tflops_checked_by_hand(realdata, tmp_path):
+    """TraceLens' vLLM decode graph-execution trace (MI300X: gfx 9.4, 304 CUs, name empty): the
+    decoder layers replay as a CUDA graph (kernels launched by hipGraphLaunch, no op), the LM head
+    runs eagerly: aten::linear -> aten::matmul -> aten::mm [32, 2880] x [2880, 201088], one GEMM."""
+    path = _real(realdata, "thirdparty/tracelens_vllm_decode/graph_execution.json.gz")
+    ev = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    (mm,) = [e for e in ev if e.get("cat") == "cpu_op" and e["name"] == "aten::mm"]
+    assert mm["args"]["Input Dims"] == [[32, 2880], [2880, 201088]]
+    assert mm["args"]["Input type"][:2] == ["c10::BFloat16", "c10::BFloat16"]
+    kernels = {e["args"]["correlation"]: e for e in ev if e.get("cat") == "kernel"}
+    (gemm,) = [
+        kernels[e["args"]["correlation"]]
+        for e in ev
+        if e.get("cat") == "cuda_runtime"
+        and e["tid"] == mm["tid"]
+        and mm["ts"] <= e["ts"] < mm["ts"] + mm["dur"]
+        and e["args"]["correlation"] in kernels
+    ]
+    assert gemm["name"].startswith("Cijk_")  # a hipBLASLt / Tensile GEMM
+    flops = 2 * 32 * 2880 * 201088
+    tflops = flops / (gemm["dur"] * 1e-6) / 1e12
+    ingest_ok(tmp_path / "k.duckdb", [path], "r")
+    res = judge(tmp_path / "k.duckdb")
+    (row,) = res.rows
+    assert (row["rank"], row["kind"], row["dtype"], row["ops"], row["kernels"]) == (0, "gemm", "16-bit", 1, 1)
+    assert row["gflop"] == pytest.approx(flops / 1e9, abs=1e-6)
+    assert row["tflops"] == pytest.approx(tflops, rel=1e-4) and 130 < row["tflops"] < 140
+    assert row["device"] == "MI300X" and row["peak_pct"] == pytest.approx(100 * tflops / 1307.4, abs=0.01)
+    assert row["largest_shape"] == "32x2880 @ 2880x201088"
+
+
 @pytest.mark.parametrize(
     "rel",
     [
