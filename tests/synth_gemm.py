@@ -6,7 +6,8 @@ causal ``aten::_scaled_dot_product_flash_attention`` ([B, H, L, D]) launching on
 ``aten::mm`` from another thread. Kernel times are the FLOPs at ``tflops`` (``slow`` maps rank ->
 factor: that rank's GEMM and attention kernels run ``factor`` times longer), so the expected
 TFLOP/s is known exactly. ``shapes=False`` drops every ``Input Dims`` (record_shapes=False);
-``device`` is the deviceProperties name (None: no deviceProperties)."""
+``device`` is the deviceProperties name (None: no deviceProperties); ``flash_forward``: the attention
+op calls ``aten::_flash_attention_forward`` ([B, L, H, D], keys with 8 heads), which launches the kernel."""
 
 from __future__ import annotations
 
@@ -27,7 +28,9 @@ def _us(flops: float, tflops: float) -> int:
     return max(1, round(flops / (tflops * 1e12) * 1e6))
 
 
-def rank_events(rank: int, *, steps: int, tflops: float, factor: float, shapes: bool) -> list[dict]:
+def rank_events(
+    rank: int, *, steps: int, tflops: float, factor: float, shapes: bool, flash_forward: bool = False
+) -> list[dict]:
     ev: list[dict] = []
     corr = [rank * 100_000]
     t = [1_000_000]
@@ -94,6 +97,15 @@ def rank_events(rank: int, *, steps: int, tflops: float, factor: float, shapes: 
             [bf16, bf16, bf16, "Scalar", "Scalar", "Scalar", ""],
             concrete=["", "", "", "0.", "True", "False", ""],
         )
+        if flash_forward:  # PyTorch's inner op: [B, L, H, D] layout, is_causal the 9th input; keys with 8 heads (GQA)
+            t[0] += 2
+            op(
+                "aten::_flash_attention_forward",
+                40,
+                [[B, L, H, D], [B, L, 8, D], [B, L, 8, D], [], [], [], [], [], [], [], []],
+                [bf16, bf16, bf16, "", "", "Scalar", "Scalar", "Scalar", "Scalar", "Scalar", ""],
+                concrete=["", "", "", "", "", "2048", "2048", "0.", "True", "False", ""],
+            )
         launch("flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4>>", attn_us)
         t[0] = start + 300
         op("aten::mm", 50, [[MM[0], MM[1]], [MM[1], MM[2]]], [bf16, bf16], tid=2)
@@ -111,6 +123,7 @@ def write_run(
     slow: dict | None = None,
     shapes: bool = True,
     device: str | None = "NVIDIA H100 80GB HBM3",
+    flash_forward: bool = False,
 ) -> list[Path]:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -120,7 +133,14 @@ def write_run(
             "schemaVersion": 1,
             "distributedInfo": {"backend": "nccl", "rank": r, "world_size": ranks},
             "record_shapes": int(shapes),
-            "traceEvents": rank_events(r, steps=steps, tflops=tflops, factor=(slow or {}).get(r, 1.0), shapes=shapes),
+            "traceEvents": rank_events(
+                r,
+                steps=steps,
+                tflops=tflops,
+                factor=(slow or {}).get(r, 1.0),
+                shapes=shapes,
+                flash_forward=flash_forward,
+            ),
         }
         if device is not None:
             doc["deviceProperties"] = [{"id": 0, "name": device, "computeMajor": 9, "computeMinor": 0, "numSms": 132}]

@@ -114,6 +114,16 @@ def test_slightly_slower_is_as_efficient_and_two_ranks_have_no_median_rank(tmp_p
     assert row["peak_pct"] == pytest.approx(100 * row["tflops"] / 989.4, abs=0.01)
 
 
+def test_attention_counted_on_the_inner_flash_forward_op_in_its_own_layout(tmp_path):
+    # _scaled_dot_product_flash_attention -> _flash_attention_forward ([B, L, H, D], 8 key heads,
+    # is_causal at input 9) launches the kernel: the same FLOPs as the [B, H, L, D] op, counted once
+    res = synth(tmp_path, flash_forward=True)
+    row = rows_of(res, "attention")[0]
+    assert row["gflop"] == pytest.approx(3 * 2 * 4 * 32 * 2048 * 2048 * 256 / 2 / 1e9, abs=1e-6)
+    assert row["ops"] == 3 and row["kernels"] == 3 and row["tflops"] == pytest.approx(500, rel=0.01)
+    assert row["largest_shape"] == "4x2048x32x128 @ 4x2048x8x128"
+
+
 def test_no_shapes_says_record_with_record_shapes(tmp_path):
     res = synth(tmp_path, shapes=False)
     assert res.status == "SKIP" and res.summary.startswith("no shapes: record with record_shapes=True")
