@@ -116,6 +116,25 @@ def test_a_slow_rank_needs_min_ranks_peers_to_be_told_from_its_links(tmp_path):
     assert pairs(judge(tmp_path, min_ranks=2)) == [(6, None, None, "rank")]
 
 
+def test_a_rank_slightly_slow_with_every_peer_needs_max_bw_ratio(tmp_path):
+    # rank 6 at 0.75x with every peer, in and out: below the median always, but not slow enough
+    matrix(tmp_path, slow_ranks={6: 1 / 0.75}, jitter=0.0)
+    assert judge(tmp_path).status == "PASS"
+    assert pairs(judge(tmp_path, max_bw_ratio=0.8)) == [(6, None, None, "rank")]
+
+
+def test_a_rank_below_the_median_in_too_few_transfers_is_not_the_ranks_problem(tmp_path):
+    # rank 6 at half speed with 5 peers (10 of its 14 pairs: 71 %), faster with the other 2: its
+    # median ratio is 0.5 but it is below the median in < 75 % of its transfers: ten slow links
+    slow = {(6, d): 2.0 for d in range(5)} | {(d, 6): 2.0 for d in range(5)}
+    fast = {(6, d): 1 / 1.3 for d in (5, 7)} | {(d, 6): 1 / 1.3 for d in (5, 7)}
+    matrix(tmp_path, slow_pairs=slow | fast, jitter=0.0)
+    res = judge(tmp_path)
+    assert {r["blame"] for r in res.rows} == {"link"}
+    assert sorted((r["src_rank"], r["dst_rank"]) for r in res.rows) == sorted(slow)
+    assert pairs(judge(tmp_path, min_below_pct=70.0)) == [(6, None, None, "rank")]
+
+
 def test_the_other_ranks_of_a_slow_rank_are_not_blamed(tmp_path):
     # a slow rank's peers each have 2 slow pairs (to and from it) among 14: not theirs, nor named again
     matrix(tmp_path, slow_ranks={2: 2.0}, seed=3)
