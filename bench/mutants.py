@@ -422,8 +422,8 @@ RANK_VERDICTS = [
     Mutant(
         "slow-link-without-min-samples",
         "sql/why-slow-link.sql",
-        "WHERE enough.skip_reason IS NULL AND samples >= $min_samples",
-        "WHERE enough.skip_reason IS NULL AND samples >= 0 * $min_samples",
+        "WHERE samples >= $min_samples AND bw_ratio <= $max_bw_ratio",
+        "WHERE samples >= 0 * $min_samples AND bw_ratio <= $max_bw_ratio",
         (*RANKS, "tests/test_why.py"),
     ),
     Mutant(
@@ -432,6 +432,70 @@ RANK_VERDICTS = [
         "WHERE n_in_sample >= $min_ranks AND med_gbps > 0",
         "WHERE n_in_sample >= 0 * $min_ranks AND med_gbps > 0",
         (*RANKS, "tests/test_why.py"),
+    ),
+    # why-slow-link v3: the src -> dst pairs of the communication matrices, and whose problem
+    Mutant(
+        "slow-pair-without-max-bw-ratio",
+        "sql/why-slow-link.sql",
+        "SELECT *, bw_ratio <= $max_bw_ratio AND below_pct >= $min_below_pct AS slow",
+        "SELECT *, bw_ratio <= 1e9 * $max_bw_ratio AND below_pct >= $min_below_pct AS slow",
+        ("tests/test_slow_link_pairs.py",),
+    ),
+    Mutant(
+        "slow-pair-without-min-below-pct",
+        "sql/why-slow-link.sql",
+        "SELECT *, bw_ratio <= $max_bw_ratio AND below_pct >= $min_below_pct AS slow",
+        "SELECT *, bw_ratio <= $max_bw_ratio AND below_pct >= 0 * $min_below_pct AS slow",
+        ("tests/test_slow_link_pairs.py",),
+    ),
+    Mutant(
+        "slow-pair-without-min-samples",
+        "sql/why-slow-link.sql",
+        "FROM per_pair WHERE samples >= $min_samples",
+        "FROM per_pair WHERE samples >= 0 * $min_samples",
+        ("tests/test_slow_link_pairs.py",),
+    ),
+    Mutant(
+        "slow-pair-without-min-comparable-pairs",
+        "sql/why-slow-link.sql",
+        "WHERE c.n_pairs >= $min_ranks AND c.med_gbps > 0",
+        "WHERE c.n_pairs >= 0 * $min_ranks AND c.med_gbps > 0",
+        ("tests/test_slow_link_pairs.py",),
+    ),
+    Mutant(
+        "slow-pair-across-size-classes",
+        "sql/why-slow-link.sql",
+        "SELECT *, floor(log2(bytes))::INTEGER AS size_class",
+        "SELECT *, 0 AS size_class",
+        ("tests/test_slow_link_pairs.py",),
+    ),
+    Mutant(
+        "rank-blame-without-min-peers",
+        "sql/why-slow-link.sql",
+        "HAVING count(DISTINCT e.peer) >= $min_ranks",
+        "HAVING count(DISTINCT e.peer) >= 0 * $min_ranks",
+        ("tests/test_slow_link_pairs.py",),
+    ),
+    Mutant(
+        "rank-blame-without-max-bw-ratio",
+        "sql/why-slow-link.sql",
+        "AND median(e.ratio) <= $max_bw_ratio",
+        "AND median(e.ratio) <= 1e9 * $max_bw_ratio",
+        ("tests/test_slow_link_pairs.py",),
+    ),
+    Mutant(
+        "rank-blame-without-min-below-pct",
+        "sql/why-slow-link.sql",
+        "AND 100.0 * count(*) FILTER (WHERE e.ratio < 1) / count(*) >= $min_below_pct",
+        "AND 100.0 * count(*) FILTER (WHERE e.ratio < 1) / count(*) >= 0 * $min_below_pct",
+        ("tests/test_slow_link_pairs.py",),
+    ),
+    Mutant(
+        "link-blame-one-way",
+        "sql/why-slow-link.sql",
+        "CASE WHEN reverse_slow THEN 'link' ELSE 'one direction' END",
+        "CASE WHEN reverse_slow IS NOT NULL THEN 'link' ELSE 'one direction' END",
+        ("tests/test_slow_link_pairs.py",),
     ),
 ]
 

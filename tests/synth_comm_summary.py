@@ -52,3 +52,62 @@ def write_cluster_communication(path, *, ranks: int = 4, ops: int = 6, slow: dic
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({rank_set: {"step": step}}))
     return path
+
+
+def write_cluster_comm_matrix(
+    path,
+    *,
+    ranks: int = 8,
+    ops: int = 6,
+    link: str = "HCCS",
+    size_mb: float = 20.97152,
+    gbps: float = 19.2,
+    jitter: float = 0.05,
+    seed: int = 0,
+    slow_pairs: dict | None = None,
+    slow_ranks: dict | None = None,
+    slow_ops: int | None = None,
+) -> Path:
+    """msprof-analyze's ``cluster_communication_matrix.json`` (the shape of the real one in
+    ../shared/realdata/thirdparty/msinsight): one rank set, ``ops`` all-gathers in which every
+    rank sends ``size_mb`` to every other rank over ``link`` at ``gbps`` GB/s, each transfer's
+    time off by a uniform +-``jitter`` (seeded), plus each rank's LOCAL copy.
+    ``slow_pairs`` maps (src, dst) -> factor: that link's transit time is ``factor`` times longer
+    (factor 2: half the bandwidth); ``slow_ranks`` maps rank -> factor: every link in or out of
+    that rank. ``slow_ops``: only the first that many ops are slow (default all)."""
+    import random
+
+    rng = random.Random(seed)
+    slow_pairs, slow_ranks = slow_pairs or {}, slow_ranks or {}
+    step: dict = {}
+    for k in range(ops):
+        links = {}
+        for src in range(ranks):
+            links[f"{src}-{src}"] = {
+                "Transport Type": "LOCAL",
+                "Transit Size(MB)": 2 * size_mb,
+                "Transit Time(ms)": 2 * size_mb / 700.0,
+                "Bandwidth(GB/s)": 700.0,
+            }
+            for dst in range(ranks):
+                if dst == src:
+                    continue
+                factor = 1.0
+                if slow_ops is None or k < slow_ops:
+                    factor = slow_pairs.get((src, dst), 1.0) * max(slow_ranks.get(src, 1.0), slow_ranks.get(dst, 1.0))
+                ms = size_mb / gbps * factor * (1 + rng.uniform(-jitter, jitter))
+                links[f"{src}-{dst}"] = {
+                    "Transport Type": link,
+                    "Transit Size(MB)": size_mb,
+                    "Transit Time(ms)": ms,
+                    "Bandwidth(GB/s)": round(size_mb / ms, 4),
+                }
+        step[f"hcom_allGather__483_{k}@9350434047717501483"] = links
+    step["Total Op Info"] = {
+        "0-1": {"Transport Type": link, "Transit Size(MB)": 1.0, "Transit Time(ms)": 1.0, "Bandwidth(GB/s)": 1.0}
+    }
+    rank_set = "(" + ", ".join(map(str, range(ranks))) + ")"
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({rank_set: {"step2": step}}))
+    return path
