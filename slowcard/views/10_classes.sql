@@ -119,8 +119,8 @@ flows AS (
     FROM event_rows
     WHERE ph = 's' AND cat = 'ac2g' AND (sid IS NULL OR source_id = sid)
       AND source_id IN (SELECT source_id FROM corr)
-      -- the flows of the classified kernels only: grouping every flow of a large trace (171k on
-      -- 300 MB) cost more than the scan
+      -- the flows of the classified kernels only (a 300 MB trace: 2,350 of its 171,550 flows
+      -- to group)
       AND TRY_CAST(id AS BIGINT) IN (SELECT correlation FROM corr)
     GROUP BY ALL
 ),
