@@ -507,16 +507,22 @@ def rebuild_derived(con) -> None:
 def classify_new_names(con, sid: int | None) -> None:
     """Add to ``_name_classes`` the taxonomy's answer for the names of file ``sid`` (every file:
     None) that it does not hold yet; the classification is planned only when there are some."""
-    new = "SELECT name FROM _names_of($sid) WHERE name NOT IN (SELECT name FROM _name_classes)"
-    if con.execute(f"{new} LIMIT 1", {"sid": sid}).fetchone() is None:
+    new = f"SELECT name FROM _names_of({_sid_literal(sid)}) WHERE name NOT IN (SELECT name FROM _name_classes)"
+    if con.execute(f"{new} LIMIT 1").fetchone() is None:
         return
     # matching is paid for the new names only (the rule takes them as one list)
     con.execute(
         f"""INSERT INTO _name_classes
             SELECT name, op_class, coll_kind, pattern
-            FROM _classify_names((SELECT list(name) FROM ({new})))""",
-        {"sid": sid},
+            FROM _classify_names((SELECT list(name) FROM ({new})))"""
     )
+
+
+def _sid_literal(sid: int | None) -> str:
+    """A source id written into the statement, not bound: the planner then sees the value, so
+    ``sid IS NULL OR source_id = sid`` in the table macros folds to one filter on source_id
+    (measured on a 300 MB trace: no difference in time at idle, bench/README.md)."""
+    return "NULL" if sid is None else str(int(sid))
 
 
 def cache_dir() -> Path | None:
@@ -985,7 +991,7 @@ def commit_source(
         # Derived rows, in the same transaction so that they appear with the file.
         classify_new_names(con, sid)
         for table, macro in DERIVED:
-            con.execute(f"INSERT INTO {table} SELECT * FROM {macro}(?)", [sid])
+            con.execute(f"INSERT INTO {table} SELECT * FROM {macro}({_sid_literal(sid)})")
         con.execute("DELETE FROM pending_sources WHERE source_id = ?", [sid])
         fault_point("commit")
         con.execute("COMMIT")

@@ -119,7 +119,15 @@ flows AS (
     FROM event_rows
     WHERE ph = 's' AND cat = 'ac2g' AND (sid IS NULL OR source_id = sid)
       AND source_id IN (SELECT source_id FROM corr)
+      -- the flows of the classified kernels only (a 300 MB trace: 2,350 of its 171,550 flows
+      -- to group)
+      AND TRY_CAST(id AS BIGINT) IN (SELECT correlation FROM corr)
     GROUP BY ALL
+),
+flow_sources AS (  -- files with any flow event (those never need the runtime fallback)
+    SELECT DISTINCT source_id FROM event_rows
+    WHERE ph = 's' AND cat = 'ac2g' AND (sid IS NULL OR source_id = sid)
+      AND source_id IN (SELECT source_id FROM corr)
 ),
 runtime AS (  -- traces without flow events: the launch call names the same correlation
     SELECT source_id, TRY_CAST(regexp_extract(args, '"correlation":\s*(\d+)', 1) AS BIGINT) AS correlation,
@@ -128,7 +136,7 @@ runtime AS (  -- traces without flow events: the launch call names the same corr
     WHERE ph = 'X' AND cat IN ('cuda_runtime', 'cuda_driver') AND (sid IS NULL OR source_id = sid)
       -- one semi join, empty when the file has flows: DuckDB then skips this scan (with NOT IN
       -- it read the args of every runtime event: 0.15 s on a 300 MB trace, for no row)
-      AND source_id IN (SELECT source_id FROM corr EXCEPT SELECT source_id FROM flows)
+      AND source_id IN (SELECT source_id FROM corr EXCEPT SELECT source_id FROM flow_sources)
       AND contains(args, 'correlation')
     GROUP BY ALL
 ),
@@ -195,18 +203,17 @@ FROM op_class_rows c JOIN scoped_sources s USING (source_id);
 CREATE OR REPLACE MACRO _a2a_splits_for(sid) AS TABLE
 -- No filter on recv_tokens here: DuckDB pushes it below the name test and parses the args of
 -- every event as JSON (0.5 s per 300 MB rank file); consumers skip the NULLs.
+-- One scan for both kinds of rows (a second one read the args of every kernel again): the
+-- c10d::alltoall_base_ / record_param_comms CPU ops (their "Out split size", else
+-- "Concrete Inputs"[3]) and, after a plain substring test before any JSON parse, the kernels
+-- carrying "Out split size".
 SELECT e.source_id, e.ts_ns,
        CAST(list_sum(coalesce(
            TRY_CAST(json_extract_string(e.args, '$."Out split size"') AS BIGINT[]),
-           TRY_CAST(json_extract_string(e.args, '$."Concrete Inputs"[3]') AS BIGINT[]))) AS BIGINT) AS recv_tokens
+           CASE WHEN e.name IN ('c10d::alltoall_base_', 'record_param_comms')
+                THEN TRY_CAST(json_extract_string(e.args, '$."Concrete Inputs"[3]') AS BIGINT[]) END)) AS BIGINT)
+           AS recv_tokens
 FROM event_rows e
-WHERE e.ph = 'X' AND (sid IS NULL OR e.source_id = sid)
-  AND e.name IN ('c10d::alltoall_base_', 'record_param_comms')
-UNION ALL
--- a plain substring test before any JSON parse of a kernel's args
-SELECT e.source_id, e.ts_ns,
-       CAST(list_sum(TRY_CAST(json_extract_string(e.args, '$."Out split size"') AS BIGINT[])) AS BIGINT)
-FROM event_rows e
-WHERE e.ph = 'X' AND (sid IS NULL OR e.source_id = sid)
-  AND e.cat = 'kernel' AND e.name NOT IN ('c10d::alltoall_base_', 'record_param_comms')
-  AND contains(e.args, 'Out split size');
+WHERE e.ph = 'X' AND (sid IS NULL OR e.source_id = sid) AND e.name IS NOT NULL
+  AND (e.name IN ('c10d::alltoall_base_', 'record_param_comms')
+       OR (e.cat = 'kernel' AND contains(e.args, 'Out split size')));
