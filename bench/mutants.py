@@ -746,7 +746,8 @@ def run_one(m: Mutant, tree: Path, timeout_s: float) -> Outcome:
     t = time.perf_counter()
     env = dict(os.environ, PYTHONPATH=str(tree), PYTHONDONTWRITEBYTECODE="1")
     env.pop("SLOWCARD_CACHE_DIR", None)
-    cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-rf", "-p", "no:cacheprovider", *NEVER_JUDGE, *m.tests]
+    # -n0: one process (the default addopts spread tests over workers, and -x under xdist exits 2, not 1)
+    cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-n0", "-rf", "-p", "no:cacheprovider", *NEVER_JUDGE, *m.tests]
     try:
         proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
