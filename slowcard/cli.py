@@ -98,6 +98,12 @@ def ingest(
     rank_map: Path | None = typer.Option(
         None, "--rank-map", help="CSV 'path,rank' or JSON {path-or-glob: rank}; overrides every other source."
     ),
+    groups: list[Path] | None = typer.Option(
+        None,
+        "--groups",
+        help='Parallel groups (TP/PP/DP/EP/stage) the files do not carry: JSON {"parallel_groups": '
+        '[{"kind": "tp", "ranks": [0, 1]}]} or CSV kind,ranks[,name] (repeatable).',
+    ),
     taxonomy: Path | None = typer.Option(
         None,
         "--taxonomy",
@@ -130,6 +136,7 @@ def ingest(
         jobs=jobs,
         rank_pattern=rank_pattern,
         rank_map=rank_map,
+        groups=groups,
         progress=progress_printer(),
     )
     for report in reports:
