@@ -354,3 +354,54 @@ def test_real_16_rank_two_stage_run_compares_within_stage_and_group(tmp_db, tmp_
     for r in res.rows:
         lo, hi = (int(x) for x in re.findall(r"[0-9]+", r["peers"])[:2])
         assert lo <= r["suspect_rank"] <= hi and stage_of[lo] == stage_of[hi]
+
+
+# -- straggler-rank names the process groups it compared in ----------------------------------------
+
+
+def _tp_pairs_run(out: Path, late_rank3_us: float, n: int = 6) -> list[Path]:
+    """4 ranks in two TP process groups (pg "1": ranks 0-1, pg "2": ranks 2-3), n all-reduces
+    each on the device; rank 3 reaches each of its group's all-reduces late_rank3_us late."""
+    pg = [
+        {"pg_name": "0", "pg_desc": "default_pg", "ranks": [0, 1, 2, 3]},
+        {"pg_name": "1", "pg_desc": "TENSOR_MODEL_PARALLEL_GROUP", "ranks": [0, 1]},
+        {"pg_name": "2", "pg_desc": "TENSOR_MODEL_PARALLEL_GROUP", "ranks": [2, 3]},
+    ]
+    paths = []
+    for rank in range(4):
+        group = "1" if rank < 2 else "2"
+        events = []
+        for i in range(n):
+            t0 = 1000.0 * (i + 1)
+            arrive = t0 + (late_rank3_us if rank == 3 else 0.0)
+            end = t0 + late_rank3_us * (group == "2") + 100.0  # everyone leaves together
+            events.append(
+                {
+                    "ph": "X",
+                    "cat": "kernel",
+                    "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+                    "pid": 0,
+                    "tid": 7,
+                    "ts": arrive,
+                    "dur": end - arrive,
+                    "args": {"Process Group Name": group, "device": 0},
+                }
+            )
+        doc = {
+            "schemaVersion": 1,
+            "distributedInfo": {"rank": rank, "world_size": 4, "pg_config": pg},
+            "traceEvents": events,
+        }
+        paths.append(write(out / f"rank{rank}.json", json.dumps(doc)))
+    return paths
+
+
+def test_straggler_rank_names_its_process_group_and_peers(tmp_db, tmp_path):
+    ingest_paths(tmp_db, _tp_pairs_run(tmp_path / "late", 30.0), run="late")
+    res = slowcard.query(tmp_db, "straggler-rank", run="late")
+    assert res.status == "WARN"
+    assert [(r["rank"], r["last_pct"], r["peers"], r["groups"]) for r in res.rows] == [(3, 100.0, "2-3", "pg 2 (tp)")]
+    assert "with ranks 2-3 in pg 2 (tp)" in res.summary
+    # near miss: 3 us late is under 5 % of the all-reduce's median duration, a tie
+    ingest_paths(tmp_db, _tp_pairs_run(tmp_path / "tie", 3.0), run="tie")
+    assert slowcard.query(tmp_db, "straggler-rank", run="tie").status == "PASS"
