@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+import sys
 from pathlib import Path
 
 import duckdb
@@ -405,3 +406,68 @@ def test_straggler_rank_names_its_process_group_and_peers(tmp_db, tmp_path):
     # near miss: 3 us late is under 5 % of the all-reduce's median duration, a tie
     ingest_paths(tmp_db, _tp_pairs_run(tmp_path / "tie", 3.0), run="tie")
     assert slowcard.query(tmp_db, "straggler-rank", run="tie").status == "PASS"
+
+
+# -- ep-slow-rank: the median rank of the rank's own EP group ---------------------------------------
+
+
+def _two_ep_groups(out: Path, slow_in=lambda s, layer: True) -> list[Path]:
+    """8 ranks, EP groups 0-3 and 4-7. Group 4-7 does other work: GroupedMatmul 1300 us on every
+    rank. In group 0-3 ranks 0-2 take 1000 us, rank 3 1150 us in the instances where
+    slow_in(step, layer), else 1000 us: below the cluster's median rank (1225 us) always."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    import ep_lockstep as ls
+
+    def cells(rank, s, layer):
+        if rank >= 4:
+            return ls.Cell(gmm_us=1300.0)
+        return ls.Cell(gmm_us=1150.0 if rank == 3 and slow_in(s, layer) else 1000.0)
+
+    return ls.write_run(out, cells, ranks=8)
+
+
+def test_ep_slow_rank_compares_within_the_ep_group(tmp_db, tmp_path):
+    paths = _two_ep_groups(tmp_path / "ep")
+    ingest_paths(tmp_db, paths, run="cluster")
+    # cluster-wide: the median rank is 1225 us; the four ranks of the other group sit above it in
+    # every instance and are named, rank 3 (1150 us) is not
+    wide = slowcard.query(tmp_db, "ep-slow-rank", run="cluster")
+    assert {r["rank"] for r in wide.rows} == {4, 5, 6, 7}
+    assert {(r["peer_group"], r["peers"]) for r in wide.rows} == {("all ranks", None)}
+
+    g = groups_json(tmp_path / "ep.json", [("ep", [0, 1, 2, 3]), ("ep", [4, 5, 6, 7])])
+    ingest_paths(tmp_db, [*paths, g], run="groups")
+    res = slowcard.query(tmp_db, "ep-slow-rank", run="groups")
+    assert [(r["rank"], r["cause"], r["peer_group"], r["peers"]) for r in res.rows] == [
+        (3, "slow-compute", "ep 0-3", "0-3")
+    ]
+    r = res.rows[0]
+    # against the median of ranks 0-3 (1000 us), not of the cluster
+    assert (r["gmm_us_per_layer"], r["median_rank_gmm_us"], r["layer_instances"], r["above_pct"]) == (
+        1150.0,
+        1000.0,
+        16,
+        100.0,
+    )
+    from slowcard.queries import load_catalog
+    from slowcard.view import phrase
+
+    spec = load_catalog()["ep-slow-rank"]
+    assert any("median of ranks 0-3" in (phrase(e, r) or "") for e in spec.headline)
+
+
+def test_ep_slow_rank_near_miss_within_the_group_stays_quiet(tmp_db, tmp_path):
+    # rank 3 slow in 13 of 16 instances: P(Bin(16, 1/2) >= 13) = 0.011 > alpha / 8 ranks
+    paths = _two_ep_groups(tmp_path / "ep", slow_in=lambda s, layer: (s, layer) not in {(0, 0), (1, 1), (2, 2)})
+    g = groups_json(tmp_path / "ep.json", [("ep", [0, 1, 2, 3]), ("ep", [4, 5, 6, 7])])
+    ingest_paths(tmp_db, [*paths, g], run="groups")
+    res = slowcard.query(tmp_db, "ep-slow-rank", run="groups")
+    assert (res.status, res.rows) == ("PASS", [])
+
+
+def test_ep_slow_rank_skips_when_every_ep_group_is_too_small(tmp_db, tmp_path):
+    paths = _two_ep_groups(tmp_path / "ep")
+    g = groups_json(tmp_path / "ep.json", [("ep", [0, 1]), ("ep", [2, 3]), ("ep", [4, 5]), ("ep", [6, 7])])
+    ingest_paths(tmp_db, [*paths, g], run="pairs")
+    res = slowcard.query(tmp_db, "ep-slow-rank", run="pairs")
+    assert res.status == "SKIP" and "EP groups of at most 2 rank(s)" in res.summary
