@@ -471,3 +471,20 @@ def test_ep_slow_rank_skips_when_every_ep_group_is_too_small(tmp_db, tmp_path):
     ingest_paths(tmp_db, [*paths, g], run="pairs")
     res = slowcard.query(tmp_db, "ep-slow-rank", run="pairs")
     assert res.status == "SKIP" and "EP groups of at most 2 rank(s)" in res.summary
+
+
+def test_why_op_diff_explains_against_the_ep_groups_median(tmp_db, tmp_path):
+    paths = _two_ep_groups(tmp_path / "ep")
+    ingest_paths(tmp_db, paths, run="cluster")
+    wide = slowcard.query(tmp_db, "why-op-diff", run="cluster")
+    # cluster-wide, rank 3's GroupedMatmul (1150 us) is under the median rank's (1225 us)
+    assert not [r for r in wide.rows if r["rank"] == 3 and r["name"] == "GroupedMatmul"]
+    g = groups_json(tmp_path / "ep.json", [("ep", [0, 1, 2, 3]), ("ep", [4, 5, 6, 7])])
+    ingest_paths(tmp_db, [*paths, g], run="groups")
+    res = slowcard.query(tmp_db, "why-op-diff", run="groups")
+    gmm = [r for r in res.rows if r["rank"] == 3 and r["name"] == "GroupedMatmul"]
+    assert [(r["us_per_instance"], r["median_rank_us_per_instance"], r["peer_group"], r["peers"]) for r in gmm] == [
+        (1150.0, 1000.0, "ep 0-3", "0-3")
+    ]
+    # the other group's ranks do the same work as each other: nothing to explain there
+    assert not [r for r in res.rows if r["rank"] is not None and r["rank"] >= 4 and r["name"] == "GroupedMatmul"]
