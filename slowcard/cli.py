@@ -98,6 +98,12 @@ def ingest(
     rank_map: Path | None = typer.Option(
         None, "--rank-map", help="CSV 'path,rank' or JSON {path-or-glob: rank}; overrides every other source."
     ),
+    groups: list[Path] | None = typer.Option(
+        None,
+        "--groups",
+        help='Parallel groups (TP/PP/DP/EP/stage) the files do not carry: JSON {"parallel_groups": '
+        '[{"kind": "tp", "ranks": [0, 1]}]} or CSV kind,ranks[,name] (repeatable).',
+    ),
     taxonomy: Path | None = typer.Option(
         None,
         "--taxonomy",
@@ -130,6 +136,7 @@ def ingest(
         jobs=jobs,
         rank_pattern=rank_pattern,
         rank_map=rank_map,
+        groups=groups,
         progress=progress_printer(),
     )
     for report in reports:
@@ -498,6 +505,7 @@ _FAST_SPECS: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
             "-j": ("jobs", "int1"),
             "--rank-pattern": ("rank_pattern", "str"),
             "--rank-map": ("rank_map", "path"),
+            "--groups": ("groups", "paths"),
             "--taxonomy": ("taxonomy", "path"),
             "--run-per-folder": ("run_per_folder", "flag"),
             "--executor": ("executor", "str"),
@@ -536,6 +544,7 @@ _FAST_DEFAULTS: dict[str, dict] = {
         "jobs": None,
         "rank_pattern": None,
         "rank_map": None,
+        "groups": None,
         "taxonomy": None,
         "run_per_folder": False,
         "executor": "local",

@@ -1,5 +1,5 @@
 -- name: ep-slow-rank
--- version: 5
+-- version: 6
 -- description: The slow card of an expert-parallel run: every rank whose own MoE work is persistently above the median rank's, the share of its excess each cause carries (more tokens, slower compute, slower transfer, a slow host), and the MoE time it costs.
 -- requires: moe_layer_facts
 -- param: alpha DOUBLE = 0.01              -- false-alarm budget per quantity tested (GroupedMatmul, transfer, host wait): each rank's sign test at alpha / ranks (Bonferroni)
@@ -14,7 +14,7 @@
 -- priority: 20
 -- order: 110
 -- shows: report.moe, annotate
--- headline: {tokens_per_layer} tokens per layer (median rank {median_rank_tokens}) | GroupedMatmul {gmm_us_per_layer} us per layer (median rank {median_rank_gmm_us} us; {time_per_token_ratio}x its time per token) | dispatch+combine {transfer_us_per_layer} us per layer ({transfer_ratio}x the median rank's) | waits for its host {host_wait_us_per_layer} us per layer (median rank {median_rank_host_wait_us} us) | above the median rank in {above_pct} % of {layer_instances} layer instances (sign test p {p_value}) | the others waited {others_wait_ms} ms at collectives; it arrived last at {last_arrival_pct} % of them
+-- headline: {tokens_per_layer} tokens per layer (median rank {median_rank_tokens}) | GroupedMatmul {gmm_us_per_layer} us per layer (median rank {median_rank_gmm_us} us; {time_per_token_ratio}x its time per token) | dispatch+combine {transfer_us_per_layer} us per layer ({transfer_ratio}x the median rank's) | waits for its host {host_wait_us_per_layer} us per layer (median rank {median_rank_host_wait_us} us) | above the median rank in {above_pct} % of {layer_instances} layer instances (sign test p {p_value}; median of ranks {peers}) | the others waited {others_wait_ms} ms at collectives; it arrived last at {last_arrival_pct} % of them
 -- summary: rank {rank} {causes} [{level}]: costs {cost_ms} ms = {cost_pct}% of MoE time ({work}; above the median in {above_pct}% of {layer_instances} layer instances, p={p_value}; arrived last at {last_arrival_pct}% of collectives{caveat}{left_out}); next: {next_step}
 -- pass: No rank stands out: no rank's own MoE work (GroupedMatmul, transfer, waiting for its host) is significantly above the median rank's (sign tests over layer instances at alpha {alpha} / ranks).
 --
@@ -54,10 +54,26 @@
 -- reliably arrive last.
 -- SKIP (one row with skip_reason) when fewer than min_ranks ranks, or so few instances n that
 -- even a rank above the median in all of them would not be significant (0.5^n > alpha / ranks).
+-- Parallel groups (v6, issue 30): when the run has EP groups (parallel_groups kind 'ep': from a
+-- groups file, torch_npu's profiler_metadata.json, Kineto's pg_config), a rank is compared with
+-- the median rank of its own EP group only (the ranks that exchange its tokens; with pipeline
+-- stages, each stage's EP group has its own layers), over the instances every rank of the group
+-- has; `peer_group` and `peers` (also in the headline) say whom. Each group is judged on its own
+-- (min_ranks and the instance count per group; groups too small to judge are left out, SKIP when
+-- none can be judged); the cost is in % of the group's MoE time; the Bonferroni divisor stays
+-- the number of ranks tested. Without EP groups, every rank is one group (peer_group 'all
+-- ranks', peers NULL) and the rows are v5's.
 
+-- A rank's EP group, when it is in exactly one.
+WITH ep_groups AS (
+    SELECT rank, any_value(group_id) AS peer_group
+    FROM (SELECT DISTINCT group_id, rank FROM parallel_groups WHERE run = $run AND kind = 'ep' AND group_size > 1)
+    GROUP BY rank
+    HAVING count(*) = 1
+),
 -- Per (rank, layer instance): what it computed and how it met the others at the collectives.
-WITH f AS (
-    SELECT f.*, coalesce(c.n_collectives, 0) AS n_coll, coalesce(c.n_arrived_last, 0) AS n_last,
+f AS (
+    SELECT f.*, coalesce(g.peer_group, 'all ranks') AS peer_group, coalesce(c.n_collectives, 0) AS n_coll, coalesce(c.n_arrived_last, 0) AS n_last,
            coalesce(c.arrival_lag_ns, 0) AS lag_ns,
            -- the rank's transfer and what it would be with a normal link: its peers' median, plus
            -- where it arrived last what last arrivers need more (see _transfer_expected)
@@ -67,32 +83,46 @@ WITH f AS (
     FROM moe_layer_facts f
     LEFT JOIN _layer_collectives c USING (run, rank, source_id, step, layer, occurrence)
     LEFT JOIN _layer_host_wait h USING (run, rank, source_id, step, layer, occurrence)
+    LEFT JOIN ep_groups g ON g.rank = f.rank
     WHERE f.run = $run AND f.rank IS NOT NULL
 ),
-n_ranks AS (SELECT count(DISTINCT rank) AS n FROM f),
--- Only layer instances that every rank of the run has: they are what "the same layer" means.
+group_ranks AS (
+    SELECT peer_group, count(DISTINCT rank) AS n, _rank_ranges(list(DISTINCT rank ORDER BY rank)) AS peers
+    FROM f GROUP BY peer_group
+),
+n_ranks AS (SELECT sum(n) AS n, max(n) AS max_n, count(*) AS n_groups FROM group_ranks),
+-- Only layer instances that every rank of the group (the run) has: they are what "the same
+-- layer" means.
 inst AS (
-    SELECT step, layer, occurrence FROM f GROUP BY ALL
-    HAVING count(DISTINCT rank) = (SELECT n FROM n_ranks) AND count(DISTINCT rank) > 1
+    SELECT f.peer_group, step, layer, occurrence FROM f JOIN group_ranks r USING (peer_group)
+    GROUP BY f.peer_group, step, layer, occurrence, r.n
+    HAVING count(DISTINCT rank) = r.n AND count(DISTINCT rank) > 1
+),
+-- The groups with enough ranks and instances to judge (the conditions of the SKIP below).
+judged AS (
+    SELECT r.peer_group, r.peers FROM group_ranks r
+    WHERE r.n >= $min_ranks
+      AND (SELECT count(*) FROM inst i WHERE i.peer_group = r.peer_group)
+          >= ceil(log2((SELECT n FROM n_ranks) / $alpha))
 ),
 -- The median rank of each instance is the yardstick (robust to the one slow card itself); for
 -- transfer, the expected transfer of the rank in the same collectives (f.expected_transfer_ns).
 -- The others' wait only over the ranks with matched collectives in the instance: a truncated
 -- rank whose calls could not be matched (see _collectives) has none, and its zeros say nothing.
 med AS (
-    SELECT step, layer, occurrence, median(tokens) AS med_tokens, median(gmm_ns) AS med_gmm_ns,
+    SELECT peer_group, step, layer, occurrence, median(tokens) AS med_tokens, median(gmm_ns) AS med_gmm_ns,
            median(host_wait_ns) AS med_host_wait_ns,
            coalesce(sum(lag_ns) FILTER (WHERE n_coll > 0), 0) AS all_lag_ns,
            median(layer_ns) AS med_layer_ns
-    FROM f JOIN inst USING (step, layer, occurrence) GROUP BY ALL
+    FROM f JOIN inst USING (peer_group, step, layer, occurrence) GROUP BY ALL
 ),
 paired AS (
-    SELECT f.rank, f.n_coll, f.n_last, f.tokens, f.gmm_ns, f.transfer_ns, m.med_tokens, m.med_gmm_ns,
+    SELECT f.rank, f.peer_group, f.n_coll, f.n_last, f.tokens, f.gmm_ns, f.transfer_ns, m.med_tokens, m.med_gmm_ns,
            f.expected_transfer_ns AS med_transfer_ns, m.med_layer_ns, m.all_lag_ns - f.lag_ns AS others_lag_ns,
            f.gmm_ns - m.med_gmm_ns AS gmm_excess_ns,
            CASE WHEN f.n_coll > 0 THEN f.transfer_ns - f.expected_transfer_ns END AS transfer_excess_ns,
            f.host_wait_ns, m.med_host_wait_ns, f.host_wait_ns - m.med_host_wait_ns AS host_excess_ns
-    FROM f JOIN med m USING (step, layer, occurrence)
+    FROM f JOIN med m USING (peer_group, step, layer, occurrence)
 ),
 -- The instances each cost keeps: the rank's per-instance excess in order, trim_pct of them cut
 -- at each end (transfer over the instances with matched collectives only).
@@ -116,7 +146,7 @@ kept AS (
     FROM ranked
 ),
 per_rank AS (
-    SELECT rank, count(*) AS n,
+    SELECT rank, any_value(peer_group) AS peer_group, count(*) AS n,
            count(*) FILTER (WHERE gmm_ns > med_gmm_ns) AS k_gmm,
            count(transfer_excess_ns) AS n_tr,
            count(*) FILTER (WHERE transfer_excess_ns > 0) AS k_tr,
@@ -199,7 +229,7 @@ named AS (
                          ('slow-comm', s.comm_share_pct, 3), ('host-bound', s.host_share_pct, 4)) c(cause, pct, ord)
     QUALIFY row_number() OVER (PARTITION BY s.rank ORDER BY c.pct DESC, c.ord) = 1
 ),
-moe AS (SELECT sum(med_layer_ns) AS moe_ns FROM med),
+moe AS (SELECT peer_group, sum(med_layer_ns) AS moe_ns FROM med GROUP BY peer_group),
 findings AS (
     SELECT n.*,
            -- the causes carrying >= min_share_pct, largest first; one cause alone is just its name
@@ -216,7 +246,7 @@ findings AS (
                         ELSE CASE WHEN gmm_sig THEN 100.0 * k_gmm / n ELSE 100.0 * coalesce(k_tr / n_tr, k_h / n_h) END END AS above_pct,
            gmm_cost_ns + tr_cost_ns + host_cost_ns AS cost_ns,
            moe.moe_ns
-    FROM named n, moe
+    FROM named n JOIN moe USING (peer_group)
 ),
 advice(cause, text) AS (
     VALUES ('token-skew', 'routing / expert placement imbalance: find the hot experts on this rank (expert-hotspots, ep-hot-chain), check the EPLB config and expert map, and the input distribution; rebalance or add redundant experts (eplb-whatif)'),
@@ -240,6 +270,12 @@ cuts AS (
 -- Enough data to compare, or the reason there is not.
 enough AS (
     SELECT CASE
+               WHEN (SELECT n_groups FROM n_ranks) > 1 AND (SELECT max_n FROM n_ranks) < $min_ranks
+                   THEN format('EP groups of at most {} rank(s) with MoE layers in this run; comparing a rank with the median rank of its EP group needs >= {}',
+                               (SELECT max_n FROM n_ranks), $min_ranks)
+               WHEN (SELECT n_groups FROM n_ranks) > 1 AND NOT EXISTS (SELECT 1 FROM judged)
+                   THEN format('no EP group has MoE layer instances that all its ranks have: the sign test at alpha {} over {} ranks needs >= {} (profile more steps)',
+                               $alpha, (SELECT n FROM n_ranks), ceil(log2((SELECT n FROM n_ranks) / $alpha))::INTEGER)
                WHEN (SELECT n FROM n_ranks) < $min_ranks
                    THEN format('{} rank(s) with MoE layers in this run; comparing a rank with the median rank needs >= {}',
                                (SELECT n FROM n_ranks), $min_ranks)
@@ -264,6 +300,8 @@ SELECT CASE WHEN round(100.0 * cost_ns / greatest(moe_ns, 1), 1) >= $min_cost_pc
        round(host_wait_ns_per_layer / 1e3, 1) AS host_wait_us_per_layer,
        round(median_rank_host_wait_ns / 1e3, 1) AS median_rank_host_wait_us,
        round(last_arrival_pct, 1) AS last_arrival_pct, round(coalesce(others_lag_ns, 0) / 1e6, 3) AS others_wait_ms,
+       -- whom the rank was compared with: its EP group's ranks (NULL without EP groups: every rank)
+       findings.peer_group, CASE WHEN findings.peer_group <> 'all ranks' THEN judged.peers END AS peers,
        -- the numbers of the summary in words (parts the trace does not have are left out)
        concat_ws(', ',
            CASE WHEN tokens_known THEN format('tokens {:,.0f} per layer vs {:,.0f} for the median rank', tokens_per_layer, median_rank_tokens) END,
@@ -281,7 +319,7 @@ SELECT CASE WHEN round(100.0 * cost_ns / greatest(moe_ns, 1), 1) >= $min_cost_pc
            || coalesce((SELECT string_agg('; also ' || a.cause || ': ' || a.text, '' ORDER BY a.cause)
                         FROM advice a WHERE list_contains(findings.other_causes, a.cause)), '') AS next_step,
        NULL::VARCHAR AS skip_reason
-FROM findings, cuts, enough
+FROM findings JOIN judged USING (peer_group), cuts, enough
 WHERE enough.skip_reason IS NULL AND round(100.0 * cost_ns / greatest(moe_ns, 1), 1) >= $min_warn_pct
 UNION ALL BY NAME
 SELECT 'SKIP' AS level, skip_reason FROM enough WHERE skip_reason IS NOT NULL

@@ -1,5 +1,5 @@
 -- name: why-op-diff
--- version: 3
+-- version: 4
 -- description: Why is this card slow, operator by operator: each rank's operators vs the median rank's in the same MoE layer instances: which take longer (excess time, share of the rank's excess), and whether their shapes are larger (more tokens) or the same (slower device).
 -- requires: sources
 -- param: top_n INTEGER = 5                -- operators shown per rank (largest excess first)
@@ -11,7 +11,7 @@
 -- subject: rank
 -- order: 200
 -- shows: why
--- headline: {name} ({op_class}) | +{excess_us} us over {instances} {unit}s = {excess_share_pct} % of its excess | {ratio}x the median rank's ({shapes})
+-- headline: {name} ({op_class}) | +{excess_us} us over {instances} {unit}s = {excess_share_pct} % of its excess | {ratio}x the median rank's ({shapes}; median of ranks {peers})
 -- summary: rank {rank}: {name} ({op_class}) +{excess_us} us over {instances} {unit}s = {excess_share_pct}% of its excess ({ratio}x the median rank, {shapes}: {reading})
 --
 -- The question after a verdict names a card: what exactly on it takes longer? Within each MoE
@@ -39,8 +39,17 @@
 -- a rank's host operations in the step, or on a GPU trace its kernels, placed by the step their
 -- launch call ran in (kernels carry no shapes: 'shapes unknown').
 -- SKIP (one row with skip_reason) when fewer than min_ranks ranks have MoE layer instances (or steps).
+-- Parallel groups (issue 30): when the run has EP groups (parallel_groups kind 'ep'), a rank's
+-- operators are compared with the median rank of its own EP group (as ep-slow-rank does), over the
+-- units every rank of the group has; `peer_group` and `peers` say whom (NULL peers: every rank).
 
-WITH has_layers AS (SELECT EXISTS (SELECT 1 FROM moe_layers WHERE run = $run AND rank IS NOT NULL) AS yes),
+WITH ep_groups AS (  -- a rank's EP group, when it is in exactly one
+    SELECT rank, any_value(group_id) AS peer_group
+    FROM (SELECT DISTINCT group_id, rank FROM parallel_groups WHERE run = $run AND kind = 'ep' AND group_size > 1)
+    GROUP BY rank
+    HAVING count(*) = 1
+),
+has_layers AS (SELECT EXISTS (SELECT 1 FROM moe_layers WHERE run = $run AND rank IS NOT NULL) AS yes),
 -- The sources compared and their lane: the EP sources (device lane when their MoE work is on
 -- the device); without MoE layers, every ranked trace with step marks (device lane when it has
 -- kernels).
@@ -60,10 +69,18 @@ layers AS MATERIALIZED (
     SELECT st.run, st.rank, st.source_id, st.step, -1, 0, st.step_start_ns, st.step_end_ns
     FROM _steps st JOIN src USING (source_id) WHERE st.run = $run AND NOT (SELECT yes FROM has_layers)
 ),
-n_ranks AS (SELECT count(DISTINCT rank) AS n FROM layers),
-inst AS (  -- units every rank has
-    SELECT step, layer, occurrence FROM layers GROUP BY ALL
-    HAVING count(DISTINCT rank) = (SELECT n FROM n_ranks)
+group_ranks AS (  -- the ranks compared with each other: an EP group, else every rank
+    SELECT coalesce(g.peer_group, 'all ranks') AS peer_group, l.rank
+    FROM (SELECT DISTINCT rank FROM layers) l LEFT JOIN ep_groups g USING (rank)
+),
+n_ranks AS (SELECT count(DISTINCT rank) AS n, max(n_group) AS max_group
+            FROM (SELECT rank, count(*) OVER (PARTITION BY peer_group) AS n_group FROM group_ranks)),
+group_sizes AS (SELECT peer_group, count(*) AS n FROM group_ranks GROUP BY peer_group),
+inst AS (  -- units every rank of the group has (groups of min_ranks or more)
+    SELECT r.peer_group, l.step, l.layer, l.occurrence
+    FROM layers l JOIN group_ranks r USING (rank) JOIN group_sizes z USING (peer_group)
+    GROUP BY r.peer_group, l.step, l.layer, l.occurrence, z.n
+    HAVING count(DISTINCT l.rank) = z.n AND z.n >= $min_ranks
 ),
 -- Steps are host ranges: a device operation belongs to the step its launch call ran in
 -- (correlation id of the CUDA / HIP runtime call). MoE layers are on the lane already.
@@ -131,38 +148,39 @@ outer_ops AS (
     FROM numbered GROUP BY source_id, pid, tid, op_no
 ),
 classed AS (
-    SELECT o.rank, o.step, o.layer, o.occurrence, o.name, coalesce(c.op_class, 'other') AS op_class, o.dur_ns, o.elems
-    FROM outer_ops o
+    SELECT r.peer_group, o.rank, o.step, o.layer, o.occurrence, o.name, coalesce(c.op_class, 'other') AS op_class,
+           o.dur_ns, o.elems
+    FROM outer_ops o JOIN group_ranks r USING (rank)
     LEFT JOIN (SELECT DISTINCT source_id, name, op_class FROM op_classes WHERE run = $run) c
            ON c.source_id = o.source_id AND c.name = o.name
-    SEMI JOIN inst USING (step, layer, occurrence)
+    SEMI JOIN inst USING (peer_group, step, layer, occurrence)
 ),
 per AS (  -- per (rank, instance, operator)
-    SELECT rank, step, layer, occurrence, op_class, name, count(*) AS calls, sum(dur_ns) AS dur_ns,
+    SELECT peer_group, rank, step, layer, occurrence, op_class, name, count(*) AS calls, sum(dur_ns) AS dur_ns,
            sum(elems) AS elems, count(elems) > 0 AS shaped
     FROM classed GROUP BY ALL
 ),
--- Every rank x every operator seen in the instance: a rank without it counts 0.
+-- Every rank of the group x every operator seen in the instance: a rank without it counts 0.
 grid AS (
-    SELECT r.rank, k.step, k.layer, k.occurrence, k.op_class, k.name,
+    SELECT k.peer_group, r.rank, k.step, k.layer, k.occurrence, k.op_class, k.name,
            coalesce(p.calls, 0) AS calls, coalesce(p.dur_ns, 0) AS dur_ns, coalesce(p.elems, 0) AS elems,
            coalesce(p.shaped, false) AS shaped
-    FROM (SELECT DISTINCT step, layer, occurrence, op_class, name FROM per) k
-    CROSS JOIN (SELECT DISTINCT rank FROM layers) r
-    LEFT JOIN per p USING (rank, step, layer, occurrence, op_class, name)
+    FROM (SELECT DISTINCT peer_group, step, layer, occurrence, op_class, name FROM per) k
+    JOIN group_ranks r USING (peer_group)
+    LEFT JOIN per p USING (peer_group, rank, step, layer, occurrence, op_class, name)
 ),
 med AS (
-    SELECT step, layer, occurrence, op_class, name, median(dur_ns) AS med_dur_ns, median(elems) AS med_elems,
+    SELECT peer_group, step, layer, occurrence, op_class, name, median(dur_ns) AS med_dur_ns, median(elems) AS med_elems,
            bool_or(shaped) AS any_shaped
     FROM grid GROUP BY ALL
 ),
 per_op AS (
-    SELECT g.rank, g.op_class, g.name, count(*) AS instances, sum(g.calls) AS calls,
+    SELECT g.peer_group, g.rank, g.op_class, g.name, count(*) AS instances, sum(g.calls) AS calls,
            sum(g.dur_ns) AS dur_ns, sum(m.med_dur_ns) AS med_dur_ns,
            count(*) * median(g.dur_ns - m.med_dur_ns) AS excess_ns, sum(g.dur_ns - m.med_dur_ns) AS sum_excess_ns,
            count(*) FILTER (WHERE g.dur_ns > m.med_dur_ns) AS n_above,
            sum(g.elems) AS elems, sum(m.med_elems) AS med_elems, bool_or(m.any_shaped) AS shaped
-    FROM grid g JOIN med m USING (step, layer, occurrence, op_class, name)
+    FROM grid g JOIN med m USING (peer_group, step, layer, occurrence, op_class, name)
     GROUP BY ALL
 ),
 ranked AS (
@@ -172,7 +190,7 @@ ranked AS (
     WHERE excess_ns > 0 AND sum_excess_ns > 0
 ),
 rows AS (
-    SELECT rank, op_class, name, instances, round(calls / instances, 2) AS calls_per_instance,
+    SELECT peer_group, rank, op_class, name, instances, round(calls / instances, 2) AS calls_per_instance,
            round(dur_ns / instances / 1e3, 1) AS us_per_instance,
            round(med_dur_ns / instances / 1e3, 1) AS median_rank_us_per_instance,
            round(dur_ns / greatest(med_dur_ns, 1), 2) AS ratio,
@@ -192,6 +210,10 @@ enough AS (
     SELECT CASE WHEN (SELECT n FROM n_ranks) < $min_ranks
                 THEN format('{} rank(s) with MoE layers (or, without MoE layers, step marks) in this run; comparing a rank with the median rank needs >= {}',
                             (SELECT n FROM n_ranks), $min_ranks)
+                WHEN (SELECT count(*) FROM group_ranks WHERE peer_group <> 'all ranks') > 0
+                     AND (SELECT max_group FROM n_ranks) < $min_ranks
+                THEN format('EP groups of at most {} rank(s) with MoE layers in this run; comparing a rank with the median rank of its EP group needs >= {}',
+                            (SELECT max_group FROM n_ranks), $min_ranks)
                 WHEN (SELECT count(*) FROM inst) = 0
                 THEN 'no MoE layer instance (or step) that every rank has: steps or layers do not match across ranks'
            END AS skip_reason
@@ -206,10 +228,13 @@ SELECT rank, op_class, name, instances,
            WHEN shapes = 'fewer tokens' THEN 'less work yet longer: a slower device or process on this card'
            ELSE 'no input shapes recorded (profile with record_shapes=True to tell more work from a slower device)'
        END AS reading,
+       peer_group,
+       CASE WHEN peer_group <> 'all ranks'
+            THEN (SELECT _rank_ranges(list(rank ORDER BY rank)) FROM group_ranks x WHERE x.peer_group = rows.peer_group) END AS peers,
        NULL::VARCHAR AS skip_reason
 FROM rows, enough
 WHERE enough.skip_reason IS NULL
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, skip_reason
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, skip_reason
 FROM enough WHERE skip_reason IS NOT NULL
 ORDER BY rank NULLS FIRST, excess_us DESC, name

@@ -87,7 +87,7 @@ def test_real_merge_has_one_process_per_rank_and_the_verdicts(real):
     verdict_pid = next(pid for pid, name in procs.items() if name == "slowcard verdicts")
     names = {e["name"] for e in doc["traceEvents"] if e["pid"] == verdict_pid and e["ph"] == "X"}
     ep = f"ep-slow-rank@v{CATALOG['ep-slow-rank'].version} FAIL"
-    assert {ep, "straggler-rank@v1 WARN", "rank-waits@v2 INFO"} <= names
+    assert {ep, f"straggler-rank@v{CATALOG['straggler-rank'].version} WARN", "rank-waits@v2 INFO"} <= names
     slow = next(e for e in doc["traceEvents"] if e.get("name") == ep)
     assert "rank 1 token-skew" in slow["args"]["summary"] and slow["args"]["rows"][0]["rank"] == 1
     # threads keep their original names, inside their rank's process

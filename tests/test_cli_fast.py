@@ -33,6 +33,7 @@ ACCEPTED = [
     ["ingest", "a", "b", "--db", "x.duckdb", "--run", "r", "-j", "2", "-q"],
     ["ingest", "--jobs", "3", "a", "--rank-pattern", "rank(\\d+)", "--rank-map", "m.csv", "--taxonomy", "t.csv"],
     ["ingest", "a", "--run-per-folder", "--executor", "dask", "--scheduler", "tcp://127.0.0.1:8786", "--quiet"],
+    ["ingest", "a", "--groups", "tp.json", "--groups", "pp.csv"],
 ]
 
 LEFT_TO_TYPER = [

@@ -524,7 +524,7 @@ def test_query_on_real_step_trace_cli(tmp_db):
     assert res.exit_code == 1, res.output
     doc = json.loads(res.stdout)
     assert [(d["query"], d["version"], d["run"], d["status"]) for d in doc] == [
-        ("cluster-step-skew", 2, "ascend", "FAIL")
+        ("cluster-step-skew", 3, "ascend", "FAIL")
     ]
     got = {r["dimension"]: r for r in doc[0]["rows"]}
     # Computing differs by ~1.6 ms of a ~1.7 s step: not flagged. Communication(Not Overlapped)

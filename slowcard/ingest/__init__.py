@@ -524,6 +524,17 @@ def _duckdb_readable(path: Path):
         os.close(fd)
 
 
+def _carries_groups(path: Path) -> bool:
+    """A companion that is also data: torch_npu's profiler_metadata.json with parallel_group_info
+    (read by ingest/parallel_groups.py); the other companions are only read for rank identity."""
+    from . import parallel_groups
+
+    try:
+        return parallel_groups.READER.sniff(path, read_head(path)) == "ascend_parallel_groups"
+    except (OSError, EOFError, zlib.error):
+        return False
+
+
 def ingest_file(
     con,
     path: Path,
@@ -541,7 +552,7 @@ def ingest_file(
     committed is then left out (its transaction rolled back), never committed after the Ctrl-C."""
     t0 = time.perf_counter()
     result = FileResult(path=str(path), format=None, status="failed", size_bytes=size)
-    if path.name.startswith(COMPANION) and path.suffix == ".json":
+    if path.name.startswith(COMPANION) and path.suffix == ".json" and not _carries_groups(path):
         result.status, result.message = "skipped", companion(path, b"") or ""
         return result
     problem = file_problem(path)

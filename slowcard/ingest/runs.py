@@ -15,6 +15,31 @@ from ..errors import UsageError
 EXECUTORS = ("local", "dask")
 
 
+def groups_files(groups) -> list[str]:
+    """The ``--groups`` files, checked to be parallel-group files (JSON or CSV) before anything is
+    written; raises UsageError naming the file and the expected shape."""
+    from ..errors import InputError
+    from . import detect
+
+    out = []
+    for g in groups or []:
+        p = Path(g)
+        if not p.is_file():
+            raise UsageError(f"--groups {g}: no such file")
+        try:
+            _reader, fmt = detect(p)
+        except InputError as exc:
+            raise UsageError(f"--groups {g}: {exc}") from None
+        if fmt != "parallel_groups":
+            raise UsageError(
+                f"--groups {g}: not a parallel-groups file ({'read as ' + fmt if fmt else 'unknown format'}); "
+                'expected JSON {"parallel_groups": [{"kind": "tp", "ranks": [0, 1, 2, 3]}, ...]} or a CSV '
+                "with the header kind,ranks[,name] (README, Parallel groups)"
+            )
+        out.append(str(p))
+    return out
+
+
 def run_batches(paths, run: str | None, per_folder: bool) -> tuple[list[tuple[str | None, list]], list[str]]:
     """((run name, paths) batches, notes): one batch, or one per sub-folder of each path with
     ``per_folder`` (files at a root itself make one more run, named after the root; a note says
@@ -40,6 +65,7 @@ def ingest_runs(
     jobs: int | None = None,
     rank_pattern: str | None = None,
     rank_map: str | Path | None = None,
+    groups=None,
     progress=None,
 ) -> list:
     """Ingest ``paths`` into ``db``; one IngestReport per run.
@@ -52,12 +78,16 @@ def ingest_runs(
         executor: ``local`` (``jobs`` threads; None: one per core for small files, see
             ``auto_jobs``) or ``dask`` (Dask workers; ``scheduler`` is ``tcp://HOST:PORT``,
             default a LocalCluster on loopback).
+        groups: parallel-group files (``--groups FILE``, see ``ingest/parallel_groups.py``),
+            ingested into every run of the call; a file of another format is a UsageError.
     """
     from . import ingest_paths, prepare_batch
 
     if executor not in EXECUTORS:
         raise UsageError(f"--executor {executor!r}: expected one of {', '.join(EXECUTORS)}")
+    group_files = groups_files(groups)
     batches, notes = run_batches(paths, run, run_per_folder)
+    batches = [(r, [*p, *group_files]) for r, p in batches]
     for batch_run, batch_paths in batches:  # usage errors before the database is created
         prepare_batch(batch_paths, batch_run, rank_pattern, rank_map)
     if taxonomy:
