@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from slowcard import metrics as mx
-from slowcard import store
+from slowcard import queries, store
 from slowcard.capture import (
     Alert,
     CaptureError,
@@ -449,7 +449,9 @@ def test_watch_capture_end_to_end_with_webhook_and_report(sims, tmp_path):
     assert alert < started < done
     tail = " ".join(out[done:].split())
     assert "ok, vllm" in tail and "-> run capture-1" in tail
-    assert "verdict FAIL ep-slow-rank@v5: Slow card: rank 2 — token-skew" in tail and "the alerted DP domain 2" in tail
+    ep = queries.load_catalog()["ep-slow-rank"]
+    assert f"verdict FAIL ep-slow-rank@v{ep.version}: Slow card: rank 2 — token-skew" in tail
+    assert "the alerted DP domain 2" in tail
     events = [g for g in Hook.got if g.get("event") == "capture"]
     assert len(events) == 1 and events[0]["capture"]["verdict"]["slow_card"] == "rank 2"
     assert events[0]["capture"]["alert"]["subject"] == "DP domain 2" and events[0]["run"] == "live"

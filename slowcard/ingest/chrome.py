@@ -32,11 +32,9 @@ from pathlib import Path
 
 from .. import store, tempspace
 from .base import Context, Outcome, strip_bom
-from .chrome_exact import _complete_events_end
 from .chrome_header import _base_ns, _rank_hints, _skip_ws
 from .chrome_parts import _PartsPhase, _tmp_root
 from .chrome_pipes import _WS, _Stream
-from .chrome_ts import SAMPLE_BYTES, _ts_mode
 
 _KINETO_KEYS = (b'"schemaVersion"', b'"deviceProperties"', b'"distributedInfo"')
 
@@ -54,20 +52,6 @@ _ASCEND_MARKERS = re.compile(
     rb'"ts"\s*:\s*"|"name"\s*:\s*"(?:Ascend Hardware|CANN|AscendCL|Overlap Analysis|AI Core Freq|HBM|LLC'
     rb'|Stars Soc Info|Acc PMU|NPU MEM)"|"labels"\s*:\s*"NPU(?:\s+[0-9]+)?"'
 )
-
-
-def _complete_events_bytes(tail: bytes, mode: str) -> int:
-    """How many leading bytes of a file's tail are complete events that DuckDB can read with the
-    parts (the same ts mode, valid UTF-8): they go in the parts' statement; 0 when none."""
-    try:
-        text = tail.decode("utf-8")
-    except UnicodeDecodeError:
-        return 0  # the exact path replaces what does not decode and says so
-    k = _complete_events_end(text)
-    if not k:
-        return 0
-    n = len(text[:k].encode("utf-8"))
-    return n if mode != "exact" and _ts_mode(tail[: min(n, SAMPLE_BYTES)]) == mode else 0
 
 
 def _dialect(head: bytes) -> str | None:
@@ -150,11 +134,8 @@ class _Ingest(_PartsPhase):
                 fd = s.f.fileno()
                 size = os.fstat(fd).st_size
                 plain_parts, tail_at = self._plain_parts(fd, s.base + start, size)
-                tail = os.pread(fd, size - tail_at, tail_at) if self.oversize is None else b""
-                if plain_parts:
-                    self.tail_events = tail[: _complete_events_bytes(tail, plain_parts[0][3])]
                 self._insert_plain(fd, plain_parts)
-                tail = tail[self.tail_folded :]
+                tail = os.pread(fd, size - tail_at, tail_at) if self.oversize is None else b""
             store.fault_point("parts")  # crash tests: the temp folder exists here
             # Trailer keys can change the time base only if they come after the events
             # (on-demand Kineto): re-base what was inserted.

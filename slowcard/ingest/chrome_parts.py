@@ -194,17 +194,10 @@ class _PartsPhase(_ExactPhase):
 
     def _insert_through_pipes(self, fd: int, parts: list[tuple[int, int, bytes, str]]) -> bool:
         """One INSERT over one named pipe per part, each fed from the file by its own thread
-        (sendfile, in the kernel), plus the tail's complete events (``tail_events``) as one more
-        file of the same statement. False when DuckDB rejects some part: nothing was inserted."""
+        (sendfile, in the kernel). False when DuckDB rejects some part: nothing was inserted."""
         pipes: list[str] = []
         feeders: list[threading.Thread] = []
-        tail_part: list[str] = []
         try:
-            if self.tail_events:
-                name = os.path.join(self.tmpdir, "tail_events.json")
-                with open(name, "wb") as f:
-                    f.write(b"[" + self.tail_events + b"]")
-                tail_part.append(name)
             for i, (offset, length, _sep, _mode) in enumerate(parts):
                 pipe = os.path.join(self.tmpdir, f"pipe{i:05d}.json")
                 os.mkfifo(pipe)
@@ -218,18 +211,17 @@ class _PartsPhase(_ExactPhase):
                 t.start()
                 feeders.append(t)
             try:
-                n = self._insert_files(pipes + tail_part, parts[0][3])
+                n = self._insert_files(pipes, parts[0][3])
             except duckdb.Error:
                 return False
             self.kept += n
             self.seen += n
-            self.tail_folded = len(self.tail_events)
             return True
         finally:
             for pipe, t in zip(pipes, feeders):
                 _release_feeder(pipe, t)
-            for path in pipes + tail_part:
-                os.unlink(path)
+            for pipe in pipes:
+                os.unlink(pipe)
 
     def _insert_stream(self, s: _Stream, start: int, pipes: bool = True) -> bytes:
         """Insert a compressed file; returns the tail bytes after the last part.

@@ -30,11 +30,6 @@ class _IngestState:
         self.max_abs_us = Decimal((1 << 63) - 1) / 1000
         self.oversize: int | None = None  # byte where an event over options.max_event_bytes starts
         self.tmpdir = ""  # the folder of this file's parts and pipes, made by the driver
-        # complete events at the start of an uncompressed file's tail, offered to the one
-        # statement over pipes (a second INSERT of them cost a rewrite of the table's last row
-        # group at checkpoint), and how many of those bytes that statement inserted
-        self.tail_events = b""
-        self.tail_folded = 0
 
     def _drop(self, reason: str, index: int, n: int = 1) -> None:
         entry = self.drops.setdefault(reason, [index, 0])
