@@ -356,19 +356,26 @@ class MsServiceProfilerBackend:
             ]
         out = folder / "slowcard_parsed"
         cmd = [self.parse_exe, "parse", f"--input-path={folder}", f"--output-path={out}"]
-        try:
-            cp = subprocess.run(cmd, capture_output=True, timeout=COMMAND_TIMEOUT_S, stdin=subprocess.DEVNULL)
-        except subprocess.TimeoutExpired:
-            raise CaptureError(f"{shlex.join(cmd)}: still running after {COMMAND_TIMEOUT_S:g} s") from None
-        except OSError as exc:
-            raise CaptureError(f"{shlex.join(cmd)}: {exc}") from None
-        if cp.returncode != 0:
-            err = cp.stderr.decode(errors="replace").strip()[-200:]
-            raise CaptureError(f"{shlex.join(cmd)} exited {cp.returncode}: {err}")
+        run_command(cmd, "msserviceprofiler parse", COMMAND_TIMEOUT_S)
         parsed = sorted(p for p in scan(out))
         if not parsed:
             raise CaptureError(f"{shlex.join(cmd)} wrote nothing into {out}")
         return parsed, [f"parsed with {shlex.join(cmd)}"]
+
+
+def run_command(cmd: str | list[str], label: str, timeout_s: float, **kw) -> None:
+    """Run a profiler command to its end; CaptureError (with ``label``, the exit code and the
+    tail of its stderr) when it cannot start, outlives ``timeout_s`` or exits non-zero."""
+    shown = cmd if isinstance(cmd, str) else shlex.join(cmd)
+    try:
+        cp = subprocess.run(cmd, capture_output=True, timeout=timeout_s, stdin=subprocess.DEVNULL, **kw)
+    except subprocess.TimeoutExpired:
+        raise CaptureError(f"{label} killed after {timeout_s:g} s: {shown}") from None
+    except OSError as exc:
+        raise CaptureError(f"{label} failed: {exc}") from None
+    if cp.returncode != 0:
+        err = cp.stderr.decode(errors="replace").strip()[-200:]
+        raise CaptureError(f"{label} exited {cp.returncode}: {shown}" + (f": {err}" if err else ""))
 
 
 class ExecBackend:
@@ -387,17 +394,7 @@ class ExecBackend:
 
     def _run(self, cmd: str, what: str) -> None:
         env = dict(os.environ, SLOWCARD_CAPTURE_DIR=str(self.dir))
-        try:
-            cp = subprocess.run(
-                cmd, shell=True, env=env, capture_output=True, timeout=self.timeout_s, stdin=subprocess.DEVNULL
-            )
-        except subprocess.TimeoutExpired:
-            raise CaptureError(f"{what} command killed after {self.timeout_s:g} s: {cmd}") from None
-        except OSError as exc:
-            raise CaptureError(f"{what} command failed: {exc}") from None
-        if cp.returncode != 0:
-            err = cp.stderr.decode(errors="replace").strip()[-200:]
-            raise CaptureError(f"{what} command exited {cp.returncode}: {cmd}" + (f": {err}" if err else ""))
+        run_command(cmd, f"{what} command", self.timeout_s, shell=True, env=env)
 
     def start(self) -> None:
         self._run(self.start_cmd, "start")

@@ -41,46 +41,16 @@ from slowcard.watch import ScrapeSource, Watcher, parse_scrape
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
-SIM = TESTS / "vllm_sim.py"
 sys.path.insert(0, str(TESTS))
 
 import msprof_sim  # noqa: E402
+from sim_procs import Sims  # noqa: E402
 from synth_kineto import cut_trace, write_ep_run  # noqa: E402
-
-
-class Sims:
-    def __init__(self):
-        self.procs: list[subprocess.Popen] = []
-
-    def start(self, *args: str, duration: float = 30.0) -> int:
-        proc = subprocess.Popen(
-            [sys.executable, str(SIM), "--port", "0", "--duration", str(duration), *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        self.procs.append(proc)
-        got: list[str] = []
-        reader = threading.Thread(target=lambda: got.append(proc.stdout.readline()), daemon=True)
-        reader.start()
-        reader.join(15)
-        if not got or not got[0].startswith("PORT "):
-            proc.kill()
-            raise RuntimeError("exporter did not start")
-        return int(got[0].split()[1])
-
-    def close(self):
-        for p in self.procs:
-            if p.poll() is None:
-                p.kill()
-            p.wait(5)
-            p.stdout.close()
-            p.stderr.close()
 
 
 @pytest.fixture
 def sims():
-    s = Sims()
+    s = Sims(duration=30.0)
     try:
         yield s
     finally:
@@ -292,6 +262,26 @@ def test_msserviceprofiler_runs_its_parse_step(tmp_path):
     assert (coll / "parse_args.txt").read_text() == f"parse --input-path={coll} --output-path={coll}/slowcard_parsed"
     paths = [p for (p,) in rows(tmp_path / "ms.duckdb", "SELECT path FROM sources WHERE run = ?", [cap.run])]
     assert paths and all("/slowcard_parsed/" in p for p in paths)  # the parsed output was ingested
+
+
+def test_msserviceprofiler_parse_step_that_fails(tmp_path):
+    """msserviceprofiler's parse exits non-zero: the capture fails saying which step and why, and
+    nothing is ingested (a collection ingested unparsed would be judged without request.csv)."""
+    exe = tmp_path / "msserviceprofiler"
+    exe.write_text("#!/bin/sh\necho 'no msprof data in input path' >&2\nexit 4\n")
+    exe.chmod(0o755)
+    cfg = msprof_sim.write_config(tmp_path / "cfg.json", prof_dir=str(tmp_path / "abs_prof"))
+    poller = msprof_sim.FakeServiceProfiler(cfg, hot_dp=1)
+    poller.start()
+    try:
+        backend = MsServiceProfilerBackend(cfg, parse_exe=str(exe))
+        cap = Capturer(tmp_path / "ms.duckdb", backend, seconds=0.3, wait_s=10.0, settle_s=0.3).run(Alert.on_demand())
+    finally:
+        poller.close()
+    assert cap.status == "failed"
+    assert cap.reason.startswith("msserviceprofiler parse exited 4: ")
+    assert cap.reason.endswith("no msprof data in input path")
+    assert rows(tmp_path / "ms.duckdb", "SELECT count(*) FROM sources")[0][0] == 0
 
 
 def test_msserviceprofiler_config_problems(tmp_path):

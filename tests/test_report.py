@@ -249,7 +249,8 @@ def test_missing_plotly_names_the_extra(gen, monkeypatch):
 def live(tmp_path_factory):
     """A watched run: 4 simulated vLLM DP engines, engine 2 hot from 2 s on, 9 windows of 0.5 s,
     so dp-metrics-imbalance turns FAIL part-way (tests/vllm_sim.py, as the watch tests use)."""
-    from test_watch import Sims, watch_steps
+    from sim_procs import Sims
+    from test_watch import watch_steps
 
     d = tmp_path_factory.mktemp("live")
     sims = Sims()

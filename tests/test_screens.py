@@ -200,7 +200,8 @@ def test_every_headline_column_is_a_column_of_its_query():
 def test_one_dp_domain_in_live_metrics_is_skip(tmp_path):
     """A single-engine vLLM instance: dp-metrics-imbalance SKIPs with the reason (was PASS), and
     diagnose says it cannot name a slow card; with 4 engines the same query judges (PASS)."""
-    from test_watch import Sims, watch_steps
+    from sim_procs import Sims
+    from test_watch import watch_steps
 
     sims = Sims()
     try:

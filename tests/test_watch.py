@@ -32,52 +32,13 @@ from slowcard.cli import app
 from slowcard.diagnosis import diagnose
 from slowcard.watch import PrometheusSource, ScrapeSource, Watcher, http_get, parse_scrape
 
-SIM = Path(__file__).resolve().parent / "vllm_sim.py"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sim_procs import Sims  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 # --- helpers ---------------------------------------------------------------------------------
-class Sims:
-    """Exporter processes, each killed at the end of the test."""
-
-    def __init__(self):
-        self.procs: list[subprocess.Popen] = []
-        self.started: dict[int, float] = {}  # port -> wall time its simulation clock started
-
-    def start(self, *args: str, port: int = 0, duration: float = 20.0) -> int:
-        proc = subprocess.Popen(
-            [sys.executable, str(SIM), "--port", str(port), "--duration", str(duration), *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        self.procs.append(proc)
-        got: list[str] = []
-        reader = threading.Thread(target=lambda: got.append(proc.stdout.readline()), daemon=True)
-        reader.start()
-        reader.join(15)
-        if not got or not got[0].startswith("PORT "):
-            proc.kill()
-            raise RuntimeError(
-                f"exporter did not start: {proc.stderr.read() if proc.poll() is not None else 'no port'}"
-            )
-        port = int(got[0].split()[1])
-        self.started[port] = time.time()
-        return port
-
-    def stop(self, proc: subprocess.Popen) -> None:
-        proc.kill()
-        proc.wait(5)
-
-    def close(self):
-        for p in self.procs:
-            if p.poll() is None:
-                p.kill()
-            p.wait(5)
-            p.stdout.close()
-            p.stderr.close()
-
-
 @pytest.fixture
 def sims():
     s = Sims()
