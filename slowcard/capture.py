@@ -46,10 +46,8 @@ DEFAULT_WAIT_S = 120.0  # after the stop: how long the files may take to appear 
 DEFAULT_MAX_BYTES = 2 << 30
 SETTLE_S = 1.0  # a file set whose sizes did not change for this long (and parses whole) is complete
 MAX_SCAN_FILES = 200_000  # files looked at in an output directory (a home directory by mistake stays bounded)
-COMMAND_TIMEOUT_S = 120.0
-FULL_PARSE_BYTES = (
-    256 << 20
-)  # a plain JSON file up to this size is parsed whole to call it complete  # an exec start/stop command or msserviceprofiler parse
+COMMAND_TIMEOUT_S = 120.0  # an exec start/stop command or msserviceprofiler parse
+FULL_PARSE_BYTES = 256 << 20  # a plain JSON file up to this size is parsed whole to call it complete
 
 
 class CaptureError(Exception):
