@@ -409,9 +409,11 @@ def grid_runs(seeds: int) -> dict[str, dict]:
     return runs
 
 
-def run_grid(work: Path, seeds: int, save: Path | None = None) -> str:
+def run_grid(work: Path, seeds: int, save: Path | None = None, keep_db: Path | None = None) -> str:
     """Generate, measure and judge the grid; returns the report (markdown tables). ``save``: the
-    runs with their truth and verdict rows as JSON (``--grid-report`` prints the report again)."""
+    runs with their truth and verdict rows as JSON (``--grid-report`` prints the report again).
+    ``keep_db``: keep the database of every run's traces there, so that another rule or estimator
+    can be judged on the very same traces (the traces themselves are deleted as they go in)."""
     try:
         import torch  # noqa: F401
     except ImportError:
@@ -427,18 +429,26 @@ def run_grid(work: Path, seeds: int, save: Path | None = None) -> str:
         ingest(db, work / name, name)
         shutil.rmtree(work / name)
         print(f"  {i + 1}/{len(runs)} {name}: {time.perf_counter() - t0:.0f} s", flush=True)
+    judge_grid(runs, db)
+    secs = time.perf_counter() - t0
+    if save:
+        save.write_text(json.dumps({"secs": secs, "runs": runs}, default=str))
+    if keep_db:
+        shutil.copyfile(db, keep_db)
+    return grid_report(runs, secs)
+
+
+def judge_grid(runs: dict[str, dict], db: Path, params: dict | None = None) -> None:
+    """ep-slow-rank (with ``params`` over its defaults) on every run of the grid's database: each
+    case's ``status`` and ``found`` (its FAIL / WARN rows by rank)."""
     con = queries.open_readonly(db)
     try:
         for name, case in runs.items():
-            res = queries.run_query(con, QUERY, name)
+            res = queries.run_query(con, QUERY, name, params)
             case["status"] = str(res.status)
             case["found"] = {r["rank"]: r for r in res.rows if r.get("level") in ("FAIL", "WARN")}
     finally:
         con.close()
-    secs = time.perf_counter() - t0
-    if save:
-        save.write_text(json.dumps({"secs": secs, "runs": runs}, default=str))
-    return grid_report(runs, secs)
 
 
 def load_grid(path: Path) -> tuple[dict, float]:
@@ -584,11 +594,24 @@ def main() -> None:
     ap.add_argument("--torch-worlds", default="4,6", help="torch source: world sizes (default 4,6)")
     ap.add_argument("--grid-seeds", type=int, default=5, help="grid source: seeds per (cell, routing)")
     ap.add_argument("--grid-save", type=Path, default=None, help="grid source: save runs, truth and rows as JSON")
+    ap.add_argument("--grid-keep-db", type=Path, default=None, help="grid source: keep the runs' database here")
     ap.add_argument("--grid-report", type=Path, default=None, help="print the grid report of a --grid-save file")
+    ap.add_argument(
+        "--grid-judge",
+        type=Path,
+        default=None,
+        help="with --grid-report: judge the runs again on this --grid-keep-db database (same traces, same truth)",
+    )
+    ap.add_argument("-p", dest="params", action="append", default=[], help="with --grid-judge: ep-slow-rank NAME=VALUE")
     ap.add_argument("--only", default="lockstep,synth,shared,torch", help="sources, comma-separated; also: grid")
     a = ap.parse_args()
     if a.grid_report:
-        print(grid_report(*load_grid(a.grid_report)))
+        runs, secs = load_grid(a.grid_report)
+        if a.grid_judge:
+            params = dict(kv.split("=", 1) for kv in a.params)
+            judge_grid(runs, a.grid_judge, params)
+            print("ep-slow-rank with " + (", ".join(a.params) or "its defaults") + f" on {a.grid_judge}:\n")
+        print(grid_report(runs, secs))
         return
     seeds = a.seeds or (4 if a.quick else 12)
     only = set(a.only.split(","))
@@ -636,7 +659,7 @@ def main() -> None:
             out.append(run_shared(work))
             print(out[-1] + "\n", flush=True)
         if "grid" in only:
-            out.append(run_grid(work, a.grid_seeds, a.grid_save))
+            out.append(run_grid(work, a.grid_seeds, a.grid_save, a.grid_keep_db))
             print(out[-1] + "\n", flush=True)
         n = grand["balanced_n"]
         print(
