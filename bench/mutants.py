@@ -215,8 +215,12 @@ DP_METRICS_IMBALANCE = [
     Mutant(
         "dpm-median-includes-the-domain",
         DPM_SQL,
-        "SELECT r.*, k1 + (k1 >= pos)::INTEGER AS at1, k2 + (k2 >= pos)::INTEGER AS at2",
-        "SELECT r.*, k1 AS at1, k2 AS at2",
+        # the median of all n values, the domain's own included (only skipping the domain's own
+        # position is not a mutant: it moves the median only for domains below it, never hot)
+        "SELECT r.*, k1 + (k1 >= pos)::INTEGER AS at1, k2 + (k2 >= pos)::INTEGER AS at2\n"
+        "    FROM (SELECT *, (n_others + 1) // 2 AS k1, n_others // 2 + 1 AS k2 FROM ranked) r",
+        "SELECT r.*, k1 AS at1, k2 AS at2\n"
+        "    FROM (SELECT *, (n_others + 2) // 2 AS k1, (n_others + 1) // 2 + 1 AS k2 FROM ranked) r",
         DPM,
     ),
     Mutant(

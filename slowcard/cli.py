@@ -694,9 +694,11 @@ class _AbsentModule:
 def _env_warnings():
     """Bad environment settings are reported and replaced by their defaults (issue 16)."""
     from .store import LOCK_WAIT_WARNING
+    from .tempspace import tmp_dir_warning
 
-    if LOCK_WAIT_WARNING:
-        typer.echo(f"warning: {LOCK_WAIT_WARNING}", err=True)
+    for warning in (LOCK_WAIT_WARNING, tmp_dir_warning()):
+        if warning:
+            typer.echo(f"warning: {warning}", err=True)
 
 
 if __name__ == "__main__":

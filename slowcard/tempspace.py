@@ -103,9 +103,27 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def chosen_root() -> Path | None:
+    """``SLOWCARD_TMP_DIR``: the folder the user chose for an ingest's part files (a small
+    /dev/shm in a container, a faster disk), when it names a folder; None otherwise (the CLI
+    warns about a value that is not a folder: tmp_dir_warning)."""
+    value = os.environ.get("SLOWCARD_TMP_DIR", "")
+    return Path(value) if value and os.path.isdir(value) else None
+
+
+def tmp_dir_warning() -> str | None:
+    """What is wrong with SLOWCARD_TMP_DIR, when it is set but names no folder."""
+    value = os.environ.get("SLOWCARD_TMP_DIR", "")
+    if value and not os.path.isdir(value):
+        return f"SLOWCARD_TMP_DIR={value!r} is not a folder; part files go to /dev/shm or the system temp folder"
+    return None
+
+
 def default_roots() -> list[Path]:
-    """Where temporary folders go when no folder is given: /dev/shm and the system temp folder."""
-    roots = [Path("/dev/shm"), Path(tempfile.gettempdir())]
+    """Where temporary folders go when no folder is given: SLOWCARD_TMP_DIR when set, /dev/shm and
+    the system temp folder (each one is also where stale folders are looked for)."""
+    chosen = chosen_root()
+    roots = ([chosen] if chosen else []) + [Path("/dev/shm"), Path(tempfile.gettempdir())]
     return [r for r in dict.fromkeys(roots) if r.is_dir()]
 
 

@@ -146,6 +146,21 @@ def test_9_bad_lock_wait_falls_back_with_a_warning(value):
     assert store.lock_wait_from_env("2.5") == (2.5, None)
 
 
+def test_9_a_tmp_dir_that_is_no_folder_falls_back_with_a_warning(tmp_path, run4):
+    """SLOWCARD_TMP_DIR naming no folder: a warning, and the parts go where they go by default
+    (the ingest succeeds); naming a folder: the parts go there and are gone after the ingest."""
+    _, paths = run4
+    missing = tmp_path / "no-such-folder"
+    res = _cli("ingest", paths[0], "--db", tmp_path / "a.duckdb", "-q", env={"SLOWCARD_TMP_DIR": str(missing)})
+    assert res.returncode == 0, res.stderr
+    assert f"SLOWCARD_TMP_DIR={str(missing)!r} is not a folder" in res.stderr and not missing.exists()
+    chosen = tmp_path / "parts"
+    chosen.mkdir()
+    res = _cli("ingest", paths[0], "--db", tmp_path / "b.duckdb", "-q", env={"SLOWCARD_TMP_DIR": str(chosen)})
+    assert res.returncode == 0 and "SLOWCARD_TMP_DIR" not in res.stderr, res.stderr
+    assert list(chosen.iterdir()) == []  # its part folder was made there and removed
+
+
 # --- 13: parameters that are not finite numbers ---------------------------------------------------
 
 
@@ -597,15 +612,19 @@ def test_11_temp_folders_of_a_killed_ingest_are_removed_at_the_next_start(tmp_pa
 
     _, paths = run4
     db = tmp_path / "t.duckdb"
+    # the part folders in a folder of this test's own (SLOWCARD_TMP_DIR): in /dev/shm any other
+    # slowcard starting meanwhile (a parallel test worker) may clean the dead ingest's folder first
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    env = {**os.environ, "SLOWCARD_TMP_DIR": str(parts)}
     proc = subprocess.Popen(
         CLI + ["ingest", str(paths[0]), "--db", str(db), "-q"],
-        env={**os.environ, "SLOWCARD_FAULT": "parts:1"},
+        env={**env, "SLOWCARD_FAULT": "parts:1"},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
     assert proc.wait(120) == -9
-    roots = [str(r) for r in tempspace.default_roots()]
-    left = [p for r in roots for p in glob.glob(f"{r}/slowcard-part-*-{proc.pid}-*")]
+    left = glob.glob(f"{parts}/slowcard-part-*-{proc.pid}-*")
     assert left, "the kill did not land while the part folder existed"
     # a stale folder of a dead process beside the database (a killed Dask ingest's staging)
     # (its owner file names it, unlocked: the lock died with the process; issue 31)
@@ -615,7 +634,7 @@ def test_11_temp_folders_of_a_killed_ingest_are_removed_at_the_next_start(tmp_pa
     (stale / "part.parquet").write_bytes(b"x" * 1000)
     # ... and a folder of a live process, which must stay
     live = tempspace.make_dir("part", tmp_path)
-    assert _cli("ingest", paths[1], "--db", db, "-q").returncode == 0
+    assert _cli("ingest", paths[1], "--db", db, "-q", env=env).returncode == 0
     assert not [p for p in left if os.path.exists(p)] and not stale.exists()
     assert live.exists()
     import shutil

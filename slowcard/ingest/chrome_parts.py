@@ -13,6 +13,7 @@ import threading
 
 import duckdb
 
+from .. import tempspace
 from .base import Context, is_gzip
 from .chrome_exact import _ExactPhase
 from .chrome_pipes import (
@@ -45,6 +46,9 @@ MAX_PIPES = 512  # more parts than this go through part files in batches instead
 def _tmp_root(ctx: Context) -> str:
     if ctx.options.tmp_dir:
         return str(ctx.options.tmp_dir)
+    chosen = tempspace.chosen_root()
+    if chosen is not None:
+        return str(chosen)
     shm = "/dev/shm"
     try:
         # at most two batches of parts (one being inserted, one being cut) exist at a time
