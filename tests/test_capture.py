@@ -246,8 +246,8 @@ def test_msserviceprofiler_without_parse_exe(tmp_path):
     assert len(poller.collections) == 1
 
 
-def test_msserviceprofiler_runs_its_parse_step(tmp_path):
-    exe = msprof_sim.write_parse_exe(tmp_path)
+def capture_with_parse_exe(tmp_path, exe):
+    """One on-demand msServiceProfiler capture (DP 1 hot) whose parse step is ``exe``."""
     cfg = msprof_sim.write_config(tmp_path / "cfg.json", prof_dir=str(tmp_path / "abs_prof"))
     poller = msprof_sim.FakeServiceProfiler(cfg, hot_dp=1)
     poller.start()
@@ -256,6 +256,12 @@ def test_msserviceprofiler_runs_its_parse_step(tmp_path):
         cap = Capturer(tmp_path / "ms.duckdb", backend, seconds=0.3, wait_s=10.0, settle_s=0.3).run(Alert.on_demand())
     finally:
         poller.close()
+    return cap, poller
+
+
+def test_msserviceprofiler_runs_its_parse_step(tmp_path):
+    exe = msprof_sim.write_parse_exe(tmp_path)
+    cap, poller = capture_with_parse_exe(tmp_path, exe)
     assert cap.status == "ok", cap.reason
     assert cap.slow_card == "DP domain 1" and cap.matches_alert is None  # no alerted domain given
     (coll,) = poller.collections
@@ -270,14 +276,7 @@ def test_msserviceprofiler_parse_step_that_fails(tmp_path):
     exe = tmp_path / "msserviceprofiler"
     exe.write_text("#!/bin/sh\necho 'no msprof data in input path' >&2\nexit 4\n")
     exe.chmod(0o755)
-    cfg = msprof_sim.write_config(tmp_path / "cfg.json", prof_dir=str(tmp_path / "abs_prof"))
-    poller = msprof_sim.FakeServiceProfiler(cfg, hot_dp=1)
-    poller.start()
-    try:
-        backend = MsServiceProfilerBackend(cfg, parse_exe=str(exe))
-        cap = Capturer(tmp_path / "ms.duckdb", backend, seconds=0.3, wait_s=10.0, settle_s=0.3).run(Alert.on_demand())
-    finally:
-        poller.close()
+    cap, poller = capture_with_parse_exe(tmp_path, exe)
     assert cap.status == "failed"
     assert cap.reason.startswith("msserviceprofiler parse exited 4: ")
     assert cap.reason.endswith("no msprof data in input path")
