@@ -148,7 +148,8 @@ def test_9_bad_lock_wait_falls_back_with_a_warning(value):
 
 def test_9_a_tmp_dir_that_is_no_folder_falls_back_with_a_warning(tmp_path, run4):
     """SLOWCARD_TMP_DIR naming no folder: a warning, and the parts go where they go by default
-    (the ingest succeeds); naming a folder: the parts go there and are gone after the ingest."""
+    (the ingest succeeds); naming a folder: no warning, and nothing is left in it after the ingest
+    (that the parts do go there is shown by test_11, which finds a killed ingest's parts in it)."""
     _, paths = run4
     missing = tmp_path / "no-such-folder"
     res = _cli("ingest", paths[0], "--db", tmp_path / "a.duckdb", "-q", env={"SLOWCARD_TMP_DIR": str(missing)})
