@@ -386,15 +386,17 @@ GRID_WORLDS = (3, 4, 5, 6, 8)
 MIXED_WORLDS = (5, 6, 8)  # two anomalous ranks need a normal median rank
 
 
-def grid_runs(seeds: int) -> dict[str, dict]:
-    """name -> the knobs of one grid run (what torch_ep_trace.generate takes, plus the cell)."""
+def grid_runs(seeds: int, seed_base: int = 0) -> dict[str, dict]:
+    """name -> the knobs of one grid run (what torch_ep_trace.generate takes, plus the cell).
+    ``seed_base`` (< 1000, a multiple of 100) shifts every seed: a hold-out grid, same cells,
+    traces no rule was ever judged on."""
     runs = {}
     for ci, (kind, effect) in enumerate(GRID_CELLS):
         for routing in ("random", "argmax"):
             for seed in range(seeds):
                 worlds = MIXED_WORLDS if kind == "mixed" else GRID_WORLDS
                 world = worlds[seed % len(worlds)]
-                seed_i = 1000 * ci + 10 * seed + (routing == "argmax")
+                seed_i = 1000 * ci + seed_base + 10 * seed + (routing == "argmax")
                 rank = seed_i % world
                 knobs = dict(world=world, seed=seed_i, routing=routing, noise_us=300.0 if seed % 2 else 0.0)
                 if kind in ("token", "mixed"):
@@ -409,7 +411,9 @@ def grid_runs(seeds: int) -> dict[str, dict]:
     return runs
 
 
-def run_grid(work: Path, seeds: int, save: Path | None = None, keep_db: Path | None = None) -> str:
+def run_grid(
+    work: Path, seeds: int, save: Path | None = None, keep_db: Path | None = None, seed_base: int = 0
+) -> str:
     """Generate, measure and judge the grid; returns the report (markdown tables). ``save``: the
     runs with their truth and verdict rows as JSON (``--grid-report`` prints the report again).
     ``keep_db``: keep the database of every run's traces there, so that another rule or estimator
@@ -421,7 +425,7 @@ def run_grid(work: Path, seeds: int, save: Path | None = None, keep_db: Path | N
     import torch_ep_trace
 
     db = work / "grid.duckdb"
-    runs = grid_runs(seeds)
+    runs = grid_runs(seeds, seed_base)
     t0 = time.perf_counter()
     for i, (name, case) in enumerate(runs.items()):
         torch_ep_trace.generate(work / name, **case["knobs"])
@@ -594,6 +598,9 @@ def main() -> None:
     ap.add_argument("--torch-worlds", default="4,6", help="torch source: world sizes (default 4,6)")
     ap.add_argument("--grid-seeds", type=int, default=5, help="grid source: seeds per (cell, routing)")
     ap.add_argument("--grid-save", type=Path, default=None, help="grid source: save runs, truth and rows as JSON")
+    ap.add_argument(
+        "--grid-seed-base", type=int, default=0, help="grid source: shift every seed (a hold-out grid, e.g. 500)"
+    )
     ap.add_argument("--grid-keep-db", type=Path, default=None, help="grid source: keep the runs' database here")
     ap.add_argument("--grid-report", type=Path, default=None, help="print the grid report of a --grid-save file")
     ap.add_argument(
@@ -659,7 +666,7 @@ def main() -> None:
             out.append(run_shared(work))
             print(out[-1] + "\n", flush=True)
         if "grid" in only:
-            out.append(run_grid(work, a.grid_seeds, a.grid_save, a.grid_keep_db))
+            out.append(run_grid(work, a.grid_seeds, a.grid_save, a.grid_keep_db, a.grid_seed_base))
             print(out[-1] + "\n", flush=True)
         n = grand["balanced_n"]
         print(
