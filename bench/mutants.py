@@ -608,6 +608,14 @@ EXPERT_VERDICTS = [
 EP = ("tests/test_ep_decision.py", "tests/test_ep_rules.py", "tests/test_ep_queries.py")
 EP_SQL = "sql/ep-slow-rank.sql"
 EP_SLOW_RANK = [
+    # v7's yardstick: the median of the OTHER ranks
+    Mutant(
+        "ep-yardstick-includes-the-rank",
+        EP_SQL,
+        "            AND b.occurrence = a.occurrence AND b.rank <> a.rank",
+        "            AND b.occurrence = a.occurrence",
+        EP,
+    ),
     # the issue-33 survivors
     Mutant(
         "ep-named-without-gmm-significance",
@@ -649,8 +657,15 @@ EP_SLOW_RANK = [
     Mutant(
         "ep-cost-untrimmed",
         EP_SQL,
-        "g_pos > floor(g_n * $trim_pct / 100) AND g_pos <= g_n - floor(g_n * $trim_pct / 100) AS g_kept",
+        "g_pos > g_cut AND g_pos <= g_n - g_cut AS g_kept",
         "TRUE AS g_kept",
+        EP,
+    ),
+    Mutant(
+        "ep-cost-trim-may-cut-none",
+        EP_SQL,
+        "CASE WHEN $trim_pct > 0 AND g_n >= 3 THEN greatest(1, floor(g_n * $trim_pct / 100)) ELSE 0 END AS g_cut",
+        "floor(g_n * $trim_pct / 100) AS g_cut",
         EP,
     ),
     Mutant(

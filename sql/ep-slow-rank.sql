@@ -1,9 +1,9 @@
 -- name: ep-slow-rank
--- version: 6
+-- version: 7
 -- description: The slow card of an expert-parallel run: every rank whose own MoE work is persistently above the median rank's, the share of its excess each cause carries (more tokens, slower compute, slower transfer, a slow host), and the MoE time it costs.
 -- requires: moe_layer_facts
 -- param: alpha DOUBLE = 0.01              -- false-alarm budget per quantity tested (GroupedMatmul, transfer, host wait): each rank's sign test at alpha / ranks (Bonferroni)
--- param: trim_pct DOUBLE = 10             -- cost: the per-instance excess is averaged with this % of the instances cut off at each end (a trimmed mean)
+-- param: trim_pct DOUBLE = 5              -- cost: the per-instance excess is averaged with this % of the instances cut off at each end, at least one (a trimmed mean)
 -- param: min_cost_pct DOUBLE = 5.0        -- FAIL when the finding costs at least this % of the run's MoE time, else WARN
 -- param: min_warn_pct DOUBLE = 1.0        -- a significant excess costing less than this % of MoE time is not reported (persistent but negligible)
 -- param: min_share_pct DOUBLE = 25        -- a second cause is named beside the first when it carries at least this % of the cost
@@ -18,8 +18,11 @@
 -- summary: rank {rank} {causes} [{level}]: costs {cost_ms} ms = {cost_pct}% of MoE time ({work}; above the median in {above_pct}% of {layer_instances} layer instances, p={p_value}; arrived last at {last_arrival_pct}% of collectives{caveat}{left_out}); next: {next_step}
 -- pass: No rank stands out: no rank's own MoE work (GroupedMatmul, transfer, waiting for its host) is significantly above the median rank's (sign tests over layer instances at alpha {alpha} / ranks).
 --
--- Method. Each (rank, layer instance) is paired with the median rank of the same instance
--- (instances every rank has: "the same layer"). The evidence is the rank's OWN work, which host
+-- Method. Each (rank, layer instance) is paired with the median of the OTHER ranks in the same
+-- instance (instances every rank has: "the same layer"); v7: v6's median of all ranks counted
+-- the rank itself, so with a second anomalous rank among few (two of five) the median was the
+-- slowest normal rank, a slow card 1.75x per row was above it in only 19 of 24 instances (not
+-- significant), and a rank's own excess pulled its yardstick up (costs ran ~6 % low). The evidence is the rank's OWN work, which host
 -- noise cannot fake persistently: GroupedMatmul time, dispatch/combine transfer time, on device
 -- traces the time its compute stream waits for the host to launch work (_layer_host_wait), and
 -- the tokens it received (exact).
@@ -30,8 +33,8 @@
 --    when either quantity is significant; only significant quantities enter its cost. No ratio
 --    gates; a small but persistent excess is a finding, and its cost says how much it matters.
 -- 2. What does it cost? The what-if "this rank at the median rank": n x the trimmed mean of the
---    per-instance excess (rank - median rank), trim_pct of the instances cut at each end. One
---    descheduled instance does not make a cost, and unlike the median the mean keeps the long
+--    per-instance excess (rank - median rank), trim_pct of the instances cut at each end (at
+--    least one when trim_pct > 0, v7). One descheduled or warm-up instance does not make a cost, and unlike the median the mean keeps the long
 --    tail of a routing skew (the excess varies per batch). In % of the run's MoE time (sum over
 --    instances of the median rank's layer time).
 -- 3. Why? One decision over the whole (token ratio, time-per-token ratio) plane, no gaps. Over
@@ -105,7 +108,8 @@ judged AS (
       AND (SELECT count(*) FROM inst i WHERE i.peer_group = r.peer_group)
           >= ceil(log2((SELECT n FROM n_ranks) / $alpha))
 ),
--- The median rank of each instance is the yardstick (robust to the one slow card itself); for
+-- Per instance: the median rank's layer time (the run's MoE time, the cost's denominator) and the
+-- others' wait. The yardstick of a rank is the median of the OTHER ranks (loo, below); for
 -- transfer, the expected transfer of the rank in the same collectives (f.expected_transfer_ns).
 -- The others' wait only over the ranks with matched collectives in the instance: a truncated
 -- rank whose calls could not be matched (see _collectives) has none, and its zeros say nothing.
@@ -116,13 +120,23 @@ med AS (
            median(layer_ns) AS med_layer_ns
     FROM f JOIN inst USING (peer_group, step, layer, occurrence) GROUP BY ALL
 ),
-paired AS (
-    SELECT f.rank, f.peer_group, f.n_coll, f.n_last, f.tokens, f.gmm_ns, f.transfer_ns, m.med_tokens, m.med_gmm_ns,
+-- The median of the other ranks of the group, per rank and instance (the rank's yardstick).
+loo AS (
+    SELECT a.peer_group, a.rank, a.step, a.layer, a.occurrence, median(b.tokens) AS med_tokens,
+           median(b.gmm_ns) AS med_gmm_ns, median(b.host_wait_ns) AS med_host_wait_ns
+    FROM f a JOIN inst USING (peer_group, step, layer, occurrence)
+    JOIN f b ON b.peer_group = a.peer_group AND b.step = a.step AND b.layer = a.layer
+            AND b.occurrence = a.occurrence AND b.rank <> a.rank
+    GROUP BY ALL
+),
+paired AS (   -- gmm, tokens and host wait against the others' median (loo); the run's MoE time from med
+    SELECT f.rank, f.peer_group, f.n_coll, f.n_last, f.tokens, f.gmm_ns, f.transfer_ns, o.med_tokens, o.med_gmm_ns,
            f.expected_transfer_ns AS med_transfer_ns, m.med_layer_ns, m.all_lag_ns - f.lag_ns AS others_lag_ns,
-           f.gmm_ns - m.med_gmm_ns AS gmm_excess_ns,
+           f.gmm_ns - o.med_gmm_ns AS gmm_excess_ns,
            CASE WHEN f.n_coll > 0 THEN f.transfer_ns - f.expected_transfer_ns END AS transfer_excess_ns,
-           f.host_wait_ns, m.med_host_wait_ns, f.host_wait_ns - m.med_host_wait_ns AS host_excess_ns
+           f.host_wait_ns, o.med_host_wait_ns, f.host_wait_ns - o.med_host_wait_ns AS host_excess_ns
     FROM f JOIN med m USING (peer_group, step, layer, occurrence)
+    JOIN loo o USING (peer_group, rank, step, layer, occurrence)
 ),
 -- The instances each cost keeps: the rank's per-instance excess in order, trim_pct of them cut
 -- at each end (transfer over the instances with matched collectives only).
@@ -138,12 +152,18 @@ ranked AS (
 ),
 kept AS (
     SELECT *,
-           g_pos > floor(g_n * $trim_pct / 100) AND g_pos <= g_n - floor(g_n * $trim_pct / 100) AS g_kept,
-           transfer_excess_ns IS NOT NULL AND t_pos > floor(t_n * $trim_pct / 100)
-               AND t_pos <= t_n - floor(t_n * $trim_pct / 100) AS t_kept,
-           host_excess_ns IS NOT NULL AND h_pos > floor(h_n * $trim_pct / 100)
-               AND h_pos <= h_n - floor(h_n * $trim_pct / 100) AS h_kept
-    FROM ranked
+           g_pos > g_cut AND g_pos <= g_n - g_cut AS g_kept,
+           transfer_excess_ns IS NOT NULL AND t_pos > t_cut AND t_pos <= t_n - t_cut AS t_kept,
+           host_excess_ns IS NOT NULL AND h_pos > h_cut AND h_pos <= h_n - h_cut AS h_kept
+    FROM (
+        -- at least one instance at each end (v7): under 100 / trim_pct instances floor() cut none,
+        -- and one warm-up instance alone made a cost
+        SELECT *,
+               CASE WHEN $trim_pct > 0 AND g_n >= 3 THEN greatest(1, floor(g_n * $trim_pct / 100)) ELSE 0 END AS g_cut,
+               CASE WHEN $trim_pct > 0 AND t_n >= 3 THEN greatest(1, floor(t_n * $trim_pct / 100)) ELSE 0 END AS t_cut,
+               CASE WHEN $trim_pct > 0 AND h_n >= 3 THEN greatest(1, floor(h_n * $trim_pct / 100)) ELSE 0 END AS h_cut
+        FROM ranked
+    )
 ),
 per_rank AS (
     SELECT rank, any_value(peer_group) AS peer_group, count(*) AS n,

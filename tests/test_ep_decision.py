@@ -175,8 +175,9 @@ def test_a_mixed_run_names_two_ranks_with_their_own_causes(tmp_path):
 
 def test_a_long_tailed_excess_gets_the_trimmed_mean_cost(tmp_path):
     """Rank 1's GroupedMatmul excess varies per batch with a long tail (a lognormal, as routing
-    varies): the cost is 16 x the 10 %-trimmed mean of its per-instance excess, computed here from
-    the cells, and well above v4's 16 x the median excess."""
+    varies): the cost is 16 x the trimmed mean of its per-instance excess (trim_pct 5: floor(0.8)
+    = 0, so the one-instance minimum cuts 1 at each end), computed here from the cells, and well
+    above v4's 16 x the median excess."""
     rng = random.Random(7)
     extra = {(s, l): ls.GMM_US * rng.lognormvariate(-1.0, 1.0) for s in range(4) for l in range(4)}
 
@@ -186,7 +187,7 @@ def test_a_long_tailed_excess_gets_the_trimmed_mean_cost(tmp_path):
     res = _query(_db(tmp_path, cells))
     assert _named(res) == [(1, "slow-compute")]
     xs = sorted(extra.values())
-    cut = int(len(xs) * 0.10)  # floor(16 x 10 %) = 1 instance at each end
+    cut = 1  # max(1, floor(16 x 5 %)) instances at each end
     trimmed = statistics.fmean(xs[cut : len(xs) - cut])
     assert res.rows[0]["cost_ms"] == pytest.approx(16 * trimmed / 1e3, abs=2e-3)
     assert res.rows[0]["cost_ms"] > 1.2 * 16 * statistics.median(xs) / 1e3  # the median runs low
@@ -194,6 +195,24 @@ def test_a_long_tailed_excess_gets_the_trimmed_mean_cost(tmp_path):
     assert _query(_db(tmp_path / "b", cells), trim_pct=0.0).rows[0]["cost_ms"] == pytest.approx(
         16 * statistics.fmean(xs) / 1e3, abs=2e-3
     )
+
+
+def test_guard_trim_one_warm_up_instance_alone_makes_no_cost(tmp_path):
+    """9 instances (3 steps x 3 layers): rank 1 is 1.005x the others in every one (significant,
+    p = 0.002) and 10x in the first (a warm-up). floor(9 x 5 %) cuts no instance, so before v7
+    the warm-up alone made a cost of ~20 %; v7 cuts at least one instance at each end and the
+    cost is the persistent 0.5 %, under min_warn_pct: not reported. The near miss, trim_pct 0
+    (the plain mean), reports it."""
+
+    def cells(rank, step, layer):
+        if rank != 1:
+            return ls.Cell()
+        return ls.Cell(gmm_us=(10.0 if (step, layer) == (0, 0) else 1.005) * ls.GMM_US)
+
+    db = _db(tmp_path, cells, steps=3, layers=3)
+    assert _query(db).status == "PASS"
+    plain = _query(db, trim_pct=0.0)
+    assert [(r["rank"], r["level"]) for r in plain.rows] == [(1, "FAIL")], plain.summary
 
 
 # --- the guards that keep it quiet (issue 33) -----------------------------------------------------
@@ -214,18 +233,40 @@ def test_guard_gmm_significance_more_tokens_without_more_time_is_not_named(tmp_p
 
 
 def test_guard_ties_count_against_the_rank(tmp_path):
-    """Ranks 1 and 2 (of 3) are both 2x slow: the median rank IS their time, so neither is
-    strictly above it, and a tie is not evidence (a rank at the median is not slower than it).
-    The near miss: rank 2 a little slower than rank 1 makes rank 2 the one above the median."""
+    """Ranks 1, 2 and 3 (of 4) are all 2x slow: the median of each one's other ranks IS its time,
+    so none is strictly above it, and a tie is not evidence (a rank at its yardstick is not
+    slower than it). The near miss: rank 2 a little slower than the others makes it the one above."""
 
     def tied(rank, step, layer):
-        return ls.Cell(gmm_us=2 * ls.GMM_US) if rank in (1, 2) else ls.Cell()
+        return ls.Cell(gmm_us=2 * ls.GMM_US) if rank in (1, 2, 3) else ls.Cell()
 
     def apart(rank, step, layer):
-        return ls.Cell(gmm_us={1: 2.0, 2: 2.2}.get(rank, 1.0) * ls.GMM_US)
+        return ls.Cell(gmm_us={1: 2.0, 2: 2.2, 3: 2.0}.get(rank, 1.0) * ls.GMM_US)
 
-    assert _query(_db(tmp_path / "t", tied, ranks=3)).status == "PASS"
-    assert _named(_query(_db(tmp_path / "a", apart, ranks=3))) == [(2, "slow-compute")]
+    assert _query(_db(tmp_path / "t", tied, ranks=4)).status == "PASS"
+    assert _named(_query(_db(tmp_path / "a", apart, ranks=4))) == [(2, "slow-compute")]
+
+
+def test_two_slow_ranks_of_five_are_both_judged_against_the_normal_ranks(tmp_path):
+    """v7: ranks 1 and 3 of 5 are 1.5x slow per row. Each is compared with the median of its four
+    others (3 normal + the other slow one: the mean of the middle two, ~normal), and both are
+    named. v6's median of all five was the slowest normal rank: with this noise (lognormal sigma
+    0.25, 24 instances) it named neither. The near miss: one slow rank of five is named alone."""
+
+    rng = random.Random(7)
+    noise = {(r, s, layer): rng.lognormvariate(0, 0.25) for r in range(5) for s in range(6) for layer in range(4)}
+
+    def two(rank, step, layer):
+        slow = 1.5 if rank in (1, 3) else 1.0
+        return ls.Cell(gmm_us=slow * noise[rank, step, layer] * ls.GMM_US)
+
+    def one(rank, step, layer):
+        slow = 1.5 if rank == 3 else 1.0
+        return ls.Cell(gmm_us=slow * noise[rank, step, layer] * ls.GMM_US)
+
+    two_db = _db(tmp_path / "two", two, ranks=5, steps=6)
+    assert sorted(_named(_query(two_db))) == [(1, "slow-compute"), (3, "slow-compute")]
+    assert _named(_query(_db(tmp_path / "one", one, ranks=5, steps=6))) == [(3, "slow-compute")]
 
 
 def _late_rank(slow_link: bool):
