@@ -411,9 +411,7 @@ def grid_runs(seeds: int, seed_base: int = 0) -> dict[str, dict]:
     return runs
 
 
-def run_grid(
-    work: Path, seeds: int, save: Path | None = None, keep_db: Path | None = None, seed_base: int = 0
-) -> str:
+def run_grid(work: Path, seeds: int, save: Path | None = None, keep_db: Path | None = None, seed_base: int = 0) -> str:
     """Generate, measure and judge the grid; returns the report (markdown tables). ``save``: the
     runs with their truth and verdict rows as JSON (``--grid-report`` prints the report again).
     ``keep_db``: keep the database of every run's traces there, so that another rule or estimator
