@@ -612,8 +612,12 @@ EP_SLOW_RANK = [
     Mutant(
         "ep-yardstick-includes-the-rank",
         EP_SQL,
-        "            AND b.occurrence = a.occurrence AND b.rank <> a.rank",
-        "            AND b.occurrence = a.occurrence",
+        # the median of all n values, the rank's own included (only not skipping its position is
+        # equivalent for a rank at the top, as dpm-median-includes-the-domain says)
+        "SELECT *, k1 + (k1 >= coalesce(pos, n_others + 2))::INTEGER AS at1, k2 + (k2 >= coalesce(pos, n_others + 2))::INTEGER AS at2\n"
+        "    FROM (SELECT *, (n_others + 1) // 2 AS k1, n_others // 2 + 1 AS k2 FROM ordered)",
+        "SELECT *, k1 AS at1, k2 AS at2\n"
+        "    FROM (SELECT *, (n_others + 2) // 2 AS k1, (n_others + 1) // 2 + 1 AS k2 FROM ordered)",
         EP,
     ),
     # the issue-33 survivors
