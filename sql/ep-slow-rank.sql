@@ -22,10 +22,10 @@
 -- instance (instances every rank has: "the same layer"); v7: v6's median of all ranks counted
 -- the rank itself, so with a second anomalous rank among few (two of five) the median was the
 -- slowest normal rank, a slow card 1.75x per row was above it in only 19 of 24 instances (not
--- significant), and a rank's own excess pulled its yardstick up (costs ran ~6 % low). The evidence is the rank's OWN work, which host
--- noise cannot fake persistently: GroupedMatmul time, dispatch/combine transfer time, on device
--- traces the time its compute stream waits for the host to launch work (_layer_host_wait), and
--- the tokens it received (exact).
+-- significant), and a rank's own excess pulled its yardstick up (costs ran ~6 % low). The
+-- evidence is the rank's OWN work, which host noise cannot fake persistently: GroupedMatmul
+-- time, dispatch/combine transfer time, on device traces the time its compute stream waits for
+-- the host to launch work (_layer_host_wait), and the tokens it received (exact).
 -- 1. Is it slow? Per rank and quantity (GroupedMatmul, transfer, host wait), a one-sided sign test over
 --    the instances, with k = instances where the rank is strictly above the median rank, p =
 --    P(Binomial(n, 1/2) >= k) (a rank that is not different is above the median at most half
@@ -34,9 +34,9 @@
 --    gates; a small but persistent excess is a finding, and its cost says how much it matters.
 -- 2. What does it cost? The what-if "this rank at the median rank": n x the trimmed mean of the
 --    per-instance excess (rank - median rank), trim_pct of the instances cut at each end (at
---    least one when trim_pct > 0, v7). One descheduled or warm-up instance does not make a cost, and unlike the median the mean keeps the long
---    tail of a routing skew (the excess varies per batch). In % of the run's MoE time (sum over
---    instances of the median rank's layer time).
+--    least one when trim_pct > 0, v7). One descheduled or warm-up instance does not make a cost,
+--    and unlike the median the mean keeps the long tail of a routing skew (the excess varies per
+--    batch). In % of the run's MoE time (sum over instances of the median rank's layer time).
 -- 3. Why? One decision over the whole (token ratio, time-per-token ratio) plane, no gaps. Over
 --    the instances the cost keeps, the rank's tokens and time against the median rank's give
 --    Rt = tokens ratio and Rs = time-per-token ratio (time ratio = Rt x Rs). The excess
