@@ -508,7 +508,7 @@ def test_watch_ctrl_c_during_a_capture(sims, tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
-            proc.wait(5)
+            proc.communicate(timeout=5)  # reaps it and closes its pipes (left open, another test fails on them)
     assert proc.returncode in (0, 1), err
     out = " ".join(out.split())
     assert "CAPTURE 1" in out, err
@@ -613,7 +613,7 @@ def test_capture_command_ctrl_c_stops_the_profiler(sims, tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
-            proc.wait(5)
+            proc.communicate(timeout=5)  # reaps it and closes its pipes (left open, another test fails on them)
     assert time.monotonic() - t < 10  # not the 30 s window
     assert proc.returncode == 3, err
     flat = " ".join(out.split())
