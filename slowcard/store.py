@@ -504,10 +504,10 @@ def rebuild_derived(con) -> None:
         )
 
 
-def classify_new_names(con, sid: int | None) -> None:
-    """Add to ``_name_classes`` the taxonomy's answer for the names of file ``sid`` (every file:
+def classify_new_names(con, sids: Sequence[int] | None) -> None:
+    """Add to ``_name_classes`` the taxonomy's answer for the names of files ``sids`` (every file:
     None) that it does not hold yet; the classification is planned only when there are some."""
-    new = f"SELECT name FROM _names_of({_sid_literal(sid)}) WHERE name NOT IN (SELECT name FROM _name_classes)"
+    new = f"SELECT name FROM _names_of({_sids_literal(sids)}) WHERE name NOT IN (SELECT name FROM _name_classes)"
     if con.execute(f"{new} LIMIT 1").fetchone() is None:
         return
     # matching is paid for the new names only (the rule takes them as one list)
@@ -518,11 +518,20 @@ def classify_new_names(con, sid: int | None) -> None:
     )
 
 
-def _sid_literal(sid: int | None) -> str:
-    """A source id written into the statement, not bound: the planner then sees the value, so
-    ``sid IS NULL OR source_id = sid`` in the table macros folds to one filter on source_id
-    (measured on a 300 MB trace: no difference in time at idle, bench/README.md)."""
-    return "NULL" if sid is None else str(int(sid))
+def derive_rows(con, sids: Sequence[int]) -> None:
+    """Write the derived rows (DERIVED) of files ``sids``, their new names classified first: one
+    statement per table for all of them (a batch whose rows went in through one INSERT shares
+    row groups, so one scan per file would read the others' rows again)."""
+    classify_new_names(con, sids)
+    for table, macro in DERIVED:
+        con.execute(f"INSERT INTO {table} SELECT * FROM {macro}({_sids_literal(sids)})")
+
+
+def _sids_literal(sids: Sequence[int] | None) -> str:
+    """Source ids written into the statement as a list literal, not bound: the planner then sees
+    the values, so ``_in_files(source_id, sids)`` in the table macros folds to a range filter on
+    source_id that skips other files' row groups (bench/README.md)."""
+    return "NULL" if sids is None else "[" + ", ".join(str(int(s)) for s in sids) + "]"
 
 
 def cache_dir() -> Path | None:
@@ -938,9 +947,11 @@ def commit_source(
     rec: SourceRecord,
     drops: list[tuple[str, str, int]],
     cell_drops: Sequence[tuple[str, str, int]] = (),
+    derive: bool = True,
 ) -> None:
     """Publish a file's rows in one short transaction: the previous ingest of the same (run, path),
-    if any, disappears and this one appears, or (on any error) nothing changes."""
+    if any, disappears and this one appears, or (on any error) nothing changes. ``derive``: write
+    its derived rows here (False: derive_rows already wrote them under its pending id)."""
     # names and messages that hold a file's name: as the database stores them (db_text)
     run, path = db_text(run), db_text(path)
     texts = {k: db_text(v) for k, v in vars(rec).items() if isinstance(v, str)}
@@ -988,10 +999,10 @@ def commit_source(
             con.executemany(
                 "INSERT INTO source_drops (source_id, reason, position, n_rows, scope) VALUES (?, ?, ?, ?, ?)", ledger
             )
-        # Derived rows, in the same transaction so that they appear with the file.
-        classify_new_names(con, sid)
-        for table, macro in DERIVED:
-            con.execute(f"INSERT INTO {table} SELECT * FROM {macro}({_sid_literal(sid)})")
+        # Derived rows, in the same transaction so that they appear with the file (a batch that
+        # derived them already, under the still pending id, passes derived=False).
+        if derive:
+            derive_rows(con, [sid])
         con.execute("DELETE FROM pending_sources WHERE source_id = ?", [sid])
         fault_point("commit")
         con.execute("COMMIT")

@@ -30,6 +30,7 @@ from .. import ranks as ranks_mod
 from .. import store
 from ..errors import InputError, UsageError
 from . import _known
+from ._shared import SharedBatch, plan_batches
 from .base import GZIP_MAGIC, Context, IngestOptions, Outcome, Reader
 
 # Formats whose files belong to one rank; a file of these without a rank is reported.
@@ -423,7 +424,9 @@ def ingest_paths(
 
     Each file is one commit: it appears whole or not at all; ingesting the same path into the
     same run again replaces its rows. Files that fail are reported and the others go on.
-    ``jobs``: files at once (None: ``auto_jobs`` of the files' sizes).
+    ``jobs``: files at once (None: ``auto_jobs`` of the files' sizes). Unless it is 1, plain trace
+    files up to 256 MB go in batches (ingest/_shared.py): all of a batch at once, their parts in
+    one INSERT; each file still commits on its own.
     """
     files, run, rmap = prepare_batch(paths, run, rank_pattern, rank_map)
     opts = options or IngestOptions()
@@ -436,12 +439,14 @@ def ingest_paths(
         prog = _Progress(progress, len(files), sum(sizes.values()))
         stopping = threading.Event()
         work = [(p, explicit, sizes[p]) for p, explicit in files]
+        # --jobs 1 means one file at a time, each in its own statements: no batch
+        batching = jobs is None or jobs > 1
         if jobs is None:
             jobs = auto_jobs([size for _, _, size in work])
 
         cursors: set = set()  # of the files being ingested, to interrupt on Ctrl-C
 
-        def one(item):
+        def one(item, shared: SharedBatch | None = None):
             p, explicit, size = item
             if stopping.is_set():
                 raise KeyboardInterrupt
@@ -459,20 +464,16 @@ def ingest_paths(
 
             try:
                 prog.update(current=str(p))
-                res = ingest_file(cur, p, run, explicit, size, opts, rank_pattern, rmap, on_bytes, stopping)
+                res = ingest_file(cur, p, run, explicit, size, opts, rank_pattern, rmap, on_bytes, stopping, shared)
             finally:
                 cursors.discard(cur)
                 cur.close()
             prog.update(files_done=1, bytes_done=size - seen[0], events=res.rows_kept)
             return res
 
-        if jobs > 1 and len(work) > 1:
-            # Each worker thread has its own cursor; DuckDB runs the parsing off the GIL. Every
-            # file keeps all DuckDB threads (`threads` is one setting for the whole database):
-            # with threads split between jobs, 8 files of 90 MB took 4.3 s at --jobs 2 against
-            # 3.6 s at --jobs 1; shared, 3.5-3.8 s, and 64 small files 3.0 s against 4.4 s.
-            with ThreadPoolExecutor(max_workers=jobs) as pool:
-                futures = [pool.submit(one, item) for item in work]
+        def in_threads(fn: Callable[[int], FileResult], indices: list[int], workers: int) -> None:
+            with ThreadPoolExecutor(max_workers=workers) as pool:
+                futures = {pool.submit(fn, i): i for i in indices}
                 try:
                     # wait in short steps: os.kill / a terminal may deliver SIGINT to any thread,
                     # and a main thread blocked in one long wait handled it only once a whole
@@ -484,7 +485,8 @@ def ingest_paths(
                             exc = f.exception()
                             if exc is not None:
                                 raise exc
-                    report.files = [f.result() for f in futures]
+                    for f, i in futures.items():
+                        results[i] = f.result()
                 except KeyboardInterrupt:
                     # Ctrl-C reaches the main thread only: stop the workers' statements too,
                     # instead of waiting for every queued file to finish.
@@ -497,8 +499,26 @@ def ingest_paths(
                                 pass
                         time.sleep(0.05)
                     raise
+
+        results: dict[int, FileResult] = {}
+        # Small plain traces go in batches: one thread per file, one INSERT for all their parts
+        # (ingest/_shared.py); the other files as before, `jobs` at a time.
+        batches = plan_batches([(i, str(p), size) for i, (p, _explicit, size) in enumerate(work)]) if batching else []
+        for batch in batches:
+            shared = SharedBatch(len(batch), stopping)
+            in_threads(lambda i, shared=shared: one(work[i], shared), batch, len(batch))
+        batched = {i for batch in batches for i in batch}
+        rest = [i for i in range(len(work)) if i not in batched]
+        if jobs > 1 and len(rest) > 1:
+            # Each worker thread has its own cursor; DuckDB runs the parsing off the GIL. Every
+            # file keeps all DuckDB threads (`threads` is one setting for the whole database):
+            # with threads split between jobs, 8 files of 90 MB took 4.3 s at --jobs 2 against
+            # 3.6 s at --jobs 1; shared, 3.5-3.8 s, and 64 small files 3.0 s against 4.4 s.
+            in_threads(lambda i: one(work[i]), rest, jobs)
         else:
-            report.files = [one(item) for item in work]
+            for i in rest:
+                results[i] = one(work[i])
+        report.files = [results[i] for i in range(len(work))]
         report.warnings = run_checks(con, run)
         # The stored cross-rank views (store.MATERIALIZED) follow the new files now, so that the
         # duckdb shell reads the same rows as slowcard's queries right after an ingest.
@@ -546,10 +566,33 @@ def ingest_file(
     rank_map=None,
     on_bytes=None,
     stopping: threading.Event | None = None,
+    shared: SharedBatch | None = None,
 ) -> FileResult:
     """Ingest one file; never raises for bad input (the FileResult says what happened).
     ``stopping``: set when the batch was interrupted (Ctrl-C); a file whose rows are in but not yet
-    committed is then left out (its transaction rolled back), never committed after the Ctrl-C."""
+    committed is then left out (its transaction rolled back), never committed after the Ctrl-C.
+    ``shared``: the batch of files this one goes in with (ingest/_shared.py); whatever happens
+    here, the file leaves the batch's meeting points it did not reach."""
+    try:
+        return _ingest_file(con, path, run, explicit, size, opts, rank_pattern, rank_map, on_bytes, stopping, shared)
+    finally:
+        if shared is not None:
+            shared.leave(path)
+
+
+def _ingest_file(
+    con,
+    path: Path,
+    run: str,
+    explicit: bool,
+    size: int,
+    opts: IngestOptions,
+    rank_pattern: str | None,
+    rank_map,
+    on_bytes,
+    stopping: threading.Event | None,
+    shared: SharedBatch | None,
+) -> FileResult:
     t0 = time.perf_counter()
     result = FileResult(path=str(path), format=None, status="failed", size_bytes=size)
     if path.name.startswith(COMPANION) and path.suffix == ".json" and not _carries_groups(path):
@@ -588,7 +631,12 @@ def ingest_file(
     try:
         with store.discard_on_error(con, sid):
             with _duckdb_readable(path) as db_path:
-                outcome: Outcome = reader.ingest(Context(path, fmt, sid, run, con, opts, on_bytes, db_path))
+                ctx = Context(path, fmt, sid, run, con, opts, on_bytes, db_path, shared)
+                try:
+                    outcome: Outcome = reader.ingest(ctx)
+                finally:
+                    if shared is not None:
+                        shared.insert_stage.leave(path)  # a format that never reached it
             if guess:
                 outcome.message = f"{outcome.message}; {guess}" if outcome.message else guess
             info = ranks_mod.resolve(path, outcome.rank_hints, rank_pattern, rank_map)
@@ -612,6 +660,7 @@ def ingest_file(
             )
             if stopping is not None and stopping.is_set():
                 raise KeyboardInterrupt  # Ctrl-C came while this file's rows went in: not committed
+            derived = shared is not None and shared.derive(path, con, sid)
             store.commit_source(
                 con,
                 sid,
@@ -622,6 +671,7 @@ def ingest_file(
                 rec,
                 outcome.drops,
                 outcome.cell_drops,
+                derive=not derived,
             )
     except InputError as exc:
         result.message = str(exc)

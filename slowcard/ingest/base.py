@@ -22,7 +22,7 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import duckdb
 
@@ -70,6 +70,9 @@ class Context:
     # is not UTF-8 (DuckDB takes UTF-8 names only) the file opened by the driver, as
     # /proc/self/fd/N (issue 31). Python code opens ``path``.
     db_path: str = ""
+    # The batch this file is ingested with (ingest/_shared.py: one INSERT for the parts of all
+    # its traces, one statement for their derived rows), or None: on its own.
+    shared: Any = None
 
     def __post_init__(self) -> None:
         if not self.db_path:

@@ -134,6 +134,7 @@ class _Ingest(_PartsPhase):
                 fd = s.f.fileno()
                 size = os.fstat(fd).st_size
                 plain_parts, tail_at = self._plain_parts(fd, s.base + start, size)
+                s.drop(len(s.buf))  # the header's window: not held while the parts go in
                 self._insert_plain(fd, plain_parts)
                 tail = os.pread(fd, size - tail_at, tail_at) if self.oversize is None else b""
             store.fault_point("parts")  # crash tests: the temp folder exists here

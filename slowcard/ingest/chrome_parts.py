@@ -68,6 +68,10 @@ class _PartsPhase(_ExactPhase):
         own (one part is parsed by one thread) and no statement ends with one thread idle."""
         opts = self.ctx.options
         size = self.path.stat().st_size
+        if self.ctx.shared is not None:
+            # a file of a batch (ingest/_shared.py): DuckDB's threads share the batch's files, so
+            # one part per file (up to part_bytes) is enough; small parts cost ~0.1 s per 16 files
+            return max(1, min(opts.part_bytes, size))
         if is_gzip(self.path):
             size = _gz_content_size(self.path)
         batches = max(1, -(-size // BATCH_BYTES))
@@ -168,6 +172,16 @@ class _PartsPhase(_ExactPhase):
         they can share one (no copy on disk, no per-statement cost), else as part files in
         batches, each batch (then each part) falling back to the exact path on its own."""
         modes = {p[3] for p in parts}
+        shared = self.ctx.shared
+        if shared is not None:
+            n = None
+            if parts and len(modes) == 1 and "exact" not in modes and hasattr(os, "mkfifo"):
+                n = shared.insert(self.ctx.path, self, fd, parts)  # waits for the batch's other files
+            shared.insert_stage.leave(self.ctx.path)
+            if n is not None:
+                self.kept += n
+                self.seen += n
+                return
         if (
             1 < len(parts) <= MAX_PIPES
             and len(modes) == 1

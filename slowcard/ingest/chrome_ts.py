@@ -69,6 +69,16 @@ _INSERT = (
     "FROM read_json($files, format = 'array', columns = {columns}, maximum_object_size = 16777216)"
 )
 
+# The same for the parts of several files at once (ingest/_shared.py): each part's rows take the
+# source id and time base of its file, looked up by the part's name (read_json's filename column).
+_SHARED_INSERT = (
+    "INSERT INTO event_rows SELECT m.sid, ph, cat, name, pid, tid, {ts_ns} + m.base_ns, "
+    "CAST(round(dur * 1000) AS BIGINT), id, args "
+    "FROM read_json($files, format = 'array', columns = {columns}, maximum_object_size = 16777216, "
+    "filename = true) "
+    "JOIN (SELECT unnest($files) AS filename, unnest($sids) AS sid, unnest($bases) AS base_ns) m USING (filename)"
+)
+
 _TS_TEXT = re.compile(rb'"ts"\s*:\s*("?)\s*(-?[0-9][0-9.eE+-]*)')
 
 _BOOL_TIME = re.compile(rb'"(?:ts|dur)"\s*:\s*(?:true|false)')
@@ -78,6 +88,10 @@ _ONE = Decimal(1)
 
 def _insert_sql(ts_type: str) -> str:
     return _INSERT.format(ts_ns=_TS_NS[ts_type], columns=_COLUMNS.format(ts_type=ts_type))
+
+
+def _shared_insert_sql(ts_type: str) -> str:
+    return _SHARED_INSERT.format(ts_ns=_TS_NS[ts_type], columns=_COLUMNS.format(ts_type=ts_type))
 
 
 def _double_exact(text: str) -> bool:

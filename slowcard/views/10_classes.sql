@@ -3,8 +3,8 @@
 
 -- Per distinct name, the winning taxonomy row: user rows beat built-ins, then lower priority.
 -- Matching runs on DISTINCT names only, so it costs nothing per event.
--- A table macro so that committing one file classifies that file's names only (sid), not every
--- name in the database; sid NULL means all files.
+-- A table macro so that committing files classifies those files' names only (sids), not every
+-- name in the database; sids NULL means all files.
 -- A join of names with patterns compiles each pattern once per (name, pattern) pair (the pattern
 -- is not a constant), which made matching cost grow with names x rows (0.1 s per 100 names with
 -- the GPU families). So the built-in rows are matched by two macros with constant regexes,
@@ -14,12 +14,18 @@
 CREATE OR REPLACE MACRO _builtin_taxonomy_any(name) AS true;
 CREATE OR REPLACE MACRO _builtin_taxonomy_hit(name) AS NULL::VARCHAR;
 
--- The operation names of a file (every file: sid NULL).
-CREATE OR REPLACE MACRO _names_of(sid) AS TABLE
+-- Is a row's source one of the files ``sids`` (a list of source ids; NULL: every file)? Callers
+-- write the list into the statement (store._sids_literal), so the planner folds it to a range
+-- filter on source_id that skips other files' row groups, plus the exact test.
+CREATE OR REPLACE MACRO _in_files(source_id, sids) AS
+    (sids IS NULL OR (source_id BETWEEN list_min(sids) AND list_max(sids) AND list_contains(sids, source_id)));
+
+-- The operation names of files (every file: sids NULL).
+CREATE OR REPLACE MACRO _names_of(sids) AS TABLE
 SELECT DISTINCT name FROM event_rows
-WHERE ph = 'X' AND name IS NOT NULL AND (sid IS NULL OR source_id = sid)
+WHERE ph = 'X' AND name IS NOT NULL AND _in_files(source_id, sids)
 UNION
-SELECT DISTINCT name FROM op_rows WHERE name IS NOT NULL AND (sid IS NULL OR source_id = sid);
+SELECT DISTINCT name FROM op_rows WHERE name IS NOT NULL AND _in_files(source_id, sids);
 
 -- The rule, for a list of names (the matched ones, with the row that won): a commit passes only
 -- the names no earlier file had (store.classify_new_names), so it pays the matching for those only
@@ -48,9 +54,9 @@ hits AS (  -- user rows win over built-in rows
 SELECT name, hit.op_class AS op_class, hit.coll_kind AS coll_kind, hit.pattern AS pattern, hit.origin AS origin
 FROM hits;
 
--- The rule over the names of a file (every file: sid NULL).
-CREATE OR REPLACE MACRO _name_class_for(sid) AS TABLE
-SELECT name, op_class, coll_kind, pattern FROM _name_class_in((SELECT list(name) FROM _names_of(sid)));
+-- The rule over the names of files (every file: sids NULL).
+CREATE OR REPLACE MACRO _name_class_for(sids) AS TABLE
+SELECT name, op_class, coll_kind, pattern FROM _name_class_in((SELECT list(name) FROM _names_of(sids)));
 
 CREATE OR REPLACE VIEW _name_class AS SELECT * FROM _name_class_for(NULL);
 
@@ -86,7 +92,7 @@ CREATE OR REPLACE MACRO _coll_kind_of(collective_name) AS
 -- (nccl:all_to_all: torch all_to_all_single on NCCL runs as SendRecv kernels) is an all_to_all.
 -- The store copies this into the table op_class_rows when a file is committed (and rebuilds it
 -- when the taxonomy changes), because every EP query reads it several times.
-CREATE OR REPLACE MACRO _op_classes_for(sid) AS TABLE
+CREATE OR REPLACE MACRO _op_classes_for(sids) AS TABLE
 -- Name classes from the table _name_classes (schema.sql), which the store keeps holding every
 -- name's _name_class_for answer (store.classify_new_names): planning the classification itself,
 -- ~100 constant regexes, took most of a small file's commit.
@@ -97,7 +103,7 @@ e AS (
     SELECT *, CASE WHEN cat = 'kernel' AND contains(args, 'Collective name')
                    THEN json_extract_string(args, '$."Collective name"') END AS coll_name
     FROM event_rows
-    WHERE ph = 'X' AND dur_ns IS NOT NULL AND ts_ns IS NOT NULL AND (sid IS NULL OR source_id = sid)
+    WHERE ph = 'X' AND dur_ns IS NOT NULL AND ts_ns IS NOT NULL AND _in_files(source_id, sids)
 ),
 classified AS (
     SELECT e.source_id, e.pid, e.tid, e.cat, e.name, e.ts_ns, e.dur_ns, e.args, e.coll_name,
@@ -117,7 +123,7 @@ corr AS (  -- correlation ids of the classified kernels only (a handful of JSON 
 flows AS (
     SELECT source_id, TRY_CAST(id AS BIGINT) AS correlation, min(ts_ns) AS launch_ns
     FROM event_rows
-    WHERE ph = 's' AND cat = 'ac2g' AND (sid IS NULL OR source_id = sid)
+    WHERE ph = 's' AND cat = 'ac2g' AND _in_files(source_id, sids)
       AND source_id IN (SELECT source_id FROM corr)
       -- the flows of the classified kernels only (a 300 MB trace: 2,350 of its 171,550 flows
       -- to group)
@@ -126,14 +132,14 @@ flows AS (
 ),
 flow_sources AS (  -- files with any flow event (those never need the runtime fallback)
     SELECT DISTINCT source_id FROM event_rows
-    WHERE ph = 's' AND cat = 'ac2g' AND (sid IS NULL OR source_id = sid)
+    WHERE ph = 's' AND cat = 'ac2g' AND _in_files(source_id, sids)
       AND source_id IN (SELECT source_id FROM corr)
 ),
 runtime AS (  -- traces without flow events: the launch call names the same correlation
     SELECT source_id, TRY_CAST(regexp_extract(args, '"correlation":\s*(\d+)', 1) AS BIGINT) AS correlation,
            min(ts_ns) AS launch_ns
     FROM event_rows
-    WHERE ph = 'X' AND cat IN ('cuda_runtime', 'cuda_driver') AND (sid IS NULL OR source_id = sid)
+    WHERE ph = 'X' AND cat IN ('cuda_runtime', 'cuda_driver') AND _in_files(source_id, sids)
       -- one semi join, empty when the file has flows: DuckDB then skips this scan (with NOT IN
       -- it read the args of every runtime event: 0.15 s on a 300 MB trace, for no row)
       AND source_id IN (SELECT source_id FROM corr EXCEPT SELECT source_id FROM flow_sources)
@@ -188,7 +194,7 @@ SELECT o.source_id, 'ops' AS origin, CAST(o.device_id AS VARCHAR) AS pid,
        TRUE AS on_device, o.gmm_tokens AS tokens, NULL::BIGINT AS launch_ns
 FROM ops o
 JOIN nc c USING (name)
-WHERE o.ts_ns IS NOT NULL AND o.dur_ns IS NOT NULL AND (sid IS NULL OR o.source_id = sid);
+WHERE o.ts_ns IS NOT NULL AND o.dur_ns IS NOT NULL AND _in_files(o.source_id, sids);
 
 CREATE OR REPLACE VIEW _op_classes_live AS SELECT * FROM _op_classes_for(NULL);
 
@@ -199,8 +205,8 @@ FROM op_class_rows c JOIN scoped_sources s USING (source_id);
 
 -- Tokens each all-to-all delivers to this rank (sum of its output split sizes), from the
 -- c10d::alltoall_base_ / record_param_comms CPU ops or a kernel carrying the split sizes.
--- Materialised per file into a2a_split_rows at commit (see schema.sql); sid NULL means all files.
-CREATE OR REPLACE MACRO _a2a_splits_for(sid) AS TABLE
+-- Materialised per file into a2a_split_rows at commit (see schema.sql); sids NULL means all files.
+CREATE OR REPLACE MACRO _a2a_splits_for(sids) AS TABLE
 -- No filter on recv_tokens here: DuckDB pushes it below the name test and parses the args of
 -- every event as JSON (0.5 s per 300 MB rank file); consumers skip the NULLs.
 -- One scan for both kinds of rows (a second one read the args of every kernel again): the
@@ -214,6 +220,6 @@ SELECT e.source_id, e.ts_ns,
                 THEN TRY_CAST(json_extract_string(e.args, '$."Concrete Inputs"[3]') AS BIGINT[]) END)) AS BIGINT)
            AS recv_tokens
 FROM event_rows e
-WHERE e.ph = 'X' AND (sid IS NULL OR e.source_id = sid) AND e.name IS NOT NULL
+WHERE e.ph = 'X' AND _in_files(e.source_id, sids) AND e.name IS NOT NULL
   AND (e.name IN ('c10d::alltoall_base_', 'record_param_comms')
        OR (e.cat = 'kernel' AND contains(e.args, 'Out split size')));

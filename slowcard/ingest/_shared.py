@@ -1,0 +1,212 @@
+"""Files ingested together: the parts of every plain trace of a batch go into ONE INSERT, and the
+batch's derived rows are written by one statement per table.
+
+Why: DuckDB 1.5 pays a fixed cost per INSERT that does not fill whole row groups on every thread
+(the rows go through the write-ahead log and are compressed again at checkpoint, one thread):
+16 Kineto rank files of 19 MB took 4.2 s as 16 statements against 1.5 s as one statement over
+the same parts (bench/README.md, "Many rank files"). A run of small rank files is the common case.
+
+How, without changing what a file's ingest means: every file of a batch runs in its own thread
+as it always does (ingest_file: detection, header, cuts, tail, trailer, commit). Two meeting
+points (stages) join them:
+- ``insert``: a Chrome trace whose parts can all go through pipes arrives with its parts and
+  waits; every other file leaves this stage (an ineligible file, one that failed earlier, a
+  format that is not a trace). When every member has arrived or left, one arrival (the leader)
+  runs ONE INSERT over every arrival's parts, each row tagged with its file's pending source id
+  and time base, and hands each file its row count. If DuckDB rejects the statement nothing of
+  it stays, and every arrival inserts its own parts as before (per-part fallback, salvage).
+- ``derive``: before its commit each file arrives with its pending source id; the leader
+  classifies the batch's new names and writes the derived rows of all of them in one
+  transaction (store.derive_rows), then each file commits its `sources` row (derive=False).
+  If that fails, every file derives its own rows in its commit, as before.
+Rows stay under pending source ids until each file's own commit: a file still appears whole or
+not at all, and a killed batch leaves only pending rows (cleaned at the next open).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Hashable
+from typing import Any
+
+import duckdb
+
+from .. import store
+from .chrome_pipes import _feed_pipe, _release_feeder
+from .chrome_ts import _shared_insert_sql
+
+# Files larger than this go alone: their INSERT fills row groups on every thread anyway.
+SHARED_MAX_FILE_BYTES = 256 << 20
+SHARED_MAX_BATCH_BYTES = 2 << 30  # one statement at most this much JSON (a failure redoes it all)
+SHARED_MAX_FILES = 64  # one thread per member waits at the meeting points
+WAIT_STEP_S = 0.1  # how often a waiting member looks at the batch's Ctrl-C flag
+
+
+class _Stage:
+    """A meeting point of the batch's members: each arrives (with a payload) or leaves; once all
+    are accounted for, one arrival runs ``action`` over the payloads and all arrivals get its
+    result (None: it failed or could not run)."""
+
+    def __init__(self, members: int, stopping: threading.Event | None):
+        self._cond = threading.Condition()
+        self._members = members
+        self._stopping = stopping
+        self._arrived: dict[Hashable, Any] = {}
+        self._left: set[Hashable] = set()
+        self._started = False
+        self._finished = False
+        self._result: Any = None
+
+    def _complete(self) -> bool:
+        return len(self._arrived) + len(self._left) >= self._members
+
+    def leave(self, key: Hashable) -> None:
+        """This member will not arrive (idempotent; nothing once it has arrived)."""
+        with self._cond:
+            if key in self._arrived or key in self._left:
+                return
+            self._left.add(key)
+            self._cond.notify_all()
+
+    def arrive(self, key: Hashable, payload: Any, action: Callable[[list[Any]], Any]) -> Any:
+        """Wait until every member has arrived or left; the first arrival to see that runs
+        ``action(payloads)`` (in its own thread, on its own cursor); return its result."""
+        with self._cond:
+            self._arrived[key] = payload
+            self._cond.notify_all()
+            while not self._complete():
+                self._wait()
+            lead = not self._started
+            self._started = True
+            payloads = list(self._arrived.values())
+        if lead:
+            result = None
+            try:
+                result = action(payloads)
+            finally:
+                with self._cond:
+                    self._result, self._finished = result, True
+                    self._cond.notify_all()
+            return result
+        with self._cond:
+            while not self._finished:
+                self._wait()
+            return self._result
+
+    def _wait(self) -> None:
+        self._cond.wait(WAIT_STEP_S)
+        if self._stopping is not None and self._stopping.is_set():
+            raise KeyboardInterrupt  # Ctrl-C: the batch stops; pending rows are discarded
+
+
+class SharedBatch:
+    """The meeting points of one batch of files (see the module docstring)."""
+
+    def __init__(self, members: int, stopping: threading.Event | None = None):
+        self.insert_stage = _Stage(members, stopping)
+        self.derive_stage = _Stage(members, stopping)
+
+    def leave(self, key: Hashable) -> None:
+        """A member is done (or failed) before some stage: it arrives at neither any more."""
+        self.insert_stage.leave(key)
+        self.derive_stage.leave(key)
+
+    def insert(self, key: Hashable, ing, fd: int, parts: list[tuple[int, int, bytes, str]]) -> int | None:
+        """Arrive at the insert stage with a file's parts (all read the same way: ts mode
+        ``parts[0][3]``); the rows of this file that the one statement inserted, or None when
+        the file must insert its parts itself."""
+        result = self.insert_stage.arrive(key, (ing, fd, parts), _insert_all)
+        if result is None:
+            return None
+        return result.get(ing.ctx.source_id, 0)
+
+    def derive(self, key: Hashable, con, sid: int) -> bool:
+        """Arrive at the derive stage; True when this file's derived rows are written."""
+        result = self.derive_stage.arrive(key, (con, sid), _derive_all)
+        return bool(result) and sid in result
+
+
+def _insert_all(arrivals: list[tuple[Any, int, list]]) -> dict[int, int] | None:
+    """The leader's INSERT over every arrival's parts: {source id: rows}, None if DuckDB rejected
+    it (then nothing of it was inserted)."""
+    lead = arrivals[0][0]
+    modes = {parts[0][3] for _ing, _fd, parts in arrivals}
+    if len(modes) != 1:
+        return None  # ts read differently: each file goes alone
+    pipes: list[str] = []
+    feeders: list[threading.Thread] = []
+    sids: list[int] = []
+    bases: list[int] = []
+    try:
+        for ing, fd, parts in arrivals:
+            for offset, length, _sep, _mode in parts:
+                pipe = os.path.join(lead.tmpdir, f"shared{len(pipes):05d}.json")
+                os.mkfifo(pipe)
+                pipes.append(pipe)
+                sids.append(ing.ctx.source_id)
+                bases.append(ing.base_ns)
+                t = threading.Thread(
+                    target=_feed_pipe,
+                    args=(fd, offset, length, pipe),
+                    kwargs={"done": ing.ctx.read_bytes},
+                    daemon=True,
+                )
+                t.start()
+                feeders.append(t)
+        con = lead.ctx.con
+        params = {"files": pipes, "sids": sids, "bases": bases}
+        try:
+            con.execute(_shared_insert_sql(modes.pop()), params)
+        except duckdb.Error:
+            return None
+        every = sorted({ing.ctx.source_id for ing, _fd, _parts in arrivals})
+        return dict(
+            con.execute(
+                f"SELECT source_id, count(*) FROM event_rows WHERE _in_files(source_id, {store._sids_literal(every)}) "
+                "GROUP BY source_id"
+            ).fetchall()
+        )
+    finally:
+        for pipe, t in zip(pipes, feeders):
+            _release_feeder(pipe, t)
+        for pipe in pipes:
+            os.unlink(pipe)
+
+
+def _derive_all(arrivals: list[tuple[Any, int]]) -> set[int] | None:
+    """The leader writes the derived rows of every arrival in one transaction: the source ids
+    done, None if it failed (each file then derives its own rows in its commit)."""
+    con = arrivals[0][0]
+    sids = sorted(sid for _con, sid in arrivals)
+    con.execute("BEGIN")
+    try:
+        store.derive_rows(con, sids)
+        con.execute("COMMIT")
+    except duckdb.Error:
+        con.execute("ROLLBACK")
+        return None
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    return set(sids)
+
+
+def plan_batches(sizes: list[tuple[int, str, int]]) -> list[list[int]]:
+    """Which files (index, name, size on disk) share a batch: plain ``.json`` files up to
+    SHARED_MAX_FILE_BYTES, in their order, at most SHARED_MAX_FILES and SHARED_MAX_BATCH_BYTES
+    per batch; only batches of two or more. Detection still decides in each file's thread."""
+    batches: list[list[int]] = []
+    cur: list[int] = []
+    total = 0
+    for index, name, size in sizes:
+        if not name.endswith(".json") or size > SHARED_MAX_FILE_BYTES:
+            continue
+        if cur and (len(cur) >= SHARED_MAX_FILES or total + size > SHARED_MAX_BATCH_BYTES):
+            batches.append(cur)
+            cur, total = [], 0
+        cur.append(index)
+        total += size
+    if cur:
+        batches.append(cur)
+    return [b for b in batches if len(b) > 1]
