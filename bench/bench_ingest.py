@@ -17,6 +17,9 @@ process (wall seconds, peak RSS of that process):
   - HTA's trace parser (PyPI holistictraceanalysis) on the same file,
 and prints the table plus the ratios slowcard/orjson, slowcard/msgspec, slowcard/HTA.
 With --big-mb N it also ingests an N MB file to show that peak RSS does not grow with file size.
+With --batch N it also ingests a folder of N rank files (--mb MB in all) in one command, slowcard
+with its batches and with --jobs 1, against the floor of ONE INSERT over all the files' parts and
+the floor of one INSERT per file (--skip-single: only that part).
 With --repeat N the two floors and slowcard's .json ingest run N times, alternating, and the
 ratios are the medians of the N ratios each taken within one repetition (this box is shared: the
 load average at the start and the end is printed). Generated data goes to bench/out/ (git-ignored).
@@ -87,11 +90,12 @@ if kind == "slowcard":
     timed(store, "commit_source", "commit_s")
     timed(store, "refresh_materialized", "refill_s")
     db = sys.argv[3]
+    jobs = int(sys.argv[4]) if len(sys.argv) > 4 else None
     t_imported = time.perf_counter()
-    rep = ingest_paths(db, [path], run="bench")
-    f = rep.files[0]
-    assert f.status == "ok", f.message
-    n = f.rows_kept
+    rep = ingest_paths(db, [path], run="bench", jobs=jobs)
+    for f in rep.files:
+        assert f.status == "ok", f.message
+    n = sum(f.rows_kept for f in rep.files)
     extra = {"imports_s": t_imported - t0, **phases}
 elif kind == "duckdb_floor":
     # DuckDB's own limit on this machine: the same file already cut into parts (not timed), then
@@ -119,6 +123,42 @@ elif kind == "duckdb_floor":
     t0, c0 = time.perf_counter(), cpu_s()
     # the very statement slowcard runs, over the same parts
     n = con.execute(chrome_ts._insert_sql("DOUBLE"), {"sid": 1, "base_ns": 0, "files": parts}).fetchone()[0]
+    con.execute("CHECKPOINT")
+    con.close()
+    shutil.rmtree(tmp)
+elif kind in ("duckdb_floor_one", "duckdb_floor_each"):
+    # The same floor for a folder of rank files: every file cut into parts (not timed), then
+    # ONE INSERT over the parts of all files (floor_one) or one INSERT per file (floor_each, what
+    # DuckDB charges per statement), + CHECKPOINT.
+    import shutil
+    from pathlib import Path
+    from slowcard.ingest import chrome, chrome_pipes, chrome_ts
+    from slowcard.ingest.base import Context, IngestOptions
+    tmp = scratch_dir()
+    per_file = []
+    for fi, one in enumerate(sorted(Path(path).glob("*.json"))):
+        ing = chrome._Ingest(Context(one, "kineto", 1, "bench", None, IngestOptions()))
+        s = chrome_pipes._Stream(one)
+        fd = s.f.fileno()
+        cuts, _ = ing._plain_parts(fd, s.base + ing._find_events(s), os.fstat(fd).st_size)
+        parts = []
+        for i, (offset, length, _sep, _mode) in enumerate(cuts):
+            parts.append(f"{tmp}/f{fi:04d}part{i:05d}.json")
+            with open(parts[-1], "wb") as f:
+                f.write(b"[")
+                f.flush()
+                chrome_pipes._copy_range(fd, f.fileno(), offset, length)
+                f.write(b"]")
+        per_file.append(parts)
+        s.close()
+    con = floor_connection(sys.argv[3])
+    con.execute("CREATE TABLE event_rows (source_id INTEGER, ph VARCHAR, cat VARCHAR, name VARCHAR, "
+                "pid VARCHAR, tid VARCHAR, ts_ns BIGINT, dur_ns BIGINT, id VARCHAR, args JSON)")
+    statements = [[p for parts in per_file for p in parts]] if kind == "duckdb_floor_one" else per_file
+    t0, c0 = time.perf_counter(), cpu_s()
+    n = 0
+    for sid, parts in enumerate(statements, 1):
+        n += con.execute(chrome_ts._insert_sql("DOUBLE"), {"sid": sid, "base_ns": 0, "files": parts}).fetchone()[0]
     con.execute("CHECKPOINT")
     con.close()
     shutil.rmtree(tmp)
@@ -243,12 +283,90 @@ def main() -> None:
         action="store_true",
         help="import slowcard as this environment does (PYTHONDONTWRITEBYTECODE: compiled in every process)",
     )
+    ap.add_argument(
+        "--batch",
+        type=int,
+        default=0,
+        help="also ingest a folder of this many rank files of --mb MB in all (e.g. 16), against the "
+        "floor of one INSERT over all their parts",
+    )
+    ap.add_argument("--skip-single", action="store_true", help="only the --batch part")
     args = ap.parse_args()
-
-    path = generate(args.mb, gz=True)
-    size_mb = path.stat().st_size / 1e6
     if not args.no_bytecode_cache:
         use_bytecode_cache()
+    if not args.skip_single:
+        single_file(args)
+    if args.batch:
+        rank_files(args)
+
+
+def rank_files(args) -> None:
+    """A run of rank files in one `slowcard ingest`: slowcard (files in batches, the default) and
+    slowcard --jobs 1 (one file at a time, each its own statements) against the floor of ONE
+    INSERT over the parts of all files, and beside it the floor of one INSERT per file."""
+    folder = OUT / f"kineto_{args.mb}mb_{args.batch}ranks"
+    if not folder.is_dir():
+        per_rank = int(args.mb * 3400 / args.batch)  # gen_kineto writes ~3,400 events per MB
+        subprocess.run(
+            [
+                sys.executable,
+                str(HERE / "gen_kineto.py"),
+                "--ranks",
+                str(args.batch),
+                "--events-per-rank",
+                str(per_rank),
+                "--out-dir",
+                str(folder),
+                "--jobs",
+                "2",
+            ],
+            check=True,
+        )
+    files = sorted(folder.glob("*.json"))
+    size_mb = sum(f.stat().st_size for f in files) / 1e6
+    load_start = os.getloadavg()
+    kinds = [
+        ("floor: ONE INSERT over all files' parts", "duckdb_floor_one", ()),
+        ("floor: one INSERT per file", "duckdb_floor_each", ()),
+        ("slowcard ingest (batches)", "slowcard", ()),
+        ("slowcard ingest --jobs 1", "slowcard", ("1",)),
+    ]
+    got: dict[str, list[dict]] = {label: [] for label, _, _ in kinds}
+    for _ in range(max(1, args.repeat)):
+        for label, kind, extra in kinds:
+            got[label].append(child(kind, folder, fresh_db("batch.duckdb"), *extra))
+    load_end = os.getloadavg()
+    print(
+        f"\n{len(files)} rank files, {size_mb:,.0f} MB in all ({size_mb / len(files):,.1f} MB each), "
+        f"{args.repeat} repetition(s), alternating"
+    )
+    print(f"load average (1, 5, 15 min): start {fmt_load(load_start)}, end {fmt_load(load_end)}\n")
+    print(f"{'what':42} {'wall s (each repetition)':>28} {'MB/s':>8} {'peak RSS MB':>12}")
+    for label, runs in got.items():
+        ok = [r for r in runs if "wall_s" in r]
+        if not ok:
+            print(f"{label:42} error: {runs[0].get('error')}")
+            continue
+        walls = ", ".join(f"{r['wall_s']:.2f}" for r in ok)
+        med = statistics.median(r["wall_s"] for r in ok)
+        print(f"{label:42} {walls:>28} {size_mb / med:8.1f} {max(r['rss_mb'] for r in ok):12.0f}")
+    one = got[kinds[0][0]]
+
+    def ratio_to_floor(label: str) -> str:
+        pairs = [f["wall_s"] / r["wall_s"] for f, r in zip(one, got[label]) if "wall_s" in f and "wall_s" in r]
+        if not pairs:
+            return "-"
+        each = ", ".join(f"{x:.2f}" for x in pairs)
+        return f"{statistics.median(pairs):.2f}x ({each})"
+
+    print()
+    for label, _, _ in kinds[1:]:
+        print(f"{label} runs at {ratio_to_floor(label)} the speed of the one-INSERT floor")
+
+
+def single_file(args) -> None:
+    path = generate(args.mb, gz=True)
+    size_mb = path.stat().st_size / 1e6
     load_start = os.getloadavg()
     rows = []
 

@@ -387,14 +387,17 @@ def refresh_materialized(con) -> bool:
         for v in MATERIALIZED:
             _refill_view(con, v, stale, every, where, params)
         _write_stamps(con)
-        con.execute("COMMIT")
-        return True
     except duckdb.Error:
         con.execute("ROLLBACK")  # a view fails on this data: view by view below
         set_scope(con, None)
     except BaseException:
         con.execute("ROLLBACK")
         raise
+    else:
+        # outside the handlers: a commit that fails (disk full) is not the data's fault, and
+        # DuckDB has already ended the transaction; the caller reports it, stamps stay old
+        con.execute("COMMIT")
+        return True
     con.execute(f"DELETE FROM _mat_errors{where}", params)
     failed: dict[str, str] = {}
     for v in MATERIALIZED:
@@ -402,7 +405,6 @@ def refresh_materialized(con) -> bool:
         con.execute("BEGIN")
         try:
             _refill_view(con, v, [] if reads else stale, every, where, params)
-            con.execute("COMMIT")
         except duckdb.Error as exc:
             con.execute("ROLLBACK")
             con.execute(f'DELETE FROM "_mat_{v}"{where}', params)
@@ -410,6 +412,8 @@ def refresh_materialized(con) -> bool:
         except BaseException:
             con.execute("ROLLBACK")
             raise
+        else:
+            con.execute("COMMIT")
         if reads:
             failed[v] = failed[reads[0]]
     if failed:
@@ -1005,10 +1009,12 @@ def commit_source(
             derive_rows(con, [sid])
         con.execute("DELETE FROM pending_sources WHERE source_id = ?", [sid])
         fault_point("commit")
-        con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")
         raise
+    # outside the handler: a commit that fails (disk full) has already ended the transaction,
+    # and its own message is the one to report
+    con.execute("COMMIT")
     fault_point("committed")
 
 

@@ -522,7 +522,15 @@ def ingest_paths(
         report.warnings = run_checks(con, run)
         # The stored cross-rank views (store.MATERIALIZED) follow the new files now, so that the
         # duckdb shell reads the same rows as slowcard's queries right after an ingest.
-        store.refresh_materialized(con)
+        try:
+            store.refresh_materialized(con)
+        except duckdb.Error as exc:
+            # the files are committed; a refresh that cannot be written (disk full) is redone by
+            # the next slowcard command that opens the database (store.ensure_fresh)
+            report.warnings.append(
+                f"the stored views were not brought up to date ({str(exc).splitlines()[0]}); the files "
+                "above are committed, and the next slowcard command on this database updates them"
+            )
     finally:
         if own:
             con.close()

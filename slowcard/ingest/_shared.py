@@ -79,7 +79,8 @@ class _Stage:
                 self._wait()
             lead = not self._started
             self._started = True
-            payloads = list(self._arrived.values())
+            # the leader's own payload first: the action runs on its cursor, in its folder
+            payloads = [payload] + [p for k, p in self._arrived.items() if k != key]
         if lead:
             result = None
             try:
@@ -117,9 +118,7 @@ class SharedBatch:
         ``parts[0][3]``); the rows of this file that the one statement inserted, or None when
         the file must insert its parts itself."""
         result = self.insert_stage.arrive(key, (ing, fd, parts), _insert_all)
-        if result is None:
-            return None
-        return result.get(ing.ctx.source_id, 0)
+        return None if result is None else result.get(ing.ctx.source_id)
 
     def derive(self, key: Hashable, con, sid: int) -> bool:
         """Arrive at the derive stage; True when this file's derived rows are written."""
@@ -127,21 +126,31 @@ class SharedBatch:
         return bool(result) and sid in result
 
 
-def _insert_all(arrivals: list[tuple[Any, int, list]]) -> dict[int, int] | None:
-    """The leader's INSERT over every arrival's parts: {source id: rows}, None if DuckDB rejected
-    it (then nothing of it was inserted)."""
+def _insert_all(arrivals: list[tuple[Any, int, list]]) -> dict[int, int]:
+    """The leader's INSERTs: one statement over the parts of every arrival whose ts is read the
+    same way (nearly always all of them). {source id: rows} of the files inserted; a file of a
+    statement DuckDB rejected is absent (nothing of that statement stays; it goes alone)."""
     lead = arrivals[0][0]
-    modes = {parts[0][3] for _ing, _fd, parts in arrivals}
-    if len(modes) != 1:
-        return None  # ts read differently: each file goes alone
+    by_mode: dict[str, list[tuple[Any, int, list]]] = {}
+    for arrival in arrivals:
+        by_mode.setdefault(arrival[2][0][3], []).append(arrival)
+    rows: dict[int, int] = {}
+    for mode, group in by_mode.items():
+        rows.update(_insert_statement(lead.ctx.con, lead.tmpdir, mode, group))
+    return rows
+
+
+def _insert_statement(con, tmpdir: str, mode: str, group: list[tuple[Any, int, list]]) -> dict[int, int]:
+    """ONE INSERT over the parts of ``group``'s files (each part through a named pipe fed by its
+    own thread, as chrome_parts does for one file); {} when DuckDB rejects it."""
     pipes: list[str] = []
     feeders: list[threading.Thread] = []
     sids: list[int] = []
     bases: list[int] = []
     try:
-        for ing, fd, parts in arrivals:
+        for ing, fd, parts in group:
             for offset, length, _sep, _mode in parts:
-                pipe = os.path.join(lead.tmpdir, f"shared{len(pipes):05d}.json")
+                pipe = os.path.join(tmpdir, f"shared{len(pipes):05d}.json")
                 os.mkfifo(pipe)
                 pipes.append(pipe)
                 sids.append(ing.ctx.source_id)
@@ -154,19 +163,19 @@ def _insert_all(arrivals: list[tuple[Any, int, list]]) -> dict[int, int] | None:
                 )
                 t.start()
                 feeders.append(t)
-        con = lead.ctx.con
-        params = {"files": pipes, "sids": sids, "bases": bases}
         try:
-            con.execute(_shared_insert_sql(modes.pop()), params)
+            con.execute(_shared_insert_sql(mode), {"files": pipes, "sids": sids, "bases": bases})
         except duckdb.Error:
-            return None
-        every = sorted({ing.ctx.source_id for ing, _fd, _parts in arrivals})
-        return dict(
+            return {}
+        every = sorted({ing.ctx.source_id for ing, _fd, _parts in group})
+        rows = dict.fromkeys(every, 0)
+        rows.update(
             con.execute(
                 f"SELECT source_id, count(*) FROM event_rows WHERE _in_files(source_id, {store._sids_literal(every)}) "
                 "GROUP BY source_id"
             ).fetchall()
         )
+        return rows
     finally:
         for pipe, t in zip(pipes, feeders):
             _release_feeder(pipe, t)
@@ -182,13 +191,16 @@ def _derive_all(arrivals: list[tuple[Any, int]]) -> set[int] | None:
     con.execute("BEGIN")
     try:
         store.derive_rows(con, sids)
-        con.execute("COMMIT")
     except duckdb.Error:
         con.execute("ROLLBACK")
         return None
     except BaseException:
         con.execute("ROLLBACK")
         raise
+    try:
+        con.execute("COMMIT")
+    except duckdb.Error:
+        return None  # (disk full) DuckDB ended the transaction; each commit tries again
     return set(sids)
 
 

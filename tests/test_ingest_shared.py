@@ -1,0 +1,247 @@
+"""Small plain traces ingested in batches (slowcard/ingest/_shared.py): the parts of all files of a
+batch go into ONE INSERT and their derived rows are written by one statement per table, and the
+database is the one that ingesting the files one at a time (--jobs 1) gives: same rows per file,
+same derived rows, same per-file results and verdict; a statement DuckDB rejects, a file that is
+not a trace, a compressed trace and a trace read another way all still come out the same."""
+
+from __future__ import annotations
+
+import threading
+
+import duckdb
+import pytest
+import synth_kineto
+from conftest import trace_text, write_trace
+
+from slowcard import store
+from slowcard.ingest import _shared, ingest_paths
+from slowcard.ingest.base import IngestOptions
+from slowcard.queries import load_catalog, run_query
+
+
+def _snapshot(db) -> dict:
+    """Everything a file's ingest leaves, by path (source ids differ between databases)."""
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        files = con.execute(
+            "SELECT path, format, rank, status, rows_seen, rows_kept, rows_dropped, message, base_time_ns "
+            "FROM sources ORDER BY path"
+        ).fetchall()
+        events = con.execute(
+            "SELECT s.path, count(*), sum(hash(e.ph, e.cat, e.name, e.pid, e.tid, e.ts_ns, e.dur_ns, e.id, e.args)) "
+            "FROM event_rows e JOIN sources s USING (source_id) GROUP BY ALL ORDER BY 1"
+        ).fetchall()
+        classes = con.execute(
+            "SELECT s.path, count(*), sum(hash(o.name, o.ts_ns, o.op_class, o.coll_kind, o.pattern, o.launch_ns)) "
+            "FROM op_class_rows o JOIN sources s USING (source_id) GROUP BY ALL ORDER BY 1"
+        ).fetchall()
+        splits = con.execute(
+            "SELECT s.path, count(*), sum(hash(a.ts_ns, a.recv_tokens)) "
+            "FROM a2a_split_rows a JOIN sources s USING (source_id) GROUP BY ALL ORDER BY 1"
+        ).fetchall()
+        drops = con.execute(
+            "SELECT s.path, d.reason, d.position, d.n_rows FROM source_drops d JOIN sources s USING (source_id) "
+            "ORDER BY ALL"
+        ).fetchall()
+        left = con.execute("SELECT count(*) FROM pending_sources").fetchone()[0]
+        return {"files": files, "events": events, "classes": classes, "splits": splits, "drops": drops, "left": left}
+    finally:
+        con.close()
+
+
+class _Spy:
+    """Counts what the batch meeting points did: statements over how many files, and which failed."""
+
+    def __init__(self, monkeypatch):
+        self.inserts: list[tuple[int, bool]] = []  # (files in the statement, inserted)
+        self.derives: list[int] = []
+        lock = threading.Lock()
+        real_insert, real_derive = _shared._insert_statement, _shared._derive_all
+
+        def insert_statement(con, tmpdir, mode, group):
+            got = real_insert(con, tmpdir, mode, group)
+            with lock:
+                self.inserts.append((len(group), bool(got)))
+            return got
+
+        def derive_all(arrivals):
+            got = real_derive(arrivals)
+            with lock:
+                self.derives.append(len(arrivals))
+            return got
+
+        monkeypatch.setattr(_shared, "_insert_statement", insert_statement)
+        monkeypatch.setattr(_shared, "_derive_all", derive_all)
+
+
+def _both(tmp_path, paths, monkeypatch, **kwargs):
+    """Ingest the same files batched (the default) and one at a time (--jobs 1)."""
+    spy = _Spy(monkeypatch)
+    out = {}
+    for name, jobs in (("batched", None), ("serial", 1)):
+        db = tmp_path / f"{name}.duckdb"
+        rep = ingest_paths(db, [str(p) for p in paths], run="r", jobs=jobs, **kwargs)
+        out[name] = (rep, db)
+    return out, spy
+
+
+def test_a_batch_of_rank_traces_gives_the_database_of_one_file_at_a_time(tmp_path, monkeypatch):
+    folder = tmp_path / "run"
+    paths = synth_kineto.write_ep_run(
+        folder, ranks=4, steps=4, layers=4, scenario="token_skew", slow_rank=2, gz=False, events_per_rank=3000
+    )
+    out, spy = _both(tmp_path, paths, monkeypatch)
+    # the batch went in as one statement over the 4 files and one derive over the 4
+    assert spy.inserts == [(4, True)] and spy.derives == [4]
+    (batched, db_b), (serial, db_s) = out["batched"], out["serial"]
+    assert [f.path for f in batched.files] == [str(p) for p in paths]  # reports in the order given
+    assert [(f.status, f.rows_kept) for f in batched.files] == [(f.status, f.rows_kept) for f in serial.files]
+    snap_b, snap_s = _snapshot(db_b), _snapshot(db_s)
+    assert snap_b == snap_s
+    assert snap_b["left"] == 0 and len(snap_b["events"]) == 4 and all(n > 0 for _, n, _ in snap_b["classes"])
+    verdicts = []
+    for db in (db_b, db_s):
+        con = store.open_db(db, read_only=True)
+        try:
+            res = run_query(con, load_catalog()["ep-slow-rank"], run="r")
+            verdicts.append((res.status, [(r.get("rank"), r.get("cause")) for r in res.rows if r.get("level")]))
+        finally:
+            con.close()
+    assert verdicts[0] == verdicts[1] and verdicts[0][0] == "FAIL" and (2, "token-skew") in verdicts[0][1]
+
+
+def _events(n: int, offset: float = 0.0) -> list[dict]:
+    return [
+        {"ph": "X", "cat": "cpu_op", "name": f"aten::op{i % 7}", "pid": 1, "tid": 1, "ts": offset + i * 2.5, "dur": 1.5}
+        for i in range(n)
+    ]
+
+
+def test_a_statement_duckdb_rejects_is_redone_file_by_file_with_the_same_salvage(tmp_path, monkeypatch):
+    """One file of three has a bad event in the middle of a part: DuckDB rejects the batch's one
+    statement, nothing of it stays, and every file goes alone: the good ones whole, the bad one
+    salvaged exactly as --jobs 1 salvages it."""
+    folder = tmp_path / "run"
+    for r in range(3):
+        text = trace_text(_events(4000, offset=r * 0.25), {"schemaVersion": 1, "distributedInfo": {"rank": r}})
+        if r == 1:
+            text = text.replace('"ts": 2500.25, "dur": 1.5', '"ts": 2500.25, "dur": "1.5x"', 1)
+            assert '"1.5x"' in text
+        write_trace(folder / f"rank{r}.json", text=text)
+    opts = IngestOptions(part_bytes=64 << 10)
+    out, spy = _both(tmp_path, sorted(folder.glob("*.json")), monkeypatch, options=opts)
+    assert spy.inserts == [(3, False)] and spy.derives == [3]
+    batched, serial = out["batched"][0], out["serial"][0]
+    assert [(f.status, f.rows_kept, f.rows_dropped) for f in batched.files] == [
+        ("ok", 4000, 0),
+        ("salvaged", 3999, 1),
+        ("ok", 4000, 0),
+    ]
+    assert [(f.status, f.rows_kept, f.message) for f in batched.files] == [
+        (f.status, f.rows_kept, f.message) for f in serial.files
+    ]
+    assert _snapshot(out["batched"][1]) == _snapshot(out["serial"][1])
+
+
+def test_a_batch_with_other_files_among_its_traces(tmp_path, monkeypatch):
+    """A folder of plain traces with, among them, a trace whose ts are strings (read another way),
+    a compressed trace, an empty trace, a JSON file that is not a trace, and a trace with its time
+    base after the events (rebased after the insert): nobody waits forever, the plain traces
+    share one statement, and the database is the one of --jobs 1."""
+    folder = tmp_path / "run"
+    write_trace(folder / "a.json", _events(3000), {"schemaVersion": 1, "baseTimeNanoseconds": 1_000_000})
+    write_trace(folder / "b.json", _events(2500, 0.5), {"schemaVersion": 1}, {"baseTimeNanoseconds": 7_000_000})
+    strings = [{**e, "ts": f"{e['ts']:.3f}"} for e in _events(2000)]
+    write_trace(folder / "c.json", strings, {"schemaVersion": 1})
+    write_trace(folder / "d.json.gz", _events(1500), {"schemaVersion": 1})
+    write_trace(folder / "e.json", [], {"schemaVersion": 1})
+    (folder / "f.json").write_text('{"hello": "not a trace"}')
+    opts = IngestOptions(part_bytes=32 << 10)
+    out, spy = _both(tmp_path, [folder], monkeypatch, options=opts)
+    batched, serial = out["batched"][0], out["serial"][0]
+    # a, b (DOUBLE ts) and c (string ts) arrive; d is compressed (not in a batch), e has no
+    # parts, f is skipped: one statement for a and b, one for c
+    assert sorted(spy.inserts) == [(1, True), (2, True)]
+    assert spy.derives == [4]  # a, b, c and the empty e reach their commit
+    assert [(f.path, f.status, f.rows_kept) for f in batched.files] == [
+        (f.path, f.status, f.rows_kept) for f in serial.files
+    ]
+    assert {f.path.rsplit("/", 1)[1]: f.rows_kept for f in batched.files if f.status == "ok"} == {
+        "a.json": 3000,
+        "b.json": 2500,
+        "c.json": 2000,
+        "d.json.gz": 1500,
+        "e.json": 0,
+    }
+    snap = _snapshot(out["batched"][1])
+    assert snap == _snapshot(out["serial"][1])
+    con = duckdb.connect(str(out["batched"][1]), read_only=True)
+    try:
+        first_ts = dict(
+            con.execute(
+                "SELECT split_part(path, '/', -1), min(ts_ns) FROM event_rows JOIN sources USING (source_id) GROUP BY 1"
+            ).fetchall()
+        )
+    finally:
+        con.close()
+    assert first_ts["a.json"] == 1_000_000 and first_ts["b.json"] == 7_000_500  # each file its own base
+
+
+@pytest.mark.parametrize(
+    "files, expected",
+    [
+        ([("a.json", 1 << 20), ("b.json", 1 << 20)], [[0, 1]]),
+        ([("a.json", 1 << 20)], []),  # alone: nothing to share
+        ([("a.json.gz", 1 << 20), ("b.json", 1 << 20), ("c.csv", 10), ("d.json", 1 << 20)], [[1, 3]]),
+        ([("a.json", _shared.SHARED_MAX_FILE_BYTES + 1), ("b.json", 5), ("c.json", 5)], [[1, 2]]),
+        ([("a.json", _shared.SHARED_MAX_FILE_BYTES), ("b.json", 5)], [[0, 1]]),  # at the limit: shared
+    ],
+)
+def test_which_files_share_a_batch(files, expected):
+    assert _shared.plan_batches([(i, name, size) for i, (name, size) in enumerate(files)]) == expected
+
+
+def test_batches_stop_at_their_file_and_byte_caps():
+    n = _shared.SHARED_MAX_FILES + 3
+    batches = _shared.plan_batches([(i, f"r{i}.json", 10) for i in range(n)])
+    assert [len(b) for b in batches] == [_shared.SHARED_MAX_FILES, 3]
+    big = _shared.SHARED_MAX_FILE_BYTES
+    per = _shared.SHARED_MAX_BATCH_BYTES // big  # files of the largest size one batch holds
+    batches = _shared.plan_batches([(i, f"r{i}.json", big) for i in range(per + 1)])
+    assert [len(b) for b in batches] == [per] and sum(len(b) for b in batches) == per  # the last one alone
+
+
+def test_a_meeting_point_completes_when_the_last_member_leaves_and_stops_on_ctrl_c():
+    """Two members arrive, the third leaves: the action runs once, in one arrival's thread, over
+    both payloads, and both arrivals get its result. With the batch's Ctrl-C flag set, a member
+    still waiting raises KeyboardInterrupt instead of waiting forever."""
+    stage = _shared._Stage(3, None)
+    runs: list[list] = []
+    got: dict[str, object] = {}
+
+    def member(key):
+        got[key] = stage.arrive(key, key.upper(), lambda payloads: runs.append(sorted(payloads)) or "done")
+
+    threads = [threading.Thread(target=member, args=(k,)) for k in ("a", "b")]
+    for t in threads:
+        t.start()
+    stage.leave("c")
+    for t in threads:
+        t.join(10)
+    assert runs == [["A", "B"]] and got == {"a": "done", "b": "done"}
+
+    stopping = threading.Event()
+    waiting = _shared._Stage(2, stopping)
+    raised: list[BaseException] = []
+
+    def lonely():
+        try:
+            waiting.arrive("a", 1, lambda payloads: None)
+        except KeyboardInterrupt as exc:
+            raised.append(exc)
+
+    t = threading.Thread(target=lonely)
+    t.start()
+    stopping.set()
+    t.join(10)
+    assert not t.is_alive() and len(raised) == 1
