@@ -22,6 +22,7 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor
 from concurrent.futures import wait as futures_wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import duckdb
@@ -505,8 +506,7 @@ def ingest_paths(
         # (ingest/_shared.py); the other files as before, `jobs` at a time.
         batches = plan_batches([(i, str(p), size) for i, (p, _explicit, size) in enumerate(work)]) if batching else []
         for batch in batches:
-            shared = SharedBatch(len(batch), stopping)
-            in_threads(lambda i, shared=shared: one(work[i], shared), batch, len(batch))
+            in_threads(partial(_in_batch, one, work, SharedBatch(len(batch), stopping)), batch, len(batch))
         batched = {i for batch in batches for i in batch}
         rest = [i for i in range(len(work)) if i not in batched]
         if jobs > 1 and len(rest) > 1:
@@ -711,6 +711,11 @@ def _ingest_file(
         result.message = f"{result.message}; {note}" if result.message else note
     result.seconds = time.perf_counter() - t0
     return result
+
+
+def _in_batch(one: Callable, work: list, shared: SharedBatch, i: int) -> FileResult:
+    """File ``i`` of ``work`` ingested by ``one`` as a member of batch ``shared``."""
+    return one(work[i], shared)
 
 
 def run_checks(con, run: str) -> list[str]:
