@@ -59,6 +59,26 @@ def floor_connection(db):
     return con
 
 
+def cut_to_files(path, tmp, prefix):
+    # the file's events cut as slowcard cuts them, each part written bracketed as its own file
+    from slowcard.ingest import chrome, chrome_pipes
+    from slowcard.ingest.base import Context, IngestOptions
+    ing = chrome._Ingest(Context(path, "kineto", 1, "bench", None, IngestOptions()))
+    s = chrome_pipes._Stream(path)
+    fd = s.f.fileno()
+    cuts, _ = ing._plain_parts(fd, s.base + ing._find_events(s), os.fstat(fd).st_size)
+    parts = []
+    for i, (offset, length, _sep, _mode) in enumerate(cuts):
+        parts.append(f"{tmp}/{prefix}{i:05d}.json")
+        with open(parts[-1], "wb") as f:
+            f.write(b"[")
+            f.flush()
+            chrome_pipes._copy_range(fd, f.fileno(), offset, length)
+            f.write(b"]")
+    s.close()
+    return parts
+
+
 def cpu_s():
     # user + system seconds of this process, every thread (DuckDB's too)
     r = resource.getrusage(resource.RUSAGE_SELF)
@@ -102,21 +122,9 @@ elif kind == "duckdb_floor":
     # ONE INSERT of every part into a persisted table + CHECKPOINT, no Python in the loop.
     import shutil
     from pathlib import Path
-    from slowcard.ingest import chrome, chrome_pipes, chrome_ts
-    from slowcard.ingest.base import Context, IngestOptions
+    from slowcard.ingest import chrome_ts
     tmp = scratch_dir()
-    ing = chrome._Ingest(Context(Path(path), "kineto", 1, "bench", None, IngestOptions()))
-    s = chrome_pipes._Stream(Path(path))
-    fd = s.f.fileno()
-    cuts, _ = ing._plain_parts(fd, s.base + ing._find_events(s), os.fstat(fd).st_size)
-    parts = []
-    for i, (offset, length, _sep, _mode) in enumerate(cuts):
-        parts.append(f"{tmp}/part{i:05d}.json")
-        with open(parts[-1], "wb") as f:
-            f.write(b"[")
-            f.flush()
-            chrome_pipes._copy_range(fd, f.fileno(), offset, length)
-            f.write(b"]")
+    parts = cut_to_files(Path(path), tmp, "part")
     con = floor_connection(sys.argv[3])
     con.execute("CREATE TABLE event_rows (source_id INTEGER, ph VARCHAR, cat VARCHAR, name VARCHAR, "
                 "pid VARCHAR, tid VARCHAR, ts_ns BIGINT, dur_ns BIGINT, id VARCHAR, args JSON)")
@@ -132,25 +140,9 @@ elif kind in ("duckdb_floor_one", "duckdb_floor_each"):
     # DuckDB charges per statement), + CHECKPOINT.
     import shutil
     from pathlib import Path
-    from slowcard.ingest import chrome, chrome_pipes, chrome_ts
-    from slowcard.ingest.base import Context, IngestOptions
+    from slowcard.ingest import chrome_ts
     tmp = scratch_dir()
-    per_file = []
-    for fi, one in enumerate(sorted(Path(path).glob("*.json"))):
-        ing = chrome._Ingest(Context(one, "kineto", 1, "bench", None, IngestOptions()))
-        s = chrome_pipes._Stream(one)
-        fd = s.f.fileno()
-        cuts, _ = ing._plain_parts(fd, s.base + ing._find_events(s), os.fstat(fd).st_size)
-        parts = []
-        for i, (offset, length, _sep, _mode) in enumerate(cuts):
-            parts.append(f"{tmp}/f{fi:04d}part{i:05d}.json")
-            with open(parts[-1], "wb") as f:
-                f.write(b"[")
-                f.flush()
-                chrome_pipes._copy_range(fd, f.fileno(), offset, length)
-                f.write(b"]")
-        per_file.append(parts)
-        s.close()
+    per_file = [cut_to_files(one, tmp, f"f{fi:04d}part") for fi, one in enumerate(sorted(Path(path).glob("*.json")))]
     con = floor_connection(sys.argv[3])
     con.execute("CREATE TABLE event_rows (source_id INTEGER, ph VARCHAR, cat VARCHAR, name VARCHAR, "
                 "pid VARCHAR, tid VARCHAR, ts_ns BIGINT, dur_ns BIGINT, id VARCHAR, args JSON)")

@@ -27,24 +27,24 @@ def _snapshot(db) -> dict:
             "SELECT path, format, rank, status, rows_seen, rows_kept, rows_dropped, message, base_time_ns "
             "FROM sources ORDER BY path"
         ).fetchall()
-        events = con.execute(
-            "SELECT s.path, count(*), sum(hash(e.ph, e.cat, e.name, e.pid, e.tid, e.ts_ns, e.dur_ns, e.id, e.args)) "
-            "FROM event_rows e JOIN sources s USING (source_id) GROUP BY ALL ORDER BY 1"
-        ).fetchall()
-        classes = con.execute(
-            "SELECT s.path, count(*), sum(hash(o.name, o.ts_ns, o.op_class, o.coll_kind, o.pattern, o.launch_ns)) "
-            "FROM op_class_rows o JOIN sources s USING (source_id) GROUP BY ALL ORDER BY 1"
-        ).fetchall()
-        splits = con.execute(
-            "SELECT s.path, count(*), sum(hash(a.ts_ns, a.recv_tokens)) "
-            "FROM a2a_split_rows a JOIN sources s USING (source_id) GROUP BY ALL ORDER BY 1"
-        ).fetchall()
+        # per file of each row table: how many rows and a checksum of their columns
+        rows = {
+            table: con.execute(
+                f"SELECT s.path, count(*), sum(hash({cols})) FROM {table} x JOIN sources s USING (source_id) "
+                "GROUP BY ALL ORDER BY 1"
+            ).fetchall()
+            for table, cols in (
+                ("event_rows", "x.ph, x.cat, x.name, x.pid, x.tid, x.ts_ns, x.dur_ns, x.id, x.args"),
+                ("op_class_rows", "x.name, x.ts_ns, x.op_class, x.coll_kind, x.pattern, x.launch_ns"),
+                ("a2a_split_rows", "x.ts_ns, x.recv_tokens"),
+            )
+        }
         drops = con.execute(
             "SELECT s.path, d.reason, d.position, d.n_rows FROM source_drops d JOIN sources s USING (source_id) "
             "ORDER BY ALL"
         ).fetchall()
         left = con.execute("SELECT count(*) FROM pending_sources").fetchone()[0]
-        return {"files": files, "events": events, "classes": classes, "splits": splits, "drops": drops, "left": left}
+        return {"files": files, **rows, "drops": drops, "left": left}
     finally:
         con.close()
 
@@ -98,7 +98,7 @@ def test_a_batch_of_rank_traces_gives_the_database_of_one_file_at_a_time(tmp_pat
     assert [(f.status, f.rows_kept) for f in batched.files] == [(f.status, f.rows_kept) for f in serial.files]
     snap_b, snap_s = _snapshot(db_b), _snapshot(db_s)
     assert snap_b == snap_s
-    assert snap_b["left"] == 0 and len(snap_b["events"]) == 4 and all(n > 0 for _, n, _ in snap_b["classes"])
+    assert snap_b["left"] == 0 and len(snap_b["event_rows"]) == 4 and all(n > 0 for _, n, _ in snap_b["op_class_rows"])
     verdicts = []
     for db in (db_b, db_s):
         con = store.open_db(db, read_only=True)

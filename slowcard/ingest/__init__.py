@@ -467,6 +467,8 @@ def ingest_paths(
                 prog.update(current=str(p))
                 res = ingest_file(cur, p, run, explicit, size, opts, rank_pattern, rmap, on_bytes, stopping, shared)
             finally:
+                if shared is not None:
+                    shared.leave(p)  # the other files of its batch never wait for it
                 cursors.discard(cur)
                 cur.close()
             prog.update(files_done=1, bytes_done=size - seen[0], events=res.rows_kept)
@@ -579,28 +581,9 @@ def ingest_file(
     """Ingest one file; never raises for bad input (the FileResult says what happened).
     ``stopping``: set when the batch was interrupted (Ctrl-C); a file whose rows are in but not yet
     committed is then left out (its transaction rolled back), never committed after the Ctrl-C.
-    ``shared``: the batch of files this one goes in with (ingest/_shared.py); whatever happens
-    here, the file leaves the batch's meeting points it did not reach."""
-    try:
-        return _ingest_file(con, path, run, explicit, size, opts, rank_pattern, rank_map, on_bytes, stopping, shared)
-    finally:
-        if shared is not None:
-            shared.leave(path)
-
-
-def _ingest_file(
-    con,
-    path: Path,
-    run: str,
-    explicit: bool,
-    size: int,
-    opts: IngestOptions,
-    rank_pattern: str | None,
-    rank_map,
-    on_bytes,
-    stopping: threading.Event | None,
-    shared: SharedBatch | None,
-) -> FileResult:
+    ``shared``: the batch of files this one goes in with (ingest/_shared.py); the caller makes
+    the file leave the batch's meeting points it did not reach (SharedBatch.leave), whatever
+    happened here."""
     t0 = time.perf_counter()
     result = FileResult(path=str(path), format=None, status="failed", size_bytes=size)
     if path.name.startswith(COMPANION) and path.suffix == ".json" and not _carries_groups(path):

@@ -25,7 +25,6 @@ not at all, and a killed batch leaves only pending rows (cleaned at the next ope
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable, Hashable
 from typing import Any
@@ -33,7 +32,7 @@ from typing import Any
 import duckdb
 
 from .. import store
-from .chrome_pipes import _feed_pipe, _release_feeder
+from .chrome_pipes import _piped
 from .chrome_ts import _shared_insert_sql
 
 # Files larger than this go alone: their INSERT fills row groups on every thread anyway.
@@ -143,44 +142,26 @@ def _insert_all(arrivals: list[tuple[Any, int, list]]) -> dict[int, int]:
 def _insert_statement(con, tmpdir: str, mode: str, group: list[tuple[Any, int, list]]) -> dict[int, int]:
     """ONE INSERT over the parts of ``group``'s files (each part through a named pipe fed by its
     own thread, as chrome_parts does for one file); {} when DuckDB rejects it."""
-    pipes: list[str] = []
-    feeders: list[threading.Thread] = []
-    sids: list[int] = []
-    bases: list[int] = []
-    try:
-        for ing, fd, parts in group:
-            for offset, length, _sep, _mode in parts:
-                pipe = os.path.join(tmpdir, f"shared{len(pipes):05d}.json")
-                os.mkfifo(pipe)
-                pipes.append(pipe)
-                sids.append(ing.ctx.source_id)
-                bases.append(ing.base_ns)
-                t = threading.Thread(
-                    target=_feed_pipe,
-                    args=(fd, offset, length, pipe),
-                    kwargs={"done": ing.ctx.read_bytes},
-                    daemon=True,
-                )
-                t.start()
-                feeders.append(t)
+    ranges, sids, bases = [], [], []
+    for ing, fd, parts in group:
+        for offset, length, _sep, _mode in parts:
+            ranges.append((fd, offset, length, ing.ctx.read_bytes))
+            sids.append(ing.ctx.source_id)
+            bases.append(ing.base_ns)
+    with _piped(tmpdir, "shared", ranges) as pipes:
         try:
             con.execute(_shared_insert_sql(mode), {"files": pipes, "sids": sids, "bases": bases})
         except duckdb.Error:
             return {}
-        every = sorted({ing.ctx.source_id for ing, _fd, _parts in group})
-        rows = dict.fromkeys(every, 0)
-        rows.update(
-            con.execute(
-                f"SELECT source_id, count(*) FROM event_rows WHERE _in_files(source_id, {store._sids_literal(every)}) "
-                "GROUP BY source_id"
-            ).fetchall()
-        )
-        return rows
-    finally:
-        for pipe, t in zip(pipes, feeders):
-            _release_feeder(pipe, t)
-        for pipe in pipes:
-            os.unlink(pipe)
+    every = sorted({ing.ctx.source_id for ing, _fd, _parts in group})
+    rows = dict.fromkeys(every, 0)
+    rows.update(
+        con.execute(
+            f"SELECT source_id, count(*) FROM event_rows WHERE _in_files(source_id, {store._sids_literal(every)}) "
+            "GROUP BY source_id"
+        ).fetchall()
+    )
+    return rows
 
 
 def _derive_all(arrivals: list[tuple[Any, int]]) -> set[int] | None:

@@ -24,6 +24,7 @@ from .chrome_pipes import (
     _feed_pipe,
     _gz_content_size,
     _last_boundary,
+    _piped,
     _release_feeder,
     _separator_start,
     _Stream,
@@ -213,33 +214,15 @@ class _PartsPhase(_ExactPhase):
     def _insert_through_pipes(self, fd: int, parts: list[tuple[int, int, bytes, str]]) -> bool:
         """One INSERT over one named pipe per part, each fed from the file by its own thread
         (sendfile, in the kernel). False when DuckDB rejects some part: nothing was inserted."""
-        pipes: list[str] = []
-        feeders: list[threading.Thread] = []
-        try:
-            for i, (offset, length, _sep, _mode) in enumerate(parts):
-                pipe = os.path.join(self.tmpdir, f"pipe{i:05d}.json")
-                os.mkfifo(pipe)
-                pipes.append(pipe)
-                t = threading.Thread(
-                    target=_feed_pipe,
-                    args=(fd, offset, length, pipe),
-                    kwargs={"done": self.ctx.read_bytes},
-                    daemon=True,
-                )
-                t.start()
-                feeders.append(t)
+        ranges = [(fd, offset, length, self.ctx.read_bytes) for offset, length, _sep, _mode in parts]
+        with _piped(self.tmpdir, "pipe", ranges) as pipes:
             try:
                 n = self._insert_files(pipes, parts[0][3])
             except duckdb.Error:
                 return False
-            self.kept += n
-            self.seen += n
-            return True
-        finally:
-            for pipe, t in zip(pipes, feeders):
-                _release_feeder(pipe, t)
-            for pipe in pipes:
-                os.unlink(pipe)
+        self.kept += n
+        self.seen += n
+        return True
 
     def _insert_stream(self, s: _Stream, start: int, pipes: bool = True) -> bytes:
         """Insert a compressed file; returns the tail bytes after the last part.

@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import threading
 import zlib
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from .. import store
@@ -200,3 +202,28 @@ def _release_feeder(pipe: str, feeder: threading.Thread) -> None:
     finally:
         os.close(rfd)
     feeder.join()
+
+
+@contextmanager
+def _piped(
+    folder: str, prefix: str, ranges: Sequence[tuple[int, int, int, Callable[[int], None] | None]]
+) -> Iterator[list[str]]:
+    """One named pipe per (fd, offset, length, done) range in ``folder``, each fed (``[`` + the
+    bytes + ``]``) by its own thread once DuckDB opens it; yields the pipe names. On exit every
+    feeder is released (a pipe DuckDB never opened is drained) and the pipes are removed."""
+    pipes: list[str] = []
+    feeders: list[threading.Thread] = []
+    try:
+        for fd, offset, length, done in ranges:
+            pipe = os.path.join(folder, f"{prefix}{len(pipes):05d}.json")
+            os.mkfifo(pipe)
+            pipes.append(pipe)
+            t = threading.Thread(target=_feed_pipe, args=(fd, offset, length, pipe), kwargs={"done": done}, daemon=True)
+            t.start()
+            feeders.append(t)
+        yield pipes
+    finally:
+        for pipe, t in zip(pipes, feeders):
+            _release_feeder(pipe, t)
+        for pipe in pipes:
+            os.unlink(pipe)
