@@ -151,6 +151,8 @@ def _insert_statement(con, tmpdir: str, mode: str, group: list[tuple[Any, int, l
     with _piped(tmpdir, "shared", ranges) as pipes:
         try:
             con.execute(_shared_insert_sql(mode), {"files": pipes, "sids": sids, "bases": bases})
+        except duckdb.InterruptException:
+            raise  # Ctrl-C: the batch stops, no file goes alone
         except duckdb.Error:
             return {}
     every = sorted({ing.ctx.source_id for ing, _fd, _parts in group})
