@@ -50,3 +50,14 @@ class QueryDefinitionError(SlowcardError):
 
 class DatabaseBusy(SlowcardError):
     """The database file is locked by another process for longer than we may wait."""
+
+
+def is_interrupt(exc: BaseException) -> bool:
+    """A Ctrl-C that landed inside a DuckDB statement. DuckDB reports it as its InterruptException,
+    or, when Python's KeyboardInterrupt arrived during the call, as RuntimeError("Query
+    interrupted") (its cause the KeyboardInterrupt): callers treat both as the Ctrl-C it was."""
+    if isinstance(exc, RuntimeError) and str(exc) == "Query interrupted":
+        return True
+    import duckdb
+
+    return isinstance(exc, duckdb.InterruptException)

@@ -47,7 +47,7 @@ import orjson
 from . import metrics as mx
 from . import queries as queries_mod
 from . import store
-from .errors import DatabaseBusy, UsageError
+from .errors import DatabaseBusy, UsageError, is_interrupt
 
 # What watch writes: the verdicts re-judged after each interval are those whose every required
 # relation is one of these (found from the query headers, never by name).
@@ -898,7 +898,7 @@ class Watcher:
         second = False
         while True:
             started = time.monotonic()
-            last = self.step()
+            last = _ctrl_c_as_such(self.step)
             if on_step:
                 on_step(last)
             if once:
@@ -910,7 +910,7 @@ class Watcher:
                 break
             sleep(max(0.0, interval_s - (time.monotonic() - started)))
         if last is not None and last.busy is not None:
-            final = self.flush()
+            final = _ctrl_c_as_such(self.flush)
             if on_step:
                 on_step(final)
             last = final
@@ -951,6 +951,18 @@ def _insert_rows(con, sid: int, rows: list[dict]) -> None:
         con.execute(f'INSERT INTO metric_window_rows ({cols}) SELECT {cols} FROM "{name}"')
     finally:
         con.unregister(name)
+
+
+def _ctrl_c_as_such(fn):
+    """``fn()``; a Ctrl-C that landed inside one of its DuckDB statements (a COMMIT, typically)
+    is raised as the KeyboardInterrupt it was, so the watch ends as on any Ctrl-C (captures
+    stopped and summed up) instead of with DuckDB's "Query interrupted" traceback."""
+    try:
+        return fn()
+    except Exception as exc:
+        if is_interrupt(exc):
+            raise KeyboardInterrupt from exc
+        raise
 
 
 class _LockedConnection:

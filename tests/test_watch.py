@@ -497,3 +497,24 @@ def test_prometheus_backfill_then_follow_flags_the_hot_domain(sims, tmp_path):
         prom.kill()
         prom.wait(10)
         prom.stderr.close()
+
+
+def test_a_ctrl_c_inside_a_duckdb_statement_ends_the_watch_as_a_ctrl_c():
+    """A SIGINT that lands while a collection's COMMIT runs reaches Python as DuckDB's
+    RuntimeError("Query interrupted"): the loop raises it as the KeyboardInterrupt it was (the
+    watch then stops its captures and sums them up); any other error is left as it is."""
+    from slowcard.watch import Watcher
+
+    class Interrupted:
+        def step(self):
+            raise RuntimeError("Query interrupted")
+
+    with pytest.raises(KeyboardInterrupt):
+        Watcher.run_loop(Interrupted(), 0.01, duration_s=1)
+
+    class Broken:
+        def step(self):
+            raise RuntimeError("something else")
+
+    with pytest.raises(RuntimeError, match="something else"):
+        Watcher.run_loop(Broken(), 0.01, duration_s=1)

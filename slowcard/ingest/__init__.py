@@ -30,7 +30,7 @@ import duckdb
 
 from .. import ranks as ranks_mod
 from .. import store
-from ..errors import InputError, UsageError
+from ..errors import InputError, UsageError, is_interrupt
 from . import _known
 from ._shared import SharedBatch, plan_batches
 from .base import GZIP_MAGIC, Context, IngestOptions, Outcome, Reader
@@ -674,7 +674,7 @@ def ingest_file(
         result.message = f"{path}: the database refused the rows ({str(exc).splitlines()[0]})"
         return result
     except Exception as exc:
-        if isinstance(exc, RuntimeError) and str(exc) == "Query interrupted":
+        if is_interrupt(exc):
             raise KeyboardInterrupt from None  # how DuckDB reports a Ctrl-C that reached it
         # A reader bug or an input nobody foresaw: fail this file, name it, and go on with the
         # others (never a traceback that loses the whole run).
