@@ -623,12 +623,7 @@ def ingest_file(
     try:
         with store.discard_on_error(con, sid):
             with _duckdb_readable(path) as db_path:
-                ctx = Context(path, fmt, sid, run, con, opts, on_bytes, db_path, shared)
-                try:
-                    outcome: Outcome = reader.ingest(ctx)
-                finally:
-                    if shared is not None:
-                        shared.insert_stage.leave(path)  # a format that never reached it
+                outcome: Outcome = reader.ingest(Context(path, fmt, sid, run, con, opts, on_bytes, db_path, shared))
             if guess:
                 outcome.message = f"{outcome.message}; {guess}" if outcome.message else guess
             info = ranks_mod.resolve(path, outcome.rank_hints, rank_pattern, rank_map)

@@ -120,7 +120,9 @@ class SharedBatch:
         return None if result is None else result.get(ing.ctx.source_id)
 
     def derive(self, key: Hashable, con, sid: int) -> bool:
-        """Arrive at the derive stage; True when this file's derived rows are written."""
+        """Arrive at the derive stage (a member here is past the insert stage: one whose format never
+        reached it leaves it now); True when this file's derived rows are written."""
+        self.insert_stage.leave(key)
         result = self.derive_stage.arrive(key, (con, sid), _derive_all)
         return bool(result) and sid in result
 
