@@ -629,6 +629,33 @@ def test_part_size_is_honoured(tmp_db, tmp_path, monkeypatch, suffix):
     assert len(sizes) > 10 and max(sizes) <= 8192 + 2
 
 
+def test_plain_cuts_do_not_depend_on_the_first_window(tmp_path, monkeypatch):
+    """The cuts of an uncompressed file are looked for in a small window first (FIRST_WINDOW),
+    then in BOUNDARY_WINDOW: the parts must be the very ones the wide window alone finds, also
+    where an event is larger than the small window or a boundary straddles its start."""
+    rng = random.Random(7)
+    pads = [rng.choice([0, 40, 300, 900]) for _ in range(2000)]
+    events = [
+        {"ph": "X", "name": "op", "pid": 1, "tid": 1, "ts": i, "args": {"pad": "x" * n}} for i, n in enumerate(pads)
+    ]
+    path = write_trace(tmp_path / "w.json", events)
+
+    def cuts(first_window):
+        monkeypatch.setattr(chrome_parts, "FIRST_WINDOW", first_window)
+        ing = chrome._Ingest(Context(path, "kineto", 1, "w", None, IngestOptions(part_bytes=8192)))
+        s = chrome_parts._Stream(path)
+        try:
+            fd = s.f.fileno()
+            return ing._plain_parts(fd, s.base + ing._find_events(s), path.stat().st_size)
+        finally:
+            s.close()
+
+    wide = cuts(chrome_parts.BOUNDARY_WINDOW)
+    assert len(wide[0]) > 20
+    for first in (256, 700, 1000, 4096):
+        assert cuts(first) == wide, first
+
+
 def _ingest_leaving_nothing_behind(db, tmp_path, path):
     """Ingest one trace in 8 KB parts; assert no thread and no pipe or part file outlives it."""
     import threading

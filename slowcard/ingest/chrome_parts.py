@@ -35,6 +35,11 @@ TAIL_BYTES = 1 << 20  # at most this much after the last part is left to the tai
 
 BOUNDARY_WINDOW = 4 << 20  # how far back from a part's target end an event boundary is looked for
 
+# An uncompressed file's cut is looked for in this much first (an event is rarely larger), then in
+# BOUNDARY_WINDOW: the same cut (the last boundary before the target), without reading 4 MiB per
+# part (32 MiB of a 300 MB file: ~25 ms).
+FIRST_WINDOW = 64 << 10
+
 # Parts are sized so that a file splits into groups of 2 x threads parts of about this many bytes,
 # the batches of the fallback path. Every INSERT after the first makes DuckDB 1.5 rewrite partly
 # filled row groups at checkpoint (4 statements on 300 MB: +0.55 s, a 90% larger file), hence one
@@ -145,9 +150,14 @@ class _PartsPhase(_ExactPhase):
         parts = []
         while True:
             hi = min(size - pos, want)
-            lo = max(0, hi - BOUNDARY_WINDOW)
-            window = os.pread(fd, hi - lo, pos + lo) if hi else b""
-            cut = _last_boundary(window, 0) if window else -1
+            cut = -1
+            for back in (FIRST_WINDOW, BOUNDARY_WINDOW):
+                lo = max(0, hi - back)
+                window = os.pread(fd, hi - lo, pos + lo) if hi else b""
+                cut = _last_boundary(window, 0) if window else -1
+                # a boundary right at the window's start may lack the bytes before it: look wider
+                if cut > 64 or lo == 0:
+                    break
             if cut < 0 and lo > 0:  # one event larger than the window
                 lo, window = 0, os.pread(fd, hi, pos)
                 cut = _last_boundary(window, 0)
