@@ -110,13 +110,48 @@ if kind == "slowcard":
     timed(store, "commit_source", "commit_s")
     timed(store, "refresh_materialized", "refill_s")
     db = sys.argv[3]
-    jobs = int(sys.argv[4]) if len(sys.argv) > 4 else None
+    jobs = int(sys.argv[4]) if len(sys.argv) > 4 and sys.argv[4] else None
+    # --contract: the same ingest without the work slowcard's contract adds after the INSERT (the
+    # file's derived rows, the run's stored views): what cutting around that work could reach
+    without = sys.argv[5].split(",") if len(sys.argv) > 5 else []
+    if "refill" in without:
+        store.refresh_materialized = lambda con: False
+    if "derive" in without:
+        store.derive_rows = lambda con, sids: None
     t_imported = time.perf_counter()
     rep = ingest_paths(db, [path], run="bench", jobs=jobs)
     for f in rep.files:
         assert f.status == "ok", f.message
     n = sum(f.rows_kept for f in rep.files)
     extra = {"imports_s": t_imported - t0, **phases}
+elif kind == "contract_cost":
+    # On a database slowcard just wrote (one file): the statements of its contract, each timed
+    # (median of 5) over the file's rows and over no rows at all (a source id / run that does not
+    # exist): the second is DuckDB's cost of planning and starting them, whatever the file holds.
+    import statistics
+    import duckdb
+    from slowcard import store
+    con = duckdb.connect(path)
+    con.execute("SET threads = 2")
+
+    def med(sql):
+        ts = []
+        for _ in range(5):
+            t = time.perf_counter()
+            con.execute(sql).fetchall()
+            ts.append(time.perf_counter() - t)
+        return statistics.median(ts)
+
+    new_names = "(SELECT list(DISTINCT name) FROM event_rows WHERE ph = 'X')"
+    derive = [f"SELECT * FROM {macro}(%s)" for _, macro in store.DERIVED]
+    extra = {"classify_s": med(f"SELECT * FROM _classify_names({new_names})"), "classify_empty_s": med("SELECT * FROM _classify_names(['x'])")}
+    extra["derive_s"] = sum(med(q % "[1]") for q in derive)
+    extra["derive_empty_s"] = sum(med(q % "[-1]") for q in derive)
+    extra["views_s"] = sum(med(f'SELECT * FROM "_live_{v}"') for v in store.MATERIALIZED)
+    store.set_scope(con, "no such run")
+    extra["views_empty_s"] = sum(med(f'SELECT * FROM "_live_{v}"') for v in store.MATERIALIZED)
+    extra["statements"] = len(store.DERIVED) + 1 + len(store.MATERIALIZED)
+    con.close()
 elif kind == "duckdb_floor":
     # DuckDB's own limit on this machine: the same file already cut into parts (not timed), then
     # ONE INSERT of every part into a persisted table + CHECKPOINT, no Python in the loop.
@@ -283,6 +318,12 @@ def main() -> None:
         "floor of one INSERT over all their parts",
     )
     ap.add_argument("--skip-single", action="store_true", help="only the --batch part")
+    ap.add_argument(
+        "--contract",
+        action="store_true",
+        help="also ingest without the stored views' refill, and without it and the derived rows (what "
+        "cutting around that work could reach), and time that work's statements on no rows at all",
+    )
     args = ap.parse_args()
     if not args.no_bytecode_cache:
         use_bytecode_cache()
@@ -372,12 +413,20 @@ def single_file(args) -> None:
 
     # the floors and slowcard's .json, alternating: ratios are taken within one repetition
     reps = []
+    contract: dict[str, list[tuple[dict, dict]]] = {}
     for i in range(max(1, args.repeat)):
         tag = f" #{i + 1}" if args.repeat > 1 else ""
         floor = measure(f"fair floor (pre-cut, 1 INSERT){tag}", "duckdb_floor", path, fresh_db("floor.duckdb"))
         ndjson = measure(f"compact-line floor (NDJSON){tag}", "duckdb_ndjson", path, fresh_db("floor_nd.duckdb"))
         sc = measure(f"slowcard ingest .json{tag}", "slowcard", path, fresh_db("bench.duckdb"))
         reps.append((floor, ndjson, sc))
+        if args.contract:
+            for label, without in WITHOUT:
+                got = measure(f"{label}{tag}", "slowcard", path, fresh_db("bench_without.duckdb"), "", without)
+                contract.setdefault(without, []).append((floor, got))
+    cost = {}
+    if args.contract and "wall_s" in reps[-1][2]:
+        cost = child("contract_cost", OUT / "bench.duckdb")
     scg = measure("slowcard ingest .json.gz", "slowcard", path.with_suffix(".json.gz"), fresh_db("bench_gz.duckdb"))
     oj = measure("orjson.loads (GC off)", "orjson", path)
     ms = measure("msgspec typed decode", "msgspec", path)
@@ -460,6 +509,26 @@ def single_file(args) -> None:
         )
     if scg.get("wall_s") and last.get("wall_s"):
         print(f".json.gz ingest takes {scg['wall_s'] / last['wall_s']:.2f}x the time of .json")
+    for label, without in WITHOUT:
+        got = [ratio(s_, f) for f, s_ in contract.get(without, [])]
+        got = [x for x in got if x]
+        if got:
+            print(f"{label} is {statistics.median(got):.2f}x the speed of the fair floor{each(got)}")
+    if cost.get("views_s") is not None:
+        # the work itself, on the database just written (median of 5 runs of each statement)
+        print(
+            f"the contract's {cost['statements']} statements over this file's rows: name classification "
+            f"{cost['classify_s']:.3f} s, derived rows {cost['derive_s']:.3f} s, stored views {cost['views_s']:.3f} s; "
+            f"over no rows at all (planning and starting them): {cost['classify_empty_s']:.3f} s, "
+            f"{cost['derive_empty_s']:.3f} s, {cost['views_empty_s']:.3f} s"
+        )
+
+
+# --contract: slowcard's ingest without the work its contract adds after the INSERT
+WITHOUT = (
+    ("slowcard, no stored-view refill", "refill"),
+    ("slowcard, no refill, no derived rows", "derive,refill"),
+)
 
 
 def fmt_load(load: tuple[float, float, float]) -> str:
