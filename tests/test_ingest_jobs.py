@@ -48,8 +48,9 @@ def _snapshot(db):
 
 
 def test_the_default_ingests_small_files_in_parallel_into_the_same_database(tmp_path, realdata, monkeypatch):
-    """The 4 ranks of a real EP run (each under a MB): with --jobs left out, 2 cores give 2 jobs;
-    the database and the verdict equal those of --jobs 1."""
+    """The 4 ranks of a real EP run (each under a MB, .json.gz): with --jobs left out they go in
+    one batch (ingest/_shared.py), a thread per file; the database and the verdict equal those of
+    --jobs 1 (one thread)."""
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
     files = sorted((realdata / "kineto_cpu_ep4_hot1").glob("*.json*"))
     assert len(files) >= 4 and auto_jobs([f.stat().st_size for f in files]) == 2
@@ -72,7 +73,7 @@ def test_the_default_ingests_small_files_in_parallel_into_the_same_database(tmp_
         rep = ingest_paths(db, [str(f) for f in files], run="r", jobs=jobs)
         assert [f.path for f in rep.files] == [str(f) for f in files]  # the order given
         assert all(f.status == "ok" for f in rep.files)
-        assert len(seen_threads) == (2 if jobs is None else 1)
+        assert len(seen_threads) == (len(files) if jobs is None else 1)
         con = store.open_db(db, read_only=True)
         try:
             res = run_query(con, load_catalog()["ep-slow-rank"], run="r")

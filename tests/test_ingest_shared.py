@@ -1,11 +1,14 @@
-"""Small plain traces ingested in batches (slowcard/ingest/_shared.py): the parts of all files of a
-batch go into ONE INSERT and their derived rows are written by one statement per table, and the
-database is the one that ingesting the files one at a time (--jobs 1) gives: same rows per file,
-same derived rows, same per-file results and verdict; a statement DuckDB rejects, a file that is
-not a trace, a compressed trace and a trace read another way all still come out the same."""
+"""Small traces ingested in batches (slowcard/ingest/_shared.py): the parts of all files of a
+batch, plain or compressed, go into ONE INSERT and their derived rows are written by one statement
+per table, and the database is the one that ingesting the files one at a time (--jobs 1) gives:
+same rows per file, same derived rows, same per-file results and verdict; a statement DuckDB
+rejects, a file that is not a trace, a compressed trace cut short and a trace read another way all
+still come out the same."""
 
 from __future__ import annotations
 
+import gzip
+import random
 import threading
 
 import duckdb
@@ -14,8 +17,9 @@ import synth_kineto
 from conftest import trace_text, write_trace
 
 from slowcard import store
-from slowcard.ingest import _shared, ingest_paths
+from slowcard.ingest import _shared, chrome_parts, ingest_paths
 from slowcard.ingest.base import IngestOptions
+from slowcard.ingest.chrome_pipes import _gz_content_size
 from slowcard.queries import load_catalog, run_query
 
 
@@ -85,11 +89,13 @@ def _both(tmp_path, paths, monkeypatch, **kwargs):
     return out, spy
 
 
-def test_a_batch_of_rank_traces_gives_the_database_of_one_file_at_a_time(tmp_path, monkeypatch):
+@pytest.mark.parametrize("gz", [False, True], ids=["json", "json.gz"])
+def test_a_batch_of_rank_traces_gives_the_database_of_one_file_at_a_time(tmp_path, monkeypatch, gz):
     folder = tmp_path / "run"
     paths = synth_kineto.write_ep_run(
-        folder, ranks=4, steps=4, layers=4, scenario="token_skew", slow_rank=2, gz=False, events_per_rank=3000
+        folder, ranks=4, steps=4, layers=4, scenario="token_skew", slow_rank=2, gz=gz, events_per_rank=3000
     )
+    assert all(str(p).endswith(".json.gz" if gz else ".json") for p in paths)
     out, spy = _both(tmp_path, paths, monkeypatch)
     # the batch went in as one statement over the 4 files and one derive over the 4
     assert spy.inserts == [(4, True)] and spy.derives == [4]
@@ -143,11 +149,76 @@ def test_a_statement_duckdb_rejects_is_redone_file_by_file_with_the_same_salvage
     assert _snapshot(out["batched"][1]) == _snapshot(out["serial"][1])
 
 
+@pytest.mark.parametrize("bad", ["rank1.json", "rank2.json.gz"])
+def test_a_compressed_member_rejected_or_cut_short_goes_alone_with_the_same_salvage(tmp_path, monkeypatch, bad):
+    """A batch of plain and compressed traces where one has a bad event (DuckDB rejects the one
+    statement: every file goes alone, the bad one salvaged as --jobs 1 salvages it), and a
+    compressed trace cut short (its producer stops at the damage: what decompressed goes in)."""
+    folder = tmp_path / "run"
+    for r, suffix in enumerate([".json", ".json", ".json.gz", ".json.gz"]):
+        text = trace_text(_events(4000, offset=r * 0.25), {"schemaVersion": 1, "distributedInfo": {"rank": r}})
+        if f"rank{r}{suffix}" == bad:
+            text = text.replace(f'"ts": {2500 + r * 0.25}, "dur": 1.5', f'"ts": {2500 + r * 0.25}, "dur": "1.5x"', 1)
+            assert '"1.5x"' in text
+        write_trace(folder / f"rank{r}{suffix}", text=text)
+    whole = gzip.compress(trace_text(_events(3000, offset=0.75), {"schemaVersion": 1}).encode())
+    (folder / "rank4.json.gz").write_bytes(whole[: len(whole) * 2 // 3])  # cut short
+    opts = IngestOptions(part_bytes=64 << 10)
+    out, spy = _both(tmp_path, sorted(folder.iterdir()), monkeypatch, options=opts)
+    assert spy.inserts == [(5, False)] and spy.derives == [5]
+    batched, serial = out["batched"][0], out["serial"][0]
+    got = {f.path.rsplit("/", 1)[1]: (f.status, f.rows_kept, f.rows_dropped) for f in batched.files}
+    assert got[bad] == ("salvaged", 3999, 1)
+    assert got["rank4.json.gz"][0] == "truncated" and 0 < got["rank4.json.gz"][1] < 3000
+    assert all(v == ("ok", 4000, 0) for k, v in got.items() if k not in (bad, "rank4.json.gz"))
+    assert [(f.status, f.rows_kept, f.message) for f in batched.files] == [
+        (f.status, f.rows_kept, f.message) for f in serial.files
+    ]
+    assert _snapshot(out["batched"][1]) == _snapshot(out["serial"][1])
+
+
+def test_compressed_members_share_the_statement_of_plain_ones(tmp_path, monkeypatch):
+    """A cut-short compressed trace alone is not rejected: its parts join the statement of the
+    plain and whole compressed traces, its tail is salvaged after it, as with --jobs 1."""
+    folder = tmp_path / "run"
+    write_trace(folder / "a.json", _events(3000), {"schemaVersion": 1})
+    write_trace(folder / "b.json.gz", _events(2500, 0.5), {"schemaVersion": 1})
+    whole = gzip.compress(trace_text(_events(3000, offset=0.75), {"schemaVersion": 1}).encode())
+    (folder / "c.json.gz").write_bytes(whole[: len(whole) * 2 // 3])
+    out, spy = _both(tmp_path, [folder], monkeypatch, options=IngestOptions(part_bytes=16 << 10))
+    assert spy.inserts == [(3, True)] and spy.derives == [3]
+    batched, serial = out["batched"][0], out["serial"][0]
+    assert [(f.status, f.rows_kept, f.message) for f in batched.files] == [
+        (f.status, f.rows_kept, f.message) for f in serial.files
+    ]
+    assert [f.status for f in batched.files] == ["ok", "ok", "truncated"]
+    assert _snapshot(out["batched"][1]) == _snapshot(out["serial"][1])
+
+
+def test_a_compressed_member_larger_than_its_guess_goes_in_waves(tmp_path, monkeypatch):
+    """A compressed trace whose decompressed parts pass BATCH_GZ_LIMIT (its trailer's size was a
+    wrong guess) stops waiting for the batch: it goes in waves, the others share the statement,
+    and the database is the one of --jobs 1."""
+    folder = tmp_path / "run"
+    write_trace(folder / "a.json", _events(3000), {"schemaVersion": 1})
+    write_trace(folder / "b.json.gz", _events(500, 0.5), {"schemaVersion": 1})
+    write_trace(folder / "c.json.gz", _events(6000, 0.75), {"schemaVersion": 1})
+    monkeypatch.setattr(chrome_parts, "BATCH_GZ_LIMIT", 200 << 10)  # c decompresses to ~600 KB
+    out, spy = _both(tmp_path, [folder], monkeypatch, options=IngestOptions(part_bytes=32 << 10))
+    assert spy.inserts == [(2, True)] and spy.derives == [3]
+    batched, serial = out["batched"][0], out["serial"][0]
+    assert [(f.status, f.rows_kept) for f in batched.files] == [("ok", 3000), ("ok", 500), ("ok", 6000)]
+    assert [(f.status, f.rows_kept, f.message) for f in batched.files] == [
+        (f.status, f.rows_kept, f.message) for f in serial.files
+    ]
+    assert _snapshot(out["batched"][1]) == _snapshot(out["serial"][1])
+
+
 def test_a_batch_with_other_files_among_its_traces(tmp_path, monkeypatch):
     """A folder of plain traces with, among them, a trace whose ts are strings (read another way),
     a compressed trace, an empty trace, a JSON file that is not a trace, and a trace with its time
-    base after the events (rebased after the insert): nobody waits forever, the plain traces
-    share one statement, and the database is the one of --jobs 1."""
+    base after the events (rebased after the insert): nobody waits forever, the plain and the
+    compressed traces share one statement, and the database is the one of --jobs 1."""
     folder = tmp_path / "run"
     write_trace(folder / "a.json", _events(3000), {"schemaVersion": 1, "baseTimeNanoseconds": 1_000_000})
     write_trace(folder / "b.json", _events(2500, 0.5), {"schemaVersion": 1}, {"baseTimeNanoseconds": 7_000_000})
@@ -159,10 +230,10 @@ def test_a_batch_with_other_files_among_its_traces(tmp_path, monkeypatch):
     opts = IngestOptions(part_bytes=32 << 10)
     out, spy = _both(tmp_path, [folder], monkeypatch, options=opts)
     batched, serial = out["batched"][0], out["serial"][0]
-    # a, b (DOUBLE ts) and c (string ts) arrive; d is compressed (not in a batch), e has no
-    # parts, f is skipped: one statement for a and b, one for c
-    assert sorted(spy.inserts) == [(1, True), (2, True)]
-    assert spy.derives == [4]  # a, b, c and the empty e reach their commit
+    # a, b, d (DOUBLE ts; d decompressed into part files) and c (string ts) arrive; e has no
+    # parts, f is skipped: one statement for a, b and d, one for c
+    assert sorted(spy.inserts) == [(1, True), (3, True)]
+    assert spy.derives == [5]  # a, b, c, d and the empty e reach their commit
     assert [(f.path, f.status, f.rows_kept) for f in batched.files] == [
         (f.path, f.status, f.rows_kept) for f in serial.files
     ]
@@ -198,7 +269,30 @@ def test_a_batch_with_other_files_among_its_traces(tmp_path, monkeypatch):
     ],
 )
 def test_which_files_share_a_batch(files, expected):
+    # (a.json.gz does not exist: it goes alone, its own ingest says why)
     assert _shared.plan_batches([(i, name, size) for i, (name, size) in enumerate(files)]) == expected
+
+
+def test_compressed_files_count_decompressed_against_the_caps(tmp_path, monkeypatch):
+    """A .json.gz file is sized by its decompressed length (its gzip trailer): against the file
+    cap, the batch's byte cap and the cap on what a batch decompresses into the temp folder."""
+    sizes = []
+    rng = random.Random(3)
+    for i, n in enumerate([4000, 4000, 4000, 9000]):
+        path = tmp_path / f"r{i}.json.gz"
+        # text that compresses about as much as a trace (the estimate trusts 2x-50x)
+        path.write_bytes(gzip.compress(bytes(rng.choice(b"ab") for _ in range(n))))
+        sizes.append((i, str(path), path.stat().st_size))
+        assert _gz_content_size(path) == n
+    sizes.append((4, str(tmp_path / "plain.json"), 5000))
+    monkeypatch.setattr(_shared, "SHARED_MAX_FILE_BYTES", 8000)  # r3 (9,000 decompressed) goes alone
+    monkeypatch.setattr(_shared, "SHARED_MAX_GZ_BYTES", 8000)  # two of 4,000 per batch
+    assert _shared.plan_batches(sizes) == [[0, 1], [2, 4]]
+    monkeypatch.setattr(_shared, "SHARED_MAX_GZ_BYTES", 1 << 30)
+    monkeypatch.setattr(_shared, "SHARED_MAX_BATCH_BYTES", 9000)  # plain and decompressed bytes alike
+    assert _shared.plan_batches(sizes) == [[0, 1], [2, 4]]
+    monkeypatch.setattr(_shared, "SHARED_MAX_BATCH_BYTES", 1 << 30)
+    assert _shared.plan_batches(sizes) == [[0, 1, 2, 4]]
 
 
 def test_batches_stop_at_their_file_and_byte_caps():

@@ -1,4 +1,4 @@
-"""Files ingested together: the parts of every plain trace of a batch go into ONE INSERT, and the
+"""Files ingested together: the parts of every trace of a batch go into ONE INSERT, and the
 batch's derived rows are written by one statement per table.
 
 Why: DuckDB 1.5 pays a fixed cost per INSERT that does not fill whole row groups on every thread
@@ -9,8 +9,10 @@ the same parts (bench/README.md, "Many rank files"). A run of small rank files i
 How, without changing what a file's ingest means: every file of a batch runs in its own thread
 as it always does (ingest_file: detection, header, cuts, tail, trailer, commit). Two meeting
 points (stages) join them:
-- ``insert``: a Chrome trace whose parts can all go through pipes arrives with its parts and
-  waits; every other file leaves this stage (an ineligible file, one that failed earlier, a
+- ``insert``: a Chrome trace whose parts are all read the same way arrives with its parts and
+  waits: a plain file's as spans of the file (each goes through a named pipe), a compressed
+  file's as part files, decompressed whole first (members decompress side by side, a thread
+  each). Every other file leaves this stage (an ineligible file, one that failed earlier, a
   format that is not a trace). When every member has arrived or left, one arrival (the leader)
   runs ONE INSERT over every arrival's parts, each row tagged with its file's pending source id
   and time base, and hands each file its row count. If DuckDB rejects the statement nothing of
@@ -27,17 +29,21 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Hashable
+from pathlib import Path
 from typing import Any
 
 import duckdb
 
 from .. import store
-from .chrome_pipes import _piped
+from .chrome_pipes import _gz_content_size, _piped
 from .chrome_ts import _shared_insert_sql
 
 # Files larger than this go alone: their INSERT fills row groups on every thread anyway.
 SHARED_MAX_FILE_BYTES = 256 << 20
 SHARED_MAX_BATCH_BYTES = 2 << 30  # one statement at most this much JSON (a failure redoes it all)
+# A compressed member is decompressed whole into part files (in the temp folder, /dev/shm when it
+# has 1 GB free) before the statement: at most this much of a batch waits there.
+SHARED_MAX_GZ_BYTES = 512 << 20
 SHARED_MAX_FILES = 64  # one thread per member waits at the meeting points
 WAIT_STEP_S = 0.1  # how often a waiting member looks at the batch's Ctrl-C flag
 
@@ -113,10 +119,19 @@ class SharedBatch:
         self.derive_stage.leave(key)
 
     def insert(self, key: Hashable, ing, fd: int, parts: list[tuple[int, int, bytes, str]]) -> int | None:
-        """Arrive at the insert stage with a file's parts (all read the same way: ts mode
+        """Arrive at the insert stage with a plain file's parts (all read the same way: ts mode
         ``parts[0][3]``); the rows of this file that the one statement inserted, or None when
         the file must insert its parts itself."""
-        result = self.insert_stage.arrive(key, (ing, fd, parts), _insert_all)
+        spans = [(fd, offset, length) for offset, length, _sep, _mode in parts]
+        return self._arrive(key, ing, spans, [], parts[0][3])
+
+    def insert_files(self, key: Hashable, ing, files: list[str], mode: str) -> int | None:
+        """The same for a compressed file, decompressed into part files (each bracketed, ts read
+        the ``mode`` way); the part files are the caller's to delete."""
+        return self._arrive(key, ing, [], files, mode)
+
+    def _arrive(self, key: Hashable, ing, spans: list, files: list[str], mode: str) -> int | None:
+        result = self.insert_stage.arrive(key, (ing, spans, files, mode), _insert_all)
         return None if result is None else result.get(ing.ctx.source_id)
 
     def derive(self, key: Hashable, con, sid: int) -> bool:
@@ -127,37 +142,50 @@ class SharedBatch:
         return bool(result) and sid in result
 
 
-def _insert_all(arrivals: list[tuple[Any, int, list]]) -> dict[int, int]:
+# An arrival at the insert stage: (the file's _Ingest, its plain parts as (fd, offset, length)
+# spans of the file, its part files (a compressed file, decompressed), the ts mode of them all).
+_Arrival = tuple[Any, list[tuple[int, int, int]], list[str], str]
+
+
+def _insert_all(arrivals: list[_Arrival]) -> dict[int, int]:
     """The leader's INSERTs: one statement over the parts of every arrival whose ts is read the
     same way (nearly always all of them). {source id: rows} of the files inserted; a file of a
     statement DuckDB rejected is absent (nothing of that statement stays; it goes alone)."""
     lead = arrivals[0][0]
-    by_mode: dict[str, list[tuple[Any, int, list]]] = {}
+    by_mode: dict[str, list[_Arrival]] = {}
     for arrival in arrivals:
-        by_mode.setdefault(arrival[2][0][3], []).append(arrival)
+        by_mode.setdefault(arrival[3], []).append(arrival)
     rows: dict[int, int] = {}
     for mode, group in by_mode.items():
         rows.update(_insert_statement(lead.ctx.con, lead.tmpdir, mode, group))
     return rows
 
 
-def _insert_statement(con, tmpdir: str, mode: str, group: list[tuple[Any, int, list]]) -> dict[int, int]:
-    """ONE INSERT over the parts of ``group``'s files (each part through a named pipe fed by its
-    own thread, as chrome_parts does for one file); {} when DuckDB rejects it."""
+def _insert_statement(con, tmpdir: str, mode: str, group: list[_Arrival]) -> dict[int, int]:
+    """ONE INSERT over the parts of ``group``'s files: a plain file's spans each through a named
+    pipe fed by its own thread (as chrome_parts does for one file), a compressed file's part
+    files read as they are; {} when DuckDB rejects it."""
     ranges, sids, bases = [], [], []
-    for ing, fd, parts in group:
-        for offset, length, _sep, _mode in parts:
+    files, file_sids, file_bases = [], [], []
+    for ing, spans, part_files, _mode in group:
+        for fd, offset, length in spans:
             ranges.append((fd, offset, length, ing.ctx.read_bytes))
             sids.append(ing.ctx.source_id)
             bases.append(ing.base_ns)
+        files += part_files
+        file_sids += [ing.ctx.source_id] * len(part_files)
+        file_bases += [ing.base_ns] * len(part_files)
     with _piped(tmpdir, "shared", ranges) as pipes:
         try:
-            con.execute(_shared_insert_sql(mode), {"files": pipes, "sids": sids, "bases": bases})
+            con.execute(
+                _shared_insert_sql(mode),
+                {"files": pipes + files, "sids": sids + file_sids, "bases": bases + file_bases},
+            )
         except duckdb.InterruptException:
             raise  # Ctrl-C: the batch stops, no file goes alone
         except duckdb.Error:
             return {}
-    every = sorted({ing.ctx.source_id for ing, _fd, _parts in group})
+    every = sorted({ing.ctx.source_id for ing, _spans, _files, _mode in group})
     rows = dict.fromkeys(every, 0)
     rows.update(
         con.execute(
@@ -190,20 +218,34 @@ def _derive_all(arrivals: list[tuple[Any, int]]) -> set[int] | None:
 
 
 def plan_batches(sizes: list[tuple[int, str, int]]) -> list[list[int]]:
-    """Which files (index, name, size on disk) share a batch: plain ``.json`` files up to
-    SHARED_MAX_FILE_BYTES, in their order, at most SHARED_MAX_FILES and SHARED_MAX_BATCH_BYTES
-    per batch; only batches of two or more. Detection still decides in each file's thread."""
+    """Which files (index, name, size on disk) share a batch: ``.json`` and ``.json.gz`` files of
+    up to SHARED_MAX_FILE_BYTES of JSON (a .gz file's estimated from its trailer), in their
+    order, at most SHARED_MAX_FILES and SHARED_MAX_BATCH_BYTES of JSON per batch, of which at
+    most SHARED_MAX_GZ_BYTES decompressed; only batches of two or more. Detection still decides
+    in each file's thread."""
     batches: list[list[int]] = []
     cur: list[int] = []
-    total = 0
+    total = unpacked = 0
     for index, name, size in sizes:
-        if not name.endswith(".json") or size > SHARED_MAX_FILE_BYTES:
+        gz = name.endswith(".json.gz")
+        if not (gz or name.endswith(".json")):
             continue
-        if cur and (len(cur) >= SHARED_MAX_FILES or total + size > SHARED_MAX_BATCH_BYTES):
+        try:
+            content = _gz_content_size(Path(name)) if gz else size
+        except OSError:
+            continue  # gone or unreadable: it goes alone, and its own ingest says why
+        if content > SHARED_MAX_FILE_BYTES:
+            continue
+        if cur and (
+            len(cur) >= SHARED_MAX_FILES
+            or total + content > SHARED_MAX_BATCH_BYTES
+            or (gz and unpacked + content > SHARED_MAX_GZ_BYTES)
+        ):
             batches.append(cur)
-            cur, total = [], 0
+            cur, total, unpacked = [], 0, 0
         cur.append(index)
-        total += size
+        total += content
+        unpacked += content if gz else 0
     if cur:
         batches.append(cur)
     return [b for b in batches if len(b) > 1]

@@ -48,6 +48,10 @@ BATCH_BYTES = 256 << 20
 
 MAX_PIPES = 512  # more parts than this go through part files in batches instead
 
+# A compressed file of a batch is decompressed whole before the batch's statement; past this
+# much (its size estimate was wrong) it goes in waves instead (ingest/_shared.py).
+BATCH_GZ_LIMIT = 512 << 20
+
 
 def _tmp_root(ctx: Context) -> str:
     if ctx.options.tmp_dir:
@@ -74,12 +78,12 @@ class _PartsPhase(_ExactPhase):
         own (one part is parsed by one thread) and no statement ends with one thread idle."""
         opts = self.ctx.options
         size = self.path.stat().st_size
+        if is_gzip(self.path):
+            size = _gz_content_size(self.path)
         if self.ctx.shared is not None:
             # a file of a batch (ingest/_shared.py): DuckDB's threads share the batch's files, so
             # one part per file (up to part_bytes) is enough; small parts cost ~0.1 s per 16 files
             return max(1, min(opts.part_bytes, size))
-        if is_gzip(self.path):
-            size = _gz_content_size(self.path)
         batches = max(1, -(-size // BATCH_BYTES))
         even = -(-size // (batches * self._batch_parts()))
         return max(1, max(min(opts.part_bytes, 4 << 20), min(opts.part_bytes, even)))
@@ -244,6 +248,8 @@ class _PartsPhase(_ExactPhase):
         short) go in waves after it. If DuckDB rejects the one statement, the file is decompressed
         again and inserted in waves, where each part falls back on its own."""
         cap = self._batch_parts()
+        if self.ctx.shared is not None:
+            return self._stream_in_batch(s, start, cap)
         parts: queue.Queue = queue.Queue(maxsize=cap)
         stop = threading.Event()
         producer = threading.Thread(target=self._produce, args=(s, start, self.tmpdir, parts, stop), daemon=True)
@@ -279,6 +285,56 @@ class _PartsPhase(_ExactPhase):
             finally:
                 again.close()
         assert end is not None  # set by the pipes or the waves when not restarting
+        tail = end[1]
+        if isinstance(tail, BaseException):
+            raise tail
+        return tail or b""
+
+    def _stream_in_batch(self, s: _Stream, start: int, cap: int) -> bytes:
+        """Insert a compressed file of a batch (ingest/_shared.py); returns the tail bytes.
+
+        The file is decompressed and cut whole into part files first: its members decompress side
+        by side, one thread each (zlib lets go of the GIL), and a file of a batch holds at most
+        SHARED_MAX_FILE_BYTES. Then it arrives at the batch's ONE INSERT with them. When the
+        batch cannot take them (another ts type, the producer failed, DuckDB rejected the
+        statement), they go in waves as before, each part falling back on its own."""
+        shared = self.ctx.shared
+        assert shared is not None
+        items: queue.Queue = queue.Queue(maxsize=cap)
+        stop = threading.Event()
+        producer = threading.Thread(target=self._produce, args=(s, start, self.tmpdir, items, stop), daemon=True)
+        made: list = []
+        made_bytes = 0
+        try:
+            producer.start()
+            # the trailer's size was a guess (it holds the size mod 4 GiB): a file that turns out
+            # much larger stops waiting for the batch and goes in waves, its parts bounded again
+            while (not made or made[-1][0] is not None) and made_bytes <= BATCH_GZ_LIMIT:
+                made.append(items.get())
+                if made[-1][0] is not None:
+                    made_bytes += os.path.getsize(made[-1][0])
+            end = made.pop() if made[-1][0] is None else None
+            modes = {info[1] for _part, info in made}
+            n = None
+            if end is not None and made and len(modes) == 1 and "exact" not in modes:
+                if not isinstance(end[1], BaseException):
+                    n = shared.insert_files(self.ctx.path, self, [part for part, _info in made], modes.pop())
+            shared.insert_stage.leave(self.ctx.path)
+            if n is not None:
+                self.kept += n
+                self.seen += n
+            else:
+                pending, made = made + ([end] if end is not None else []), []
+                end = self._insert_waves(items, cap, pending)  # deletes the parts it inserts
+        finally:
+            stop.set()
+            producer.join()
+            while not items.empty():
+                made.append(items.get())
+            for part, _info in made:
+                if part is not None and os.path.exists(part):
+                    os.unlink(part)
+        assert end is not None  # the producer's last item, from the batch path or the waves
         tail = end[1]
         if isinstance(tail, BaseException):
             raise tail
