@@ -319,6 +319,12 @@ def main() -> None:
     )
     ap.add_argument("--skip-single", action="store_true", help="only the --batch part")
     ap.add_argument(
+        "--gz",
+        action="store_true",
+        help="with --batch: slowcard ingests the rank files gzipped (as vLLM writes them); the floors "
+        "read the same files plain",
+    )
+    ap.add_argument(
         "--contract",
         action="store_true",
         help="also ingest without the stored views' refill, and without it and the derived rows (what "
@@ -357,17 +363,28 @@ def rank_files(args) -> None:
         )
     files = sorted(folder.glob("*.json"))
     size_mb = sum(f.stat().st_size for f in files) / 1e6
+    ingested = folder
+    if args.gz:
+        import gzip
+
+        ingested = folder.with_name(folder.name + "_gz")
+        ingested.mkdir(exist_ok=True)
+        for f in files:
+            out = ingested / (f.name + ".gz")
+            if not out.exists():
+                out.write_bytes(gzip.compress(f.read_bytes(), compresslevel=6))
     load_start = os.getloadavg()
     kinds = [
         ("floor: ONE INSERT over all files' parts", "duckdb_floor_one", ()),
         ("floor: one INSERT per file", "duckdb_floor_each", ()),
-        ("slowcard ingest (batches)", "slowcard", ()),
-        ("slowcard ingest --jobs 1", "slowcard", ("1",)),
+        (f"slowcard ingest{' .json.gz' if args.gz else ''} (batches)", "slowcard", ()),
+        (f"slowcard ingest{' .json.gz' if args.gz else ''} --jobs 1", "slowcard", ("1",)),
     ]
     got: dict[str, list[dict]] = {label: [] for label, _, _ in kinds}
     for _ in range(max(1, args.repeat)):
         for label, kind, extra in kinds:
-            got[label].append(child(kind, folder, fresh_db("batch.duckdb"), *extra))
+            where = ingested if kind == "slowcard" else folder
+            got[label].append(child(kind, where, fresh_db("batch.duckdb"), *extra))
     load_end = os.getloadavg()
     print(
         f"\n{len(files)} rank files, {size_mb:,.0f} MB in all ({size_mb / len(files):,.1f} MB each), "

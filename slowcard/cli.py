@@ -91,7 +91,7 @@ def ingest(
         "-j",
         min=1,
         help="Files parsed in parallel (default: one per core, up to 8, when every file is under 32 MB; else 1). "
-        "Unless 1, plain .json traces up to 256 MB go in batches, their parts in one INSERT.",
+        "Unless 1, .json and .json.gz traces up to 256 MB go in batches, their parts in one INSERT.",
     ),
     rank_pattern: str | None = typer.Option(
         None, "--rank-pattern", help="Regex on the path; group 'rank' (or the first group) is the rank."
