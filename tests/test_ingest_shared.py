@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import random
 import threading
+import time
 
 import duckdb
 import pytest
@@ -212,6 +213,39 @@ def test_a_compressed_member_larger_than_its_guess_goes_in_waves(tmp_path, monke
         (f.status, f.rows_kept, f.message) for f in serial.files
     ]
     assert _snapshot(out["batched"][1]) == _snapshot(out["serial"][1])
+
+
+def test_a_compressed_member_failing_in_waves_stops_its_producer(tmp_path, monkeypatch):
+    """A compressed member that goes in waves and fails there, while its producer is still
+    cutting parts (blocked on a full queue): the producer is stopped and reaped, its parts are
+    deleted, and the ingest returns with that file failed instead of hanging."""
+    folder = tmp_path / "run"
+    write_trace(folder / "a.json", _events(1000), {"schemaVersion": 1})
+    write_trace(folder / "b.json.gz", _events(20000, 0.5), {"schemaVersion": 1})
+    monkeypatch.setattr(chrome_parts, "BATCH_GZ_LIMIT", 16 << 10)
+
+    real = chrome_parts._PartsPhase._insert_wave
+
+    def broken(self, files):
+        if self.path.name == "b.json.gz":
+            time.sleep(0.5)  # meanwhile the producer fills the queue and blocks putting one more
+            raise RuntimeError("boom")
+        return real(self, files)
+
+    monkeypatch.setattr(chrome_parts._PartsPhase, "_insert_wave", broken)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    got: list = []
+    opts = IngestOptions(part_bytes=8 << 10, tmp_dir=scratch)
+    t = threading.Thread(
+        target=lambda: got.append(ingest_paths(tmp_path / "db.duckdb", [folder], run="r", options=opts))
+    )
+    t.start()
+    t.join(120)
+    assert not t.is_alive(), "the ingest hung on the member's producer"
+    statuses = {f.path.rsplit("/", 1)[1]: f.status for f in got[0].files}
+    assert statuses == {"a.json": "ok", "b.json.gz": "failed"}
+    assert not list(scratch.iterdir())
 
 
 def test_a_batch_with_other_files_among_its_traces(tmp_path, monkeypatch):

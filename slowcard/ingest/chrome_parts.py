@@ -14,6 +14,7 @@ import threading
 import duckdb
 
 from .. import tempspace
+from ._shared import SHARED_MAX_FILE_BYTES
 from .base import Context, is_gzip
 from .chrome_exact import _ExactPhase
 from .chrome_pipes import (
@@ -48,9 +49,33 @@ BATCH_BYTES = 256 << 20
 
 MAX_PIPES = 512  # more parts than this go through part files in batches instead
 
-# A compressed file of a batch is decompressed whole before the batch's statement; past this
-# much (its size estimate was wrong) it goes in waves instead (ingest/_shared.py).
-BATCH_GZ_LIMIT = 512 << 20
+# A compressed file of a batch is decompressed whole before the batch's statement. A batch takes
+# files of at most SHARED_MAX_FILE_BYTES by their trailer's estimate; past twice that (the estimate
+# was wrong) the file goes in waves instead (ingest/_shared.py).
+BATCH_GZ_LIMIT = 2 * SHARED_MAX_FILE_BYTES
+
+
+def _reap(producer: threading.Thread, parts: queue.Queue, stop: threading.Event) -> None:
+    """Stop the producer thread of a compressed file whatever happened, and delete the part files
+    it left in the queue (drained while it runs: it may be blocked putting one more)."""
+    stop.set()
+    while producer.is_alive() or not parts.empty():
+        try:
+            left, _info = parts.get(timeout=0.1)
+        except queue.Empty:
+            continue
+        if left is not None:
+            os.unlink(left)
+    producer.join()
+
+
+def _tail_of(end: tuple) -> bytes:
+    """The producer's last item (None, tail bytes or the exception that stopped it): the tail, or
+    the exception raised."""
+    tail = end[1]
+    if isinstance(tail, BaseException):
+        raise tail
+    return tail or b""
 
 
 def _tmp_root(ctx: Context) -> str:
@@ -266,16 +291,7 @@ class _PartsPhase(_ExactPhase):
             if end is None and not restart:
                 end = self._insert_waves(parts, cap, pending)
         finally:
-            # Stop and reap the producer whatever happened here; drop the parts it left.
-            stop.set()
-            while producer.is_alive() or not parts.empty():
-                try:
-                    left, _info = parts.get(timeout=0.1)
-                except queue.Empty:
-                    continue
-                if left is not None:
-                    os.unlink(left)
-            producer.join()
+            _reap(producer, parts, stop)
         if restart:
             again = _Stream(self.path)
             try:
@@ -285,10 +301,7 @@ class _PartsPhase(_ExactPhase):
             finally:
                 again.close()
         assert end is not None  # set by the pipes or the waves when not restarting
-        tail = end[1]
-        if isinstance(tail, BaseException):
-            raise tail
-        return tail or b""
+        return _tail_of(end)
 
     def _stream_in_batch(self, s: _Stream, start: int, cap: int) -> bytes:
         """Insert a compressed file of a batch (ingest/_shared.py); returns the tail bytes.
@@ -316,9 +329,9 @@ class _PartsPhase(_ExactPhase):
             end = made.pop() if made[-1][0] is None else None
             modes = {info[1] for _part, info in made}
             n = None
-            if end is not None and made and len(modes) == 1 and "exact" not in modes:
-                if not isinstance(end[1], BaseException):
-                    n = shared.insert_files(self.ctx.path, self, [part for part, _info in made], modes.pop())
+            whole = end is not None and not isinstance(end[1], BaseException)
+            if whole and made and len(modes) == 1 and "exact" not in modes:
+                n = shared.insert_files(self.ctx.path, self, [part for part, _info in made], modes.pop())
             shared.insert_stage.leave(self.ctx.path)
             if n is not None:
                 self.kept += n
@@ -327,18 +340,12 @@ class _PartsPhase(_ExactPhase):
                 pending, made = made + ([end] if end is not None else []), []
                 end = self._insert_waves(items, cap, pending)  # deletes the parts it inserts
         finally:
-            stop.set()
-            producer.join()
-            while not items.empty():
-                made.append(items.get())
             for part, _info in made:
                 if part is not None and os.path.exists(part):
                     os.unlink(part)
+            _reap(producer, items, stop)
         assert end is not None  # the producer's last item, from the batch path or the waves
-        tail = end[1]
-        if isinstance(tail, BaseException):
-            raise tail
-        return tail or b""
+        return _tail_of(end)
 
     def _stream_through_pipes(self, parts: queue.Queue, first, cap: int):
         """One INSERT over named pipes fed part by part from the producer's queue. DuckDB opens
