@@ -7,8 +7,7 @@ from __future__ import annotations
 import os
 import threading
 import zlib
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from .. import store
@@ -204,26 +203,43 @@ def _release_feeder(pipe: str, feeder: threading.Thread) -> None:
     feeder.join()
 
 
-@contextmanager
-def _piped(
-    folder: str, prefix: str, ranges: Sequence[tuple[int, int, int, Callable[[int], None] | None]]
-) -> Iterator[list[str]]:
-    """One named pipe per (fd, offset, length, done) range in ``folder``, each fed (``[`` + the
-    bytes + ``]``) by its own thread once DuckDB opens it; yields the pipe names. On exit every
-    feeder is released (a pipe DuckDB never opened is drained) and the pipes are removed."""
-    pipes: list[str] = []
-    feeders: list[threading.Thread] = []
-    try:
-        for fd, offset, length, done in ranges:
-            pipe = os.path.join(folder, f"{prefix}{len(pipes):05d}.json")
-            os.mkfifo(pipe)
-            pipes.append(pipe)
-            t = threading.Thread(target=_feed_pipe, args=(fd, offset, length, pipe), kwargs={"done": done}, daemon=True)
-            t.start()
-            feeders.append(t)
-        yield pipes
-    finally:
-        for pipe, t in zip(pipes, feeders):
-            _release_feeder(pipe, t)
-        for pipe in pipes:
-            os.unlink(pipe)
+class _piped:
+    """``with _piped(folder, prefix, ranges) as pipes``: one named pipe per (fd, offset, length,
+    done) range in ``folder``, each fed (``[`` + the bytes + ``]``) by its own thread once DuckDB
+    opens it. On exit every feeder is released (a pipe DuckDB never opened is drained) and the
+    pipes are removed.
+
+    A class, not a generator: a Ctrl-C whose KeyboardInterrupt fires on entering ``__exit__``
+    (it is pending while DuckDB runs the statement and fires at the next Python call) skips the
+    cleanup either way, and the part folder is removed by the reader after it; a generator left
+    suspended was then closed at interpreter exit, after that folder was gone, and printed an
+    "Exception ignored" traceback under the one-line Ctrl-C message."""
+
+    def __init__(self, folder: str, prefix: str, ranges: Sequence[tuple[int, int, int, Callable[[int], None] | None]]):
+        self.folder, self.prefix, self.ranges = folder, prefix, ranges
+        self.pipes: list[str] = []
+        self.feeders: list[threading.Thread] = []
+
+    def __enter__(self) -> list[str]:
+        try:
+            for fd, offset, length, done in self.ranges:
+                pipe = os.path.join(self.folder, f"{self.prefix}{len(self.pipes):05d}.json")
+                os.mkfifo(pipe)
+                self.pipes.append(pipe)
+                t = threading.Thread(
+                    target=_feed_pipe, args=(fd, offset, length, pipe), kwargs={"done": done}, daemon=True
+                )
+                t.start()
+                self.feeders.append(t)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self.pipes
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            for pipe, t in zip(self.pipes, self.feeders):
+                _release_feeder(pipe, t)
+        finally:
+            for pipe in self.pipes:
+                os.unlink(pipe)
