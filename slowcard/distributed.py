@@ -56,6 +56,13 @@ _TEMPLATE: dict[tuple[str, str], Path] = {}
 _STAGED: dict[str, list[str]] = {}  # per schema fingerprint: the tables to stage
 
 
+# The scheduler always serves HTTP (/health, /metrics), dashboard or not: with no address it takes
+# port 8787, so a second cluster on the machine (another ingest, another test suite) found the
+# port taken and failed with "Port 8787 is already in use". Port 0 lets the OS choose; the
+# dashboard stays off.
+LOCAL_CLUSTER_HTTP = {"dashboard_address": "127.0.0.1:0", "scheduler_kwargs": {"dashboard": False}}
+
+
 def _dask():
     try:
         from dask.distributed import Client, LocalCluster, as_completed
@@ -343,8 +350,8 @@ def ingest_paths_dask(
                     threads_per_worker=1,
                     processes=True,
                     host="127.0.0.1",
-                    dashboard_address=None,
                     silence_logs=logging.ERROR,
+                    **LOCAL_CLUSTER_HTTP,
                 )
                 own_client = Client(cluster)
             client = own_client

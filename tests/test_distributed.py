@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -70,8 +70,8 @@ def cluster():
         threads_per_worker=1,
         processes=True,
         host="127.0.0.1",
-        dashboard_address=None,
         silence_logs=logging.ERROR,
+        **slowcard.distributed.LOCAL_CLUSTER_HTTP,  # port 0: another suite's cluster may run beside it
     )
     try:
         yield c
@@ -79,8 +79,7 @@ def cluster():
         c.close()
 
 
-def _temp_leftovers() -> set[str]:
-    tmp = Path(tempfile.gettempdir())
+def _temp_leftovers(tmp: Path) -> set[str]:
     return {p.name for p in tmp.iterdir() if p.name.startswith(("slowcard-worker-", "slowcard-template-"))}
 
 
@@ -88,24 +87,35 @@ def _temp_leftovers() -> set[str]:
 def dbs(inputs, tmp_path_factory):
     d = tmp_path_factory.mktemp("dask_db")
     local = ingest_paths(d / "local.duckdb", inputs, run=RUN, rank_map=_rank_map(inputs))
-    before = _temp_leftovers()
+    # The workers' temp folders in a temp folder of this test's own (TMPDIR, inherited by the worker
+    # processes): another suite's Dask ingest running meanwhile leaves its folders elsewhere.
+    worker_tmp = d / "worker_tmp"
+    worker_tmp.mkdir()
     shared = d / "shared"
     seen = []
-    dask = ingest_paths_dask(
-        d / "dask.duckdb",
-        inputs,
-        run=RUN,
-        n_workers=2,
-        shared_dir=shared,
-        rank_map=_rank_map(inputs),
-        progress=seen.append,
-    )
+    with pytest.MonkeyPatch.context() as mp, socket.socket() as busy:
+        mp.setenv("TMPDIR", str(worker_tmp))
+        # The port Dask's scheduler once took for its HTTP server whatever the dashboard setting:
+        # held here, as another cluster on the machine would hold it (slowcard must not need it).
+        try:
+            busy.bind(("127.0.0.1", 8787))
+        except OSError:
+            pass  # already held by someone else: the same situation
+        dask = ingest_paths_dask(
+            d / "dask.duckdb",
+            inputs,
+            run=RUN,
+            n_workers=2,
+            shared_dir=shared,
+            rank_map=_rank_map(inputs),
+            progress=seen.append,
+        )
     return {
         "local": (d / "local.duckdb", local),
         "dask": (d / "dask.duckdb", dask),
         "shared": shared,
         "progress": seen,
-        "leftovers": _temp_leftovers() - before,
+        "leftovers": _temp_leftovers(worker_tmp),
     }
 
 
