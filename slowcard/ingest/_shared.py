@@ -35,14 +35,17 @@ from typing import Any
 import duckdb
 
 from .. import store
-from .chrome_pipes import _gz_content_size, _piped
+from ._gz import content_size as _gz_content_size
+from .chrome_pipes import _piped
 from .chrome_ts import _shared_insert_sql
 
 # Files larger than this go alone: their INSERT fills row groups on every thread anyway.
 SHARED_MAX_FILE_BYTES = 256 << 20
 SHARED_MAX_BATCH_BYTES = 2 << 30  # one statement at most this much JSON (a failure redoes it all)
 # A compressed member is decompressed whole into part files (in the temp folder, /dev/shm when it
-# has 1 GB free) before the statement: at most this much of a batch waits there.
+# has 1 GB free) before the statement: at most this much of a batch waits there. The plan sizes
+# files by their gzip trailer (_gz.content_size); the batch counts the parts really written
+# (SharedBatch.take_gz), and a file that would pass it goes alone after the batch's statement.
 SHARED_MAX_GZ_BYTES = 512 << 20
 SHARED_MAX_FILES = 64  # one thread per member waits at the meeting points
 WAIT_STEP_S = 0.1  # how often a waiting member looks at the batch's Ctrl-C flag
@@ -100,6 +103,13 @@ class _Stage:
                 self._wait()
             return self._result
 
+    def wait_done(self) -> None:
+        """Wait until this stage is over: every member arrived or left, and the action (if any
+        member arrived) has run. For a member that left it."""
+        with self._cond:
+            while not (self._complete() and (self._finished or not self._arrived)):
+                self._wait()
+
     def _wait(self) -> None:
         self._cond.wait(WAIT_STEP_S)
         if self._stopping is not None and self._stopping.is_set():
@@ -112,6 +122,22 @@ class SharedBatch:
     def __init__(self, members: int, stopping: threading.Event | None = None):
         self.insert_stage = _Stage(members, stopping)
         self.derive_stage = _Stage(members, stopping)
+        self._gz_lock = threading.Lock()
+        self._gz_free = SHARED_MAX_GZ_BYTES  # of the temp budget for decompressed parts
+
+    def take_gz(self, n: int) -> bool:
+        """Count n bytes of a compressed member's part against the batch's temp budget (before
+        the part is written); False when they do not fit (the member then goes alone)."""
+        with self._gz_lock:
+            if n > self._gz_free:
+                return False
+            self._gz_free -= n
+            return True
+
+    def give_gz(self, n: int) -> None:
+        """n bytes of parts counted by take_gz are deleted."""
+        with self._gz_lock:
+            self._gz_free += n
 
     def leave(self, key: Hashable) -> None:
         """A member is done (or failed) before some stage: it arrives at neither any more."""
@@ -219,10 +245,12 @@ def _derive_all(arrivals: list[tuple[Any, int]]) -> set[int] | None:
 
 def plan_batches(sizes: list[tuple[int, str, int]]) -> list[list[int]]:
     """Which files (index, name, size on disk) share a batch: ``.json`` and ``.json.gz`` files of
-    up to SHARED_MAX_FILE_BYTES of JSON (a .gz file's estimated from its trailer), in their
-    order, at most SHARED_MAX_FILES and SHARED_MAX_BATCH_BYTES of JSON per batch, of which at
-    most SHARED_MAX_GZ_BYTES decompressed; only batches of two or more. Detection still decides
-    in each file's thread."""
+    up to SHARED_MAX_FILE_BYTES of JSON (a .gz file's from its trailer, whatever its ratio: see
+    _gz.content_size), in their order, at most SHARED_MAX_FILES and SHARED_MAX_BATCH_BYTES of
+    JSON per batch, of which at most SHARED_MAX_GZ_BYTES decompressed; only batches of two or
+    more. Detection still decides in each file's thread. A trailer short of the truth (several
+    gzip members, 4 GiB or more) cannot take a batch past SHARED_MAX_GZ_BYTES: the batch counts
+    what it decompresses (SharedBatch.take_gz)."""
     batches: list[list[int]] = []
     cur: list[int] = []
     total = unpacked = 0

@@ -26,6 +26,8 @@ from typing import Any, Protocol
 
 import duckdb
 
+from ._gz import GZIP_MAGIC
+
 
 def max_event_bytes_from_env() -> int:
     """SLOWCARD_MAX_EVENT_MB (default 64): the largest single event / value a reader buffers.
@@ -112,16 +114,15 @@ class Reader(Protocol):
     def ingest(self, ctx: Context) -> Outcome: ...
 
 
-GZIP_MAGIC = b"\x1f\x8b"
-
-
 def is_gzip(path: Path) -> bool:
     with open(path, "rb") as f:
         return f.read(2) == GZIP_MAGIC
 
 
 def open_bytes(path: Path) -> io.BufferedReader | gzip.GzipFile:
-    """A binary stream of the file's content, decompressing gzip transparently."""
+    """A binary stream of the file's content, decompressing gzip transparently (the stdlib
+    ``gzip`` module: every member, zero padding after the last skipped; a cut stream raises
+    EOFError where it stops)."""
     if is_gzip(path):
         return gzip.open(path, "rb")
     return open(path, "rb")

@@ -5,11 +5,13 @@ that is not possible. Part of the Chrome-trace reader (slowcard/ingest/chrome.py
 
 from __future__ import annotations
 
+import errno
 import os
 import queue
 import shutil
 import tempfile
 import threading
+from collections.abc import Callable
 
 import duckdb
 
@@ -50,9 +52,39 @@ BATCH_BYTES = 256 << 20
 MAX_PIPES = 512  # more parts than this go through part files in batches instead
 
 # A compressed file of a batch is decompressed whole before the batch's statement. A batch takes
-# files of at most SHARED_MAX_FILE_BYTES by their trailer's estimate; past twice that (the estimate
-# was wrong) the file goes in waves instead (ingest/_shared.py).
+# files of at most SHARED_MAX_FILE_BYTES by their trailer's estimate; a file whose parts pass twice
+# that (the estimate was wrong), or the batch's temp budget (SHARED_MAX_GZ_BYTES, counted on the
+# bytes really decompressed), or that finds the temp folder full, leaves the batch and goes the
+# one-file path after the batch's statement (ingest/_shared.py).
 BATCH_GZ_LIMIT = 2 * SHARED_MAX_FILE_BYTES
+
+# What stops a batch member's decompression for want of room (the file then goes alone).
+_NO_ROOM = (errno.ENOSPC, errno.EDQUOT)
+
+
+class _BatchFull(Exception):
+    """A part would take a batch member past BATCH_GZ_LIMIT or the batch past its temp budget."""
+
+
+def _no_room(exc: object) -> bool:
+    """The producer of a batch member stopped for want of room: its budget or the temp folder."""
+    return isinstance(exc, _BatchFull) or (isinstance(exc, OSError) and exc.errno in _NO_ROOM)
+
+
+def _write_part(path: str, data: memoryview) -> None:
+    """``[`` + data + ``]`` into a new part file; nothing is left behind when it cannot be
+    written (the temp folder is full)."""
+    try:
+        with open(path, "wb") as f:
+            f.write(b"[")
+            f.write(data)
+            f.write(b"]")
+    except BaseException:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        raise
 
 
 def _reap(producer: threading.Thread, parts: queue.Queue, stop: threading.Event) -> None:
@@ -97,6 +129,13 @@ def _tmp_root(ctx: Context) -> str:
 class _PartsPhase(_ExactPhase):
     """Cutting the events array into parts and inserting them."""
 
+    # A member of a batch that left it for want of room: from then on it is ingested as a file of
+    # its own (ctx.shared stays: the derive stage still counts on it).
+    alone = False
+
+    def _in_batch(self) -> bool:
+        return self.ctx.shared is not None and not self.alone
+
     def _part_target(self) -> int:
         """Part size: the configured maximum, but such that the file splits into statements of
         `_batch_parts()` parts of about BATCH_BYTES each: every DuckDB thread gets parts of its
@@ -105,7 +144,7 @@ class _PartsPhase(_ExactPhase):
         size = self.path.stat().st_size
         if is_gzip(self.path):
             size = _gz_content_size(self.path)
-        if self.ctx.shared is not None:
+        if self._in_batch():
             # a file of a batch (ingest/_shared.py): DuckDB's threads share the batch's files, so
             # one part per file (up to part_bytes) is enough; small parts cost ~0.1 s per 16 files
             return max(1, min(opts.part_bytes, size))
@@ -116,13 +155,22 @@ class _PartsPhase(_ExactPhase):
     def _batch_parts(self) -> int:
         return 2 * max(1, self.ctx.options.threads)
 
-    def _produce(self, s: _Stream, start: int, tmpdir: str, out: queue.Queue, stop: threading.Event) -> None:
+    def _produce(
+        self,
+        s: _Stream,
+        start: int,
+        tmpdir: str,
+        out: queue.Queue,
+        stop: threading.Event,
+        take: Callable[[int], bool] | None = None,
+    ) -> None:
         """Producer thread: cut the events array into part files of about the target size; put
         (path, (separator, ts_mode)) per part, then (None, tail_bytes) with the bytes after the
         last part; (None, exc) on error. ``separator`` is what was stripped from the end of the
         part (', ' and whitespace): when the cut was wrong (inside a string) the exact fallback
         needs those bytes back to rebuild the event split across two parts. Returns without a
-        last item once ``stop`` is set."""
+        last item once ``stop`` is set. ``take(n)``: asked before a part of n bytes is written
+        (a batch's temp budget); False ends the production with (None, _BatchFull())."""
         try:
             s.drop(start)
             target = self._part_target()
@@ -151,10 +199,10 @@ class _PartsPhase(_ExactPhase):
                 buf = s.buf
                 end = _separator_start(buf, cut)
                 part = os.path.join(tmpdir, f"part{n:05d}.json")
-                with memoryview(buf) as mv, open(part, "wb") as f:
-                    f.write(b"[")
-                    f.write(mv[:end])
-                    f.write(b"]")
+                if take is not None and not take(end + 2):
+                    raise _BatchFull(f"part {n} of {end + 2} bytes")
+                with memoryview(buf) as mv:
+                    _write_part(part, mv[:end])
                 info = (bytes(buf[end:cut]), _ts_mode(bytes(buf[: min(end, SAMPLE_BYTES)])))
                 n += 1
                 del buf
@@ -273,7 +321,7 @@ class _PartsPhase(_ExactPhase):
         short) go in waves after it. If DuckDB rejects the one statement, the file is decompressed
         again and inserted in waves, where each part falls back on its own."""
         cap = self._batch_parts()
-        if self.ctx.shared is not None:
+        if self._in_batch():
             return self._stream_in_batch(s, start, cap)
         parts: queue.Queue = queue.Queue(maxsize=cap)
         stop = threading.Event()
@@ -306,46 +354,76 @@ class _PartsPhase(_ExactPhase):
     def _stream_in_batch(self, s: _Stream, start: int, cap: int) -> bytes:
         """Insert a compressed file of a batch (ingest/_shared.py); returns the tail bytes.
 
-        The file is decompressed and cut whole into part files first: its members decompress side
-        by side, one thread each (zlib lets go of the GIL), and a file of a batch holds at most
-        SHARED_MAX_FILE_BYTES. Then it arrives at the batch's ONE INSERT with them. When the
-        batch cannot take them (another ts type, the producer failed, DuckDB rejected the
-        statement), they go in waves as before, each part falling back on its own."""
+        The file is decompressed and cut whole into part files first: the batch's files
+        decompress side by side, one thread each (zlib lets go of the GIL). Then it arrives at the
+        batch's ONE INSERT with them. When the batch cannot take them (another ts type, the
+        producer failed, DuckDB rejected the statement), they go in waves as before, each part
+        falling back on its own.
+
+        Every part is counted against the batch's temp budget before it is written: the trailer's
+        size the batch was planned with is a guess (the last member's size mod 4 GiB). A file
+        that would pass the budget or BATCH_GZ_LIMIT, or finds the temp folder full, deletes its
+        parts, leaves the batch and, once the batch's statement has run (its parts are gone from
+        the temp folder), is ingested alone as --jobs 1 does (``_alone``): it never fails for the
+        batch's want of room."""
         shared = self.ctx.shared
         assert shared is not None
         items: queue.Queue = queue.Queue(maxsize=cap)
         stop = threading.Event()
-        producer = threading.Thread(target=self._produce, args=(s, start, self.tmpdir, items, stop), daemon=True)
+        taken = [0]  # bytes of this file's parts counted against the batch's budget
+
+        def take(n: int) -> bool:  # in the producer thread
+            if taken[0] + n > BATCH_GZ_LIMIT or not shared.take_gz(n):
+                return False
+            taken[0] += n
+            return True
+
+        producer = threading.Thread(target=self._produce, args=(s, start, self.tmpdir, items, stop, take), daemon=True)
         made: list = []
-        made_bytes = 0
+        alone = False
         try:
             producer.start()
-            # the trailer's size was a guess (it holds the size mod 4 GiB): a file that turns out
-            # much larger stops waiting for the batch and goes in waves, its parts bounded again
-            while (not made or made[-1][0] is not None) and made_bytes <= BATCH_GZ_LIMIT:
+            while not made or made[-1][0] is not None:
                 made.append(items.get())
-                if made[-1][0] is not None:
-                    made_bytes += os.path.getsize(made[-1][0])
-            end = made.pop() if made[-1][0] is None else None
+            end = made.pop()
+            alone = _no_room(end[1])
             modes = {info[1] for _part, info in made}
             n = None
-            whole = end is not None and not isinstance(end[1], BaseException)
+            whole = not isinstance(end[1], BaseException)
             if whole and made and len(modes) == 1 and "exact" not in modes:
                 n = shared.insert_files(self.ctx.path, self, [part for part, _info in made], modes.pop())
             shared.insert_stage.leave(self.ctx.path)
             if n is not None:
                 self.kept += n
                 self.seen += n
-            else:
-                pending, made = made + ([end] if end is not None else []), []
+            elif not alone:
+                pending, made = made + [end], []
                 end = self._insert_waves(items, cap, pending)  # deletes the parts it inserts
         finally:
             for part, _info in made:
                 if part is not None and os.path.exists(part):
                     os.unlink(part)
             _reap(producer, items, stop)
-        assert end is not None  # the producer's last item, from the batch path or the waves
+            shared.give_gz(taken[0])  # every part of this file is deleted by now
+        if alone:
+            return self._alone(s)
         return _tail_of(end)
+
+    def _alone(self, s: _Stream) -> bytes:
+        """A batch member that had no room in the batch, ingested as a file of its own once the
+        batch's statement has run: decompressed again from the start (nothing of it was
+        inserted) on the one-file path; returns the tail bytes."""
+        shared = self.ctx.shared
+        assert shared is not None
+        shared.insert_stage.wait_done()
+        self.alone = True
+        again = _Stream(self.path)
+        try:
+            tail = self._insert_stream(again, self._find_events(again))
+            s.error = again.error
+            return tail
+        finally:
+            again.close()
 
     def _stream_through_pipes(self, parts: queue.Queue, first, cap: int):
         """One INSERT over named pipes fed part by part from the producer's queue. DuckDB opens

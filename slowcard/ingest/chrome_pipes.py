@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import os
 import threading
-import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from .. import store
 from ..errors import InputError
-from .base import GZIP_MAGIC
+from ._gz import GZIP_MAGIC, Members
+from ._gz import content_size as _gz_content_size  # noqa: F401  (tests and older imports)
 
 READ_BYTES = 8 << 20
 
@@ -24,8 +24,8 @@ _WS = b" \t\r\n"
 class _Stream:
     """A byte window over the (decompressed) file: ``buf`` holds bytes from offset ``base``.
 
-    gzip is decompressed here with zlib (not the gzip module) so that a cut or corrupt stream
-    still yields every byte that decompressed before the damage: the salvage keeps those events.
+    gzip is decompressed by ``_gz.Members``: every member, and a cut or corrupt stream still
+    yields every byte that decompressed before the damage (the salvage keeps those events).
     """
 
     def __init__(self, path: Path):
@@ -36,36 +36,17 @@ class _Stream:
             self.f.seek(0)
         except OSError as exc:
             raise InputError(path, f"cannot open the file ({exc})") from None
-        self.z = zlib.decompressobj(31) if self.gz else None
+        self.z = Members(self.f) if self.gz else None
         self.buf = bytearray()  # appended to in place: no copy of the whole window per read
         self.base = 0
         self.eof = False
         self.error: str | None = None
 
     def _read_gz(self, n: int) -> bytes:
-        out = bytearray()
-        try:
-            while len(out) < n:
-                z = self.z
-                assert z is not None  # only called for gzip files (self.gz)
-                if z.unconsumed_tail:
-                    data = z.unconsumed_tail
-                else:
-                    data = z.unused_data if z.eof else b""
-                    if not data:
-                        data = self.f.read(1 << 18)
-                    if not data:
-                        if not z.eof:
-                            self.error = "the compressed stream ends before its end marker (the tail was cut)"
-                        break
-                    if z.eof:  # another gzip member follows (or padding)
-                        if not data.strip(b"\x00"):
-                            break
-                        z = self.z = zlib.decompressobj(31)
-                out += z.decompress(data, n - len(out))
-        except (zlib.error, OSError) as exc:
-            self.error = f"corrupt compressed data ({exc})"
-        return bytes(out)
+        assert self.z is not None  # only called for gzip files (self.gz)
+        data = self.z.read(n)
+        self.error = self.z.error
+        return data
 
     def more(self, n: int = READ_BYTES) -> bool:
         """Append up to n bytes; False at end of file (or where a compressed stream breaks)."""
@@ -167,22 +148,6 @@ def _feed_part_file(part: str, pipe: str) -> None:
             _feed_pipe(f.fileno(), 0, os.fstat(f.fileno()).st_size, pipe, b"", b"")
     finally:
         os.unlink(part)
-
-
-def _gz_content_size(path: Path) -> int:
-    """Estimated uncompressed size of a gzip file: the trailer's ISIZE (size mod 2**32 of the last
-    member), unwrapped to at least twice the compressed size (trace JSON compresses 5-20x) and
-    capped at 50x. Only sizes parts and pipes; a wrong guess costs speed, never rows."""
-    size = path.stat().st_size
-    try:
-        with open(path, "rb") as f:
-            f.seek(max(0, size - 4))
-            est = int.from_bytes(f.read(4), "little")
-    except OSError:
-        return size * 10
-    while est < 2 * size:
-        est += 1 << 32
-    return min(est, 50 * size)
 
 
 def _release_feeder(pipe: str, feeder: threading.Thread) -> None:
