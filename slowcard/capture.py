@@ -28,7 +28,9 @@ import json
 import os
 import shlex
 import shutil
+import stat
 import subprocess
+import tempfile
 import threading
 import time
 import zlib
@@ -47,11 +49,21 @@ DEFAULT_MAX_BYTES = 2 << 30
 SETTLE_S = 1.0  # a file set whose sizes did not change for this long (and parses whole) is complete
 MAX_SCAN_FILES = 200_000  # files looked at in an output directory (a home directory by mistake stays bounded)
 COMMAND_TIMEOUT_S = 120.0  # an exec start/stop command or msserviceprofiler parse
-FULL_PARSE_BYTES = 256 << 20  # a plain JSON file up to this size is parsed whole to call it complete
+# a JSON document up to this size (plain or decompressed) is parsed whole to call it complete; a
+# larger one must close its document: parsing 250 MB whole took 3 GB and 10 s, on every poll
+FULL_PARSE_BYTES = 16 << 20
+TAIL_BYTES = 64  # the last bytes read of a file to tell whether its document or line ends
 
 
 class CaptureError(Exception):
-    """A capture step failed; the message is the reason recorded in ``captures.reason``."""
+    """A capture step failed; the message is the reason recorded in ``captures.reason``.
+    ``reached``: False only when a start certainly never reached the profiler (connection
+    refused, the command could not be launched, nothing written): every other failed start may
+    have turned it on, and is followed by a stop."""
+
+    def __init__(self, message: str, reached: bool = True):
+        super().__init__(message)
+        self.reached = reached
 
 
 @dataclass
@@ -147,21 +159,50 @@ class Capture:
 
 
 # --- output files ---------------------------------------------------------------------------
-def scan(folder: Path) -> dict[Path, tuple[int, int]]:
-    """path -> (size, mtime_ns) of every file under ``folder`` (none when it does not exist)."""
+def _not_taken(path: Path, st: os.stat_result, root: Path) -> str:
+    """What a directory entry that is not a regular file is, as a note says it."""
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            target = path.resolve(strict=True)
+        except (OSError, RuntimeError):
+            return "a dangling link"
+        if not target.is_relative_to(root):
+            return "a link to a path outside the folder"
+        return "a link (what it points to in the folder is taken itself)"
+    if stat.S_ISFIFO(st.st_mode):
+        return "a FIFO"
+    if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
+        return "a device"
+    if stat.S_ISSOCK(st.st_mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def scan(folder: Path, skipped: dict[Path, str] | None = None) -> dict[Path, tuple[int, int]]:
+    """path -> (size, mtime_ns) of every regular file under ``folder`` (none when it does not
+    exist). Links (to files or folders), FIFOs, devices and sockets are never taken, nor
+    followed: a FIFO blocks its reader, /dev/zero never ends, a link may name another job's
+    trace; each goes into ``skipped`` (path -> what it is) when given."""
     out: dict[Path, tuple[int, int]] = {}
     if not folder.is_dir():
         return out
-    for root, _dirs, names in os.walk(folder):
-        for n in names:
-            p = Path(root) / n
+    try:
+        root = folder.resolve(strict=True)
+    except (OSError, RuntimeError):
+        return out
+    for top, dirs, names in os.walk(folder):  # links to folders are listed in dirs, never entered
+        for n in [*names, *(d for d in dirs if os.path.islink(os.path.join(top, d)))]:
+            p = Path(top) / n
             try:
-                st = p.stat()
+                st = p.lstat()
             except OSError:
                 continue  # vanished meanwhile
-            out[p] = (st.st_size, st.st_mtime_ns)
-            if len(out) >= MAX_SCAN_FILES:
-                return out
+            if stat.S_ISREG(st.st_mode):
+                out[p] = (st.st_size, st.st_mtime_ns)
+                if len(out) >= MAX_SCAN_FILES:
+                    return out
+            elif skipped is not None and len(skipped) < MAX_SCAN_FILES:
+                skipped[p] = _not_taken(p, st, root)
     return out
 
 
@@ -170,47 +211,108 @@ def new_files(before: dict[Path, tuple[int, int]], now: dict[Path, tuple[int, in
     return {p: s for p, (s, m) in now.items() if before.get(p) != (s, m)}
 
 
-def incomplete(path: Path) -> str | None:
-    """Why a written file is not whole yet (None when it is): a ``.gz`` must have its whole stream
-    (end marker and CRC), a JSON file must parse (up to FULL_PARSE_BYTES; a larger one, and the
-    JSON inside a ``.gz``, must at least close its document), a CSV must end its last line; other
-    files only need a stable size (the caller's check)."""
-    name = path.name.lower()
-    try:
-        if name.endswith(".gz"):
-            d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-            tail = b""
-            with path.open("rb") as f:
-                while chunk := f.read(1 << 20):
-                    out = d.decompress(chunk)
-                    if out:
-                        tail = (tail + out)[-64:]
-            if not d.eof:
-                return "its gzip stream is cut short"
-            text_tail = tail
-            inner = name[:-3]
-        else:
-            with path.open("rb") as f:
-                f.seek(max(0, path.stat().st_size - 64))
-                text_tail = f.read()
-            inner = name
-    except (OSError, zlib.error, EOFError, gzip.BadGzipFile) as exc:
-        return f"unreadable ({type(exc).__name__}: {str(exc)[:80]})"
-    stripped = text_tail.rstrip()
-    if inner == name and name.endswith(".json") and path.stat().st_size <= FULL_PARSE_BYTES:
+@dataclass(frozen=True)
+class FileCheck:
+    """A written file as the capture judges it: ``why`` it is not whole yet (None: whole, or
+    over ``limit`` and so refused by the size cap anyway) and its content's size in bytes,
+    decompressed for a ``.gz`` (what the ingest will read; past ``limit`` the count stops, so
+    ``content_bytes`` > limit only says "over")."""
+
+    why: str | None
+    content_bytes: int
+
+
+def _json_why(data: bytes, whole: bool) -> str | None:
+    """Why ``data`` (a file's whole content when ``whole``, else its last bytes) is not a whole
+    JSON document."""
+    if whole:
         import orjson
 
         try:
-            orjson.loads(path.read_bytes())
+            orjson.loads(data)
         except orjson.JSONDecodeError:
             return "it is not a whole JSON document"
-    elif inner.endswith(".json"):
-        if not stripped or stripped[-1:] not in (b"}", b"]"):
-            return "its JSON document is not closed"
-    elif inner.endswith(".csv"):
-        if text_tail and not text_tail.endswith(b"\n"):
-            return "its last CSV line is cut"
+        return None
+    stripped = data.rstrip()
+    if not stripped or stripped[-1:] not in (b"}", b"]"):
+        return "its JSON document is not closed"
     return None
+
+
+def check_file(path: Path, limit: int = DEFAULT_MAX_BYTES) -> FileCheck:
+    """Judge one written file with bounded memory (FileCheck). A ``.gz`` is read through every
+    member (as ``gzip -dc``: the trailers' CRC and size checked), at most ``limit`` decompressed
+    bytes, in chunks; a JSON document of up to FULL_PARSE_BYTES (plain or decompressed) must
+    parse, a larger one must close its document (its last bytes: never parsed whole); a CSV must
+    end its last line; other files only need a stable size (the caller's check). Only a regular
+    file is opened (never a link, a FIFO or a device, even one swapped in after the scan)."""
+    name = path.name.lower()
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as exc:
+        return FileCheck(f"unreadable ({type(exc).__name__}: {str(exc)[:80]})", 0)
+    with os.fdopen(fd, "rb") as raw:
+        st = os.fstat(raw.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            return FileCheck("not a regular file", 0)
+        try:
+            if name.endswith(".gz"):
+                return _check_gz(raw, name[:-3], limit)
+            size = st.st_size
+            if name.endswith(".json") and size <= FULL_PARSE_BYTES:
+                return FileCheck(_json_why(raw.read(FULL_PARSE_BYTES + 1), whole=True), size)
+            raw.seek(max(0, size - TAIL_BYTES))
+            tail = raw.read(TAIL_BYTES)
+        except OSError as exc:
+            return FileCheck(f"unreadable ({type(exc).__name__}: {str(exc)[:80]})", st.st_size)
+    if name.endswith(".json"):
+        return FileCheck(_json_why(tail, whole=False), size)
+    if name.endswith(".csv") and tail and not tail.endswith(b"\n"):
+        return FileCheck("its last CSV line is cut", size)
+    return FileCheck(None, size)
+
+
+def _check_gz(raw, inner: str, limit: int) -> FileCheck:
+    head = bytearray()  # the first FULL_PARSE_BYTES + 1 decompressed bytes (a small JSON is parsed whole)
+    tail = b""
+    n = 0
+    try:
+        with gzip.GzipFile(fileobj=raw, mode="rb") as g:
+            while chunk := g.read(1 << 20):
+                n += len(chunk)
+                if len(head) <= FULL_PARSE_BYTES:
+                    head += chunk[: FULL_PARSE_BYTES + 1 - len(head)]
+                tail = (tail + chunk)[-TAIL_BYTES:]
+                if n > limit:
+                    return FileCheck(None, n)  # over the size cap: refused whole, never inflated further
+    except EOFError:
+        return FileCheck("its gzip stream is cut short", n)
+    except (OSError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError (a bad CRC, not gzip at all)
+        return FileCheck(f"unreadable ({type(exc).__name__}: {str(exc)[:80]})", n)
+    if inner.endswith(".json"):
+        small = n <= FULL_PARSE_BYTES
+        return FileCheck(_json_why(bytes(head) if small else tail, whole=small), n)
+    if inner.endswith(".csv") and tail and not tail.endswith(b"\n"):
+        return FileCheck("its last CSV line is cut", n)
+    return FileCheck(None, n)
+
+
+def incomplete(path: Path, limit: int = DEFAULT_MAX_BYTES) -> str | None:
+    """Why a written file is not whole yet (None when it is): ``check_file(path).why``."""
+    return check_file(path, limit).why
+
+
+def _listing(entries: dict[Path, str], folder: Path, most: int = 5) -> str:
+    """``a.json (a FIFO), b.json (a device) (+3 more)``: names relative to ``folder``."""
+
+    def rel(p: Path) -> str:
+        try:
+            return str(p.relative_to(folder))
+        except ValueError:
+            return str(p)
+
+    shown = [f"{rel(p)} ({what})" for p, what in sorted(entries.items())[:most]]
+    return ", ".join(shown) + (f" (+{len(entries) - most} more)" if len(entries) > most else "")
 
 
 def wait_for_files(
@@ -220,22 +322,47 @@ def wait_for_files(
     stop: threading.Event,
     settle_s: float = SETTLE_S,
     poll_s: float = 0.2,
+    *,
+    limit: int = DEFAULT_MAX_BYTES,
+    skipped: dict[Path, str] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], object] | None = None,
 ) -> dict[Path, int]:
-    """The files that appeared in ``folder`` since ``before``, once they are complete: the same
-    set with the same sizes for ``settle_s`` and every one whole (``incomplete``). Raises
-    CaptureError naming what was missing or cut when ``wait_s`` passes, or when ``stop`` is set."""
-    deadline = time.monotonic() + wait_s
-    last: dict[Path, int] | None = None
-    stable_since = time.monotonic()
+    """The regular files that appeared in ``folder`` since ``before``, once they are complete:
+    the same set with the same sizes for ``settle_s`` and every one whole (``check_file``, each
+    state of a file judged once): path -> content bytes (decompressed; over ``limit`` the count
+    stops). Entries that are not regular files go into ``skipped``. Raises CaptureError naming
+    what was missing or cut when ``wait_s`` passes, or when ``stop`` is set. ``clock`` and
+    ``sleep`` (default ``stop.wait``) let a test drive time."""
+    pause = sleep if sleep is not None else stop.wait
+    deadline = clock() + wait_s
+    last: dict[Path, tuple[int, int]] | None = None
+    stable_since = clock()
+    judged: dict[tuple[Path, int, int], FileCheck] = {}
+
+    def check(got: dict[Path, tuple[int, int]]) -> dict[Path, FileCheck]:
+        out = {}
+        for p, (size, mtime) in got.items():
+            key = (p, size, mtime)
+            if key not in judged:
+                judged[key] = check_file(p, limit)
+            out[p] = judged[key]
+        return out
+
     while True:
-        got = new_files(before, scan(folder))
-        now = time.monotonic()
+        seen: dict[Path, str] = {}
+        now_files = scan(folder, seen)
+        got = {p: v for p, v in now_files.items() if before.get(p) != v}
+        now = clock()
+        if skipped is not None:
+            skipped.clear()
+            skipped.update(seen)
         if got != last:
             last, stable_since = got, now
         elif got and now - stable_since >= settle_s:
-            bad = {p: why for p in got if (why := incomplete(p))}
-            if not bad:
-                return got
+            checks = check(got)
+            if not any(c.why for c in checks.values()):
+                return {p: c.content_bytes for p, c in checks.items()}
         if stop.is_set():
             raise CaptureError(
                 f"stopped while waiting for the files in {folder} (Ctrl-C or the watch ending); nothing was ingested"
@@ -243,13 +370,13 @@ def wait_for_files(
         if now >= deadline:
             if not got:
                 raise CaptureError(f"no new file in {folder} within {wait_s:g} s after the stop")
-            bad = {p: why for p in got if (why := incomplete(p))}
+            bad = {p: c.why for p, c in check(got).items() if c.why}
             if bad:
                 p, why = next(iter(bad.items()))
                 more = f" (+{len(bad) - 1} more)" if len(bad) > 1 else ""
                 raise CaptureError(f"{p}: still incomplete after {wait_s:g} s: {why}{more}")
             raise CaptureError(f"the files in {folder} were still growing after {wait_s:g} s")
-        stop.wait(poll_s)
+        pause(poll_s)
 
 
 # --- backends -------------------------------------------------------------------------------
@@ -266,6 +393,7 @@ class VllmBackend:
                 self.base = self.base[: -len(suffix)]
         self.dir = Path(capture_dir)
         self.timeout_s = timeout_s
+        self.notes: list[str] = []
 
     def output_dir(self) -> Path:
         return self.dir
@@ -282,28 +410,109 @@ class VllmBackend:
                 if status == 404
                 else ""
             )
-            raise CaptureError(f"POST {url}: {error or f'HTTP {status}'}{hint}")
+            # only a request that never got through, or a path the server does not serve, left
+            # the profiler as it was: a timeout or an error answer may come after it turned on
+            never = status == 404 or (error or "").startswith(("connection refused", "unreachable"))
+            raise CaptureError(f"POST {url}: {error or f'HTTP {status}'}{hint}", reached=not never)
 
-    def start(self) -> None:
+    def start(self, stop: threading.Event | None = None) -> None:
         self._post("start_profile")
 
     def stop(self) -> None:
         self._post("stop_profile")
 
-    def post_process(self, files: list[Path], stop: threading.Event) -> tuple[list[Path], list[str]]:
+    def post_process(self, files: list[Path], stop: threading.Event, label: str) -> tuple[list[Path], list[str]]:
         return files, []
+
+
+MAX_CONFIG_BYTES = 1 << 20  # an msServiceProfiler config is a few hundred bytes
+_WS = " \t\n\r"  # JSON's whitespace
+
+
+def _skip_ws(text: str, i: int) -> int:
+    while text[i : i + 1] and text[i] in _WS:
+        i += 1
+    return i
+
+
+def _enable_spans(text: str, where: Path) -> list[tuple[int, int]]:
+    """(start, end) character offsets of the value of each top-level ``"enable"`` key of the
+    JSON object ``text``: the one value the capture edits, every other byte left as written
+    (a re-serialisation wrote 1e999 back as Infinity, which is not JSON)."""
+    dec = json.JSONDecoder()
+    spans: list[tuple[int, int]] = []
+    i = _skip_ws(text, 0)
+    if text[i : i + 1] != "{":
+        raise CaptureError(f'{where}: expected a JSON object with an "enable" field')
+    i = _skip_ws(text, i + 1)
+    if text[i : i + 1] == "}":
+        return spans
+    while True:
+        if text[i : i + 1] != '"':
+            raise CaptureError(f"{where}: not a readable JSON config (a key expected at character {i})")
+        key, i = json.decoder.scanstring(text, i + 1)  # type: ignore[attr-defined]
+        i = _skip_ws(text, i)
+        if text[i : i + 1] != ":":
+            raise CaptureError(f"{where}: not a readable JSON config (':' expected at character {i})")
+        i = _skip_ws(text, i + 1)
+        _value, end = dec.raw_decode(text, i)
+        if key == "enable":
+            spans.append((i, end))
+        i = _skip_ws(text, end)
+        if text[i : i + 1] == ",":
+            i = _skip_ws(text, i + 1)
+            continue
+        if text[i : i + 1] == "}":
+            return spans
+        raise CaptureError(f"{where}: not a readable JSON config (',' or '}}' expected at character {i})")
+
+
+def _write_in_place(fd: int, old: bytes, new: bytes) -> None:
+    """Turn the file open as ``fd`` (holding ``old``) into ``new`` in place: the same inode, so
+    a link stays a link, mode and owner stay, and no folder needs to be writable. The same
+    length: only the changed bytes are written, one write (a one-byte ``enable`` switch); a
+    longer one in one write from the start; a shorter one first padded with spaces to the old
+    length (still JSON for a reader meanwhile), then cut."""
+    if new == old:
+        return
+
+    def pwrite_all(data: bytes, offset: int) -> None:
+        while data:
+            n = os.pwrite(fd, data, offset)
+            data, offset = data[n:], offset + n
+
+    if len(new) == len(old):
+        first = next(i for i in range(len(new)) if new[i] != old[i])
+        last = len(new) - next(i for i in range(len(new)) if new[-1 - i] != old[-1 - i])
+        pwrite_all(new[first:last], first)
+    elif len(new) > len(old):
+        pwrite_all(new, 0)
+    else:
+        pwrite_all(new + b" " * (len(old) - len(new)), 0)
+        os.ftruncate(fd, len(new))
+    os.fsync(fd)
 
 
 class MsServiceProfilerBackend:
     """msServiceProfiler: ``"enable": 1`` / ``0`` in its JSON config (the service polls it);
     output under ``prof_dir`` (relative paths are taken from the config file's folder; default
-    ``~/.ms_server_profiler``). ``msserviceprofiler parse`` runs on the new files when present."""
+    ``~/.ms_server_profiler``). ``msserviceprofiler parse`` runs on the new files when present.
+
+    The config is edited in place, through a link to it: only the ``enable`` value's bytes are
+    written (padded with spaces to the old value's length, so the file keeps its size and a
+    reader never sees half of it); mode, owner and every other byte stay as written; the stop
+    writes back the value ``enable`` had before the start (an ``enable`` already 1 stays 1)."""
 
     name = "msserviceprofiler"
 
     def __init__(self, config_path: str | Path, parse_exe: str | None = "auto"):
         self.config = Path(config_path)
         self.parse_exe = shutil.which("msserviceprofiler") if parse_exe == "auto" else parse_exe
+        self.timeout_s = COMMAND_TIMEOUT_S
+        self.notes: list[str] = []
+        self._before: bytes | None = None  # the config's bytes before the start
+        self._written: bytes | None = None  # what the start wrote
+        self._old_value: bytes | None = None  # the first enable value before the start (None: absent)
         doc = self._read()
         prof = doc.get("prof_dir")
         if prof is not None and not isinstance(prof, str):
@@ -325,26 +534,104 @@ class MsServiceProfilerBackend:
             raise CaptureError(f'{self.config}: expected a JSON object with an "enable" field')
         return doc
 
-    def _set(self, enable: int) -> None:
-        doc = self._read()
-        doc["enable"] = enable
-        tmp = self.config.with_name(self.config.name + ".slowcard-tmp")
+    def _open_rw(self) -> tuple[int, int | None]:
+        """The config (a link's target) open for writing, and its mode to put back when it was
+        read-only for its owner (this user) and made writable meanwhile."""
         try:
-            tmp.write_text(json.dumps(doc, indent=4) + "\n", encoding="utf-8")
-            os.replace(tmp, self.config)  # the poller never reads a half-written config
+            return os.open(self.config, os.O_RDWR), None
+        except PermissionError:
+            try:
+                st = os.stat(self.config)
+                if st.st_uid != os.geteuid():
+                    raise
+                os.chmod(self.config, stat.S_IMODE(st.st_mode) | stat.S_IWUSR)
+                try:
+                    return os.open(self.config, os.O_RDWR), stat.S_IMODE(st.st_mode)
+                except OSError:
+                    os.chmod(self.config, stat.S_IMODE(st.st_mode))
+                    raise
+            except OSError as exc:
+                raise CaptureError(
+                    f"{self.config}: cannot write the enable switch ({exc.strerror or exc}): nothing was changed",
+                    reached=False,
+                ) from None
         except OSError as exc:
-            raise CaptureError(f'{self.config}: cannot write "enable": {enable} ({exc})') from None
+            raise CaptureError(
+                f"{self.config}: cannot write the enable switch ({exc.strerror or exc}): nothing was changed",
+                reached=False,
+            ) from None
+
+    def _edit(self, data: bytes, value: bytes | None) -> bytes:
+        """``data`` with every top-level ``enable`` value set to ``value`` (padded with spaces
+        to the old value's length when shorter); a missing ``enable`` is added first in the
+        object. ``value`` None removes nothing and adds nothing (the key was absent)."""
+        try:
+            text = data.decode("utf-8")
+            json.loads(text)
+        except ValueError as exc:
+            raise CaptureError(f"{self.config}: not a readable JSON config ({str(exc)[:120]})") from None
+        spans = _enable_spans(text, self.config)
+        out = text
+        for start, end in reversed(spans):
+            token = value.decode() if value is not None else "0"
+            out = out[:start] + token.ljust(end - start) + out[end:]
+        if not spans and value is not None:
+            brace = text.index("{") + 1
+            rest = text[brace:].lstrip(" \t\r\n")
+            sep = "" if rest.startswith("}") else ", "
+            out = text[:brace] + f'"enable": {value.decode()}{sep}' + text[brace:]
+        return out.encode("utf-8")
+
+    def _update(self, make: Callable[[bytes], bytes]) -> None:
+        fd, mode = self._open_rw()
+        try:
+            data = os.pread(fd, MAX_CONFIG_BYTES + 1, 0)
+            if len(data) > MAX_CONFIG_BYTES:
+                raise CaptureError(f"{self.config}: over {MAX_CONFIG_BYTES >> 20} MB: not an msServiceProfiler config")
+            new = make(data)
+            try:
+                _write_in_place(fd, data, new)
+            except OSError as exc:
+                raise CaptureError(f"{self.config}: cannot write the enable switch ({exc})") from None
+        finally:
+            if mode is not None:
+                os.fchmod(fd, mode)
+            os.close(fd)
 
     def output_dir(self) -> Path:
         return self.dir
 
-    def start(self) -> None:
-        self._set(1)
+    def start(self, stop: threading.Event | None = None) -> None:
+        self.notes = []
+
+        def switch_on(data: bytes) -> bytes:
+            spans = _enable_spans(data.decode("utf-8", errors="replace"), self.config)
+            text = data.decode("utf-8", errors="replace")
+            self._old_value = text[spans[0][0] : spans[0][1]].encode() if spans else None
+            if self._old_value is not None and self._old_value.strip() not in (b"0", b"false", b"0.0"):
+                self.notes.append(
+                    f'{self.config}: "enable" was already {self._old_value.decode()[:20]} before the capture: '
+                    "left so at the end (the profiler stays on as it was)"
+                )
+            new = self._edit(data, b"1")
+            self._before, self._written = data, new
+            return new
+
+        try:
+            self._update(switch_on)
+        except CaptureError as exc:
+            raise CaptureError(str(exc), reached=False) from None  # nothing was written
 
     def stop(self) -> None:
-        self._set(0)
+        def switch_back(data: bytes) -> bytes:
+            if self._before is not None and data == self._written:
+                return self._before  # untouched since the start: exactly as it was
+            # changed meanwhile (by hand?): only the value goes back
+            return self._edit(data, self._old_value if self._before is not None else b"0")
 
-    def post_process(self, files: list[Path], stop: threading.Event) -> tuple[list[Path], list[str]]:
+        self._update(switch_back)
+
+    def post_process(self, files: list[Path], stop: threading.Event, label: str) -> tuple[list[Path], list[str]]:
         folder = Path(os.path.commonpath([str(p.parent) for p in files]))
         if not self.parse_exe:
             return files, [
@@ -352,33 +639,58 @@ class MsServiceProfilerBackend:
                 f"as written (to get request.csv / batch.csv: msserviceprofiler parse --input-path={folder} "
                 "--output-path=OUT, then slowcard ingest OUT)"
             ]
-        out = folder / "slowcard_parsed"
+        # a folder of this capture's own: the parse output of earlier captures is never taken
+        out = folder / "slowcard_parsed" / label
+        before = scan(out)
         cmd = [self.parse_exe, "parse", f"--input-path={folder}", f"--output-path={out}"]
-        run_command(cmd, "msserviceprofiler parse", COMMAND_TIMEOUT_S)
-        parsed = sorted(p for p in scan(out))
+        run_command(cmd, "msserviceprofiler parse", COMMAND_TIMEOUT_S, stop=stop)
+        parsed = sorted(new_files(before, scan(out)))
         if not parsed:
             raise CaptureError(f"{shlex.join(cmd)} wrote nothing into {out}")
         return parsed, [f"parsed with {shlex.join(cmd)}"]
 
 
-def run_command(cmd: str | list[str], label: str, timeout_s: float, **kw) -> None:
+def run_command(cmd: str | list[str], label: str, timeout_s: float, stop: threading.Event | None = None, **kw) -> None:
     """Run a profiler command to its end; CaptureError (with ``label``, the exit code and the
-    tail of its stderr) when it cannot start, outlives ``timeout_s`` or exits non-zero."""
+    tail of its stderr) when it cannot start (``reached`` False), outlives ``timeout_s``, is
+    stopped by ``stop`` or exits non-zero. Only the command itself is waited for, never its
+    output: stdout goes to /dev/null and stderr to a file, so a process it leaves in the
+    background holding them (a profiler daemon) does not hold the capture. It runs in a
+    session of its own: a Ctrl-C on the terminal reaches slowcard, which ends it in order."""
     shown = cmd if isinstance(cmd, str) else shlex.join(cmd)
-    try:
-        cp = subprocess.run(cmd, capture_output=True, timeout=timeout_s, stdin=subprocess.DEVNULL, **kw)
-    except subprocess.TimeoutExpired:
-        raise CaptureError(f"{label} killed after {timeout_s:g} s: {shown}") from None
-    except OSError as exc:
-        raise CaptureError(f"{label} failed: {exc}") from None
-    if cp.returncode != 0:
-        err = cp.stderr.decode(errors="replace").strip()[-200:]
-        raise CaptureError(f"{label} exited {cp.returncode}: {shown}" + (f": {err}" if err else ""))
+    with tempfile.TemporaryFile() as err:
+        try:
+            proc = subprocess.Popen(
+                cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True, **kw
+            )
+        except OSError as exc:
+            raise CaptureError(f"{label} failed: {exc}", reached=False) from None
+        deadline = time.monotonic() + timeout_s
+        try:
+            while True:
+                try:
+                    rc = proc.wait(min(0.2, max(0.0, deadline - time.monotonic())))
+                    break
+                except subprocess.TimeoutExpired:
+                    if time.monotonic() >= deadline:
+                        raise CaptureError(f"{label} killed after {timeout_s:g} s: {shown}") from None
+                    if stop is not None and stop.is_set():
+                        raise CaptureError(f"{label} killed: stopped (Ctrl-C or the watch ending): {shown}") from None
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        if rc != 0:
+            size = err.seek(0, os.SEEK_END)
+            err.seek(max(0, size - 800))
+            text = err.read().decode(errors="replace").strip()[-200:]
+            raise CaptureError(f"{label} exited {rc}: {shown}" + (f": {text}" if text else ""))
 
 
 class ExecBackend:
     """Any other stack: a shell command starts the profiler, another stops it; the output lands
-    in ``capture_dir``."""
+    in ``capture_dir``. The stop command runs whenever the start command was launched, even
+    when it failed or was killed (it may have started the profiler first)."""
 
     name = "exec"
 
@@ -386,21 +698,22 @@ class ExecBackend:
         self.start_cmd, self.stop_cmd = start_cmd, stop_cmd
         self.dir = Path(capture_dir)
         self.timeout_s = timeout_s
+        self.notes: list[str] = []
 
     def output_dir(self) -> Path:
         return self.dir
 
-    def _run(self, cmd: str, what: str) -> None:
+    def _run(self, cmd: str, what: str, stop: threading.Event | None) -> None:
         env = dict(os.environ, SLOWCARD_CAPTURE_DIR=str(self.dir))
-        run_command(cmd, f"{what} command", self.timeout_s, shell=True, env=env)
+        run_command(cmd, f"{what} command", self.timeout_s, stop=stop, shell=True, env=env)
 
-    def start(self) -> None:
-        self._run(self.start_cmd, "start")
+    def start(self, stop: threading.Event | None = None) -> None:
+        self._run(self.start_cmd, "start", stop)
 
     def stop(self) -> None:
-        self._run(self.stop_cmd, "stop")
+        self._run(self.stop_cmd, "stop", None)  # never cut short: it turns the profiler off
 
-    def post_process(self, files: list[Path], stop: threading.Event) -> tuple[list[Path], list[str]]:
+    def post_process(self, files: list[Path], stop: threading.Event, label: str) -> tuple[list[Path], list[str]]:
         return files, []
 
 
@@ -429,8 +742,14 @@ Backend = VllmBackend | MsServiceProfilerBackend | ExecBackend
 
 class Capturer:
     """Runs captures into ``db``: one at a time, ``cooldown_s`` between the end of one and the
-    start of the next, at most ``max_bytes`` ingested. ``trigger`` starts one in a thread (the
-    watch goes on), ``run`` does one in the caller's thread (`slowcard capture`)."""
+    start of the next (a failed one too), at most ``max_bytes`` ingested (decompressed). ``trigger``
+    starts one in a thread (the watch goes on), ``run`` does one in the caller's thread (`slowcard
+    capture`). ``clock`` (monotonic seconds) lets a test drive the cool-down and the file wait.
+
+    A capture is a transaction with the profiler: once a start may have taken effect (a request
+    sent, even one that timed out or failed; a start command launched) a stop is sent, whatever
+    happens next (a failure, Ctrl-C, SIGTERM through the CLI), and the ``captures`` row ends in a
+    final state whose reason says when the profiler may still be on."""
 
     def __init__(
         self,
@@ -444,6 +763,7 @@ class Capturer:
         sql_dirs=None,
         db_lock: threading.Lock | None = None,
         n_domains: Callable[[], int | None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ):
         self.db = Path(db)
         self.backend = backend
@@ -455,12 +775,14 @@ class Capturer:
         self.sql_dirs = sql_dirs
         self.db_lock = db_lock or threading.Lock()
         self.n_domains = n_domains
+        self.clock = clock
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._ended_at: float | None = None  # monotonic end of the last capture (cool-down)
+        self._ended_at: float | None = None  # clock() at the end of the last capture (cool-down)
         self._done: list[Capture] = []
         self._done_lock = threading.Lock()
         self._running = False
+        self._current: Capture | None = None  # the capture whose row says 'running'
         self.phase = "idle"  # what the running capture does: starting | profiling | collecting | idle
         # set while no capture runs: waited on instead of Thread.join, which a Ctrl-C landing in
         # it (Python < 3.13) can leave believing the thread has ended
@@ -479,7 +801,7 @@ class Capturer:
         if self.busy():
             return f"not started for {alert.query}: another capture is running (one at a time)"
         if self._ended_at is not None:
-            left = self.cooldown_s - (time.monotonic() - self._ended_at)
+            left = self.cooldown_s - (self.clock() - self._ended_at)
             if left > 0:
                 return f"not started for {alert.query}: cool-down, {left:.0f} s left (--capture-cooldown)"
 
@@ -508,15 +830,50 @@ class Capturer:
             out, self._done = self._done, []
         return out
 
-    def wait(self, timeout_s: float | None = None) -> None:
-        """Let a running capture finish (the watch's --duration ended)."""
-        self._idle.wait(timeout_s)
+    def wait(self, timeout_s: float | None = None) -> bool:
+        """Let a running capture finish (the watch's --duration ended); True when none runs."""
+        return self._idle.wait(timeout_s)
 
-    def shutdown(self, timeout_s: float = 30.0) -> None:
-        """Stop a running capture now (Ctrl-C): its profiler is stopped and the capture is
-        recorded as interrupted; no new capture starts."""
+    def stop_bound_s(self) -> float:
+        """How long a running capture may still take once stopped: a start request or command
+        that is under way, the stop, the file wait ending, the row written."""
+        return 2 * float(getattr(self.backend, "timeout_s", COMMAND_TIMEOUT_S)) + 30.0
+
+    def request_stop(self) -> None:
+        """Stop a running capture (Ctrl-C, SIGTERM): its profiler is stopped and the capture is
+        recorded as interrupted; no new capture starts. Returns at once."""
         self._stop.set()
-        self._idle.wait(timeout_s)
+
+    def shutdown(self, timeout_s: float | None = None) -> bool:
+        """``request_stop`` and wait for the capture to end (at most ``timeout_s``, default
+        ``stop_bound_s``); False when it did not, and its row was marked by ``abandon``."""
+        self._stop.set()
+        if self._idle.wait(self.stop_bound_s() if timeout_s is None else timeout_s):
+            return True
+        self.abandon()
+        return False
+
+    def abandon(self) -> None:
+        """Slowcard ends while a capture has not: its row, still ``running``, becomes
+        ``interrupted`` saying the profiler may still be on."""
+        cap = self._current
+        if cap is None or cap.capture_id is None:
+            return
+        reason = (
+            "slowcard ended before the capture did (its stop not confirmed): the profiler may still be on: "
+            f"stop it by hand ({self.backend.name})"
+        )
+        try:
+            con = store.open_db(self.db)
+            try:
+                con.execute(
+                    "UPDATE captures SET status = 'interrupted', reason = ? WHERE capture_id = ? AND status = 'running'",
+                    [reason, cap.capture_id],
+                )
+            finally:
+                con.close()
+        except Exception:  # noqa: BLE001 (the database is held by the capture itself: its row says running)
+            pass
 
     # --- one capture -----------------------------------------------------------------------
     def run(self, alert: Alert) -> Capture:
@@ -528,9 +885,10 @@ class Capturer:
             self._record_start(cap)
         except Exception as exc:  # noqa: BLE001 (the database is busy or broken: say so, go on)
             cap.status, cap.reason = "failed", f"{self.db}: cannot record the capture: {str(exc)[:200]}"
-            self._ended_at = time.monotonic()
+            self._ended_at = self.clock()
             self.phase = "idle"
             return cap
+        self._current = cap
         try:
             self._capture(cap)
         except CaptureError as exc:
@@ -540,33 +898,61 @@ class Capturer:
         except Exception as exc:  # noqa: BLE001 (a bug or a broken file must not end the watch)
             cap.status, cap.reason = "failed", f"{type(exc).__name__}: {str(exc)[:300]}"
         finally:
-            self._ended_at = time.monotonic()
+            self._ended_at = self.clock()  # the cool-down follows a failed capture too
+            cap.notes = list(getattr(self.backend, "notes", [])) + cap.notes
             try:
                 self._record_end(cap)
             except Exception as exc:  # noqa: BLE001
                 cap.notes.append(f"{self.db}: the capture's outcome was not recorded: {str(exc)[:200]}")
+            self._current = None
             self.phase = "idle"
         return cap
 
-    def _capture(self, cap: Capture) -> None:
-        folder = self.backend.output_dir()
-        before = scan(folder)
-        if self._stop.is_set():
-            cap.status = "interrupted"
-            raise CaptureError("stopped before the profiler was started (Ctrl-C or the watch ending)")
-        self.backend.start()
-        self.phase = "profiling"
-        cap.started_ns = time.time_ns()
-        t0 = time.monotonic()
-        stopped_early = self._stop.wait(self.seconds)
+    def _send_stop(self) -> str | None:
+        """Stop the profiler; None when done, else why not (never raises)."""
         try:
             self.backend.stop()
         except CaptureError as exc:
-            cap.status = "failed"
-            raise CaptureError(f"{exc} (the profiler may still be running: stop it by hand)") from None
-        finally:
+            return str(exc)
+        except Exception as exc:  # noqa: BLE001 (a bug must not skip the stop's report)
+            return f"{type(exc).__name__}: {str(exc)[:200]}"
+        return None
+
+    def _capture(self, cap: Capture) -> None:
+        folder = self.backend.output_dir()
+        skipped_before: dict[Path, str] = {}
+        before = scan(folder, skipped_before)
+        if self._stop.is_set():
+            cap.status = "interrupted"
+            raise CaptureError("stopped before the profiler was started (Ctrl-C or the watch ending)")
+        t0 = self.clock()
+        try:
+            self.backend.start(self._stop)
+        except Exception as exc:  # noqa: BLE001 (whatever went wrong, a start under way may have turned it on)
+            why = str(exc) if isinstance(exc, CaptureError) else f"{type(exc).__name__}: {str(exc)[:200]}"
+            if self._stop.is_set():
+                cap.status = "interrupted"
+            if isinstance(exc, CaptureError) and not exc.reached:
+                raise CaptureError(why) from None
+            failed_stop = self._send_stop()
             cap.stopped_ns = time.time_ns()
-            cap.window_s = round(time.monotonic() - t0, 3)
+            if failed_stop is None:
+                raise CaptureError(
+                    f"{why}; the start may have taken effect: the profiler was stopped again, nothing was captured"
+                ) from None
+            raise CaptureError(
+                f"{why}; the start may have taken effect and the stop failed too ({failed_stop}): "
+                "the profiler may still be on: stop it by hand"
+            ) from None
+        self.phase = "profiling"
+        cap.started_ns = time.time_ns()
+        stopped_early = self._stop.wait(self.seconds)
+        failed_stop = self._send_stop()
+        cap.stopped_ns = time.time_ns()
+        cap.window_s = round(self.clock() - t0, 3)
+        if failed_stop is not None:
+            cap.status = "failed"
+            raise CaptureError(f"{failed_stop} (the profiler may still be running: stop it by hand)")
         self.phase = "collecting"
         if stopped_early:
             cap.status = "interrupted"
@@ -574,21 +960,41 @@ class Capturer:
                 f"stopped {cap.window_s:g} s into the {self.seconds:g} s window (Ctrl-C or the watch ending): "
                 f"the profiler was stopped and nothing was ingested (its output, if any, is in {folder})"
             )
+        skipped: dict[Path, str] = {}
         try:
-            got = wait_for_files(folder, before, self.wait_s, self._stop, self.settle_s)
+            got = wait_for_files(
+                folder,
+                before,
+                self.wait_s,
+                self._stop,
+                self.settle_s,
+                limit=self.max_bytes,
+                skipped=skipped,
+                clock=self.clock,
+            )
         except CaptureError as exc:
             cap.status = "interrupted" if self._stop.is_set() else "timeout"
-            raise CaptureError(str(exc)) from None
+            fresh = {p: w for p, w in skipped.items() if skipped_before.get(p) != w}
+            extra = f" (not taken: {_listing(fresh, folder)})" if fresh else ""
+            raise CaptureError(f"{exc}{extra}") from None
+        fresh = {p: w for p, w in skipped.items() if skipped_before.get(p) != w}
+        if fresh:
+            cap.notes.append(
+                f"{len(fresh)} entr{'y' if len(fresh) == 1 else 'ies'} in {folder} not taken (only regular files "
+                f"inside the folder are): {_listing(fresh, folder)}"
+            )
         files = sorted(got)
         cap.files, cap.size_bytes = len(files), sum(got.values())
         cap.folder = str(Path(os.path.commonpath([str(p.parent) for p in files])))
         if cap.size_bytes > self.max_bytes:
             cap.status = "too-large"
+            over = any(n > self.max_bytes for n in got.values())  # a count that stopped at the cap
             raise CaptureError(
-                f"{cap.size_bytes / 1e6:.1f} MB in {cap.files} file(s), over the cap of {self.max_bytes / 1e6:.0f} MB "
-                f"(--capture-max-mb): not ingested; ingest {cap.folder} by hand if it is wanted"
+                f"{'over ' if over else ''}{cap.size_bytes / 1e6:.1f} MB of content (decompressed) in {cap.files} "
+                f"file(s), over the cap of {self.max_bytes / 1e6:g} MB (--capture-max-mb): not ingested; "
+                f"ingest {cap.folder} by hand if it is wanted"
             )
-        paths, notes = self.backend.post_process(files, self._stop)
+        paths, notes = self.backend.post_process(files, self._stop, f"capture-{cap.capture_id}")
         cap.notes += notes
         self._ingest_and_diagnose(cap, paths)
 

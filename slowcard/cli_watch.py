@@ -8,12 +8,18 @@ with --strict), 1 otherwise, 2 usage or input error; captures do not change them
 watch with the exit code of the last verdicts (a running capture is stopped and recorded
 interrupted); the database keeps every whole window collected before it. `capture`: 0 diagnosed
 and nothing FAILs, 1 its diagnosis FAILs, 2 usage error, 3 the capture did not complete.
+SIGTERM and SIGHUP (systemctl / docker stop, `timeout`, a closed terminal) are handled as Ctrl-C:
+a profiler that may be on is stopped before slowcard exits.
 """
 
 from __future__ import annotations
 
 import re
+import signal
+import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal, NamedTuple, overload
 
@@ -162,6 +168,52 @@ def change_lines(name: str, old: str, new: str, summary: str, width: int = 100) 
 
     tag = "ALERT" if new == "FAIL" else "CLEARED"
     return "\n".join(wrap(safe_field(f"{tag} {name}: {old} -> {new}: {summary}"), width, indent="  "))
+
+
+@contextmanager
+def signals_as_ctrl_c(signals: tuple[str, ...] = ("SIGTERM", "SIGHUP")) -> Iterator[list[str]]:
+    """While the block runs, each of ``signals`` raises KeyboardInterrupt in the main thread as
+    Ctrl-C does (systemctl / docker stop and `timeout` send SIGTERM; a closed terminal SIGHUP),
+    so the command's Ctrl-C path stops a running profiler instead of dying with it on; the names
+    of the signals received are appended to the yielded list. Outside the main thread (where
+    Python cannot set handlers) nothing changes."""
+    got: list[str] = []
+
+    def handler(signum, _frame):
+        got.append(signal.Signals(signum).name)
+        raise KeyboardInterrupt
+
+    old = {}
+    if threading.current_thread() is threading.main_thread():
+        for name in signals:
+            if hasattr(signal, name):
+                old[name] = signal.signal(getattr(signal, name), handler)
+    try:
+        yield got
+    finally:
+        for name, previous in old.items():
+            signal.signal(getattr(signal, name), previous)
+
+
+def await_capture_end(ended: Callable[[float], bool], bound_s: float) -> bool:
+    """Wait for a stopped capture to end (its profiler stopped, its row written), at most
+    ``bound_s``: True when it did. Another Ctrl-C / SIGTERM meanwhile does not cut it short (the
+    stop it waits for is what leaves the service unprofiled): it is said once and ignored."""
+    deadline = time.monotonic() + bound_s
+    told = False
+    while True:
+        try:
+            if ended(max(0.0, min(0.2, deadline - time.monotonic()))):
+                return True
+        except KeyboardInterrupt:
+            if not told:
+                typer.echo(
+                    f"still stopping the profiler: slowcard ends once it is off (at most {bound_s:.0f} s)", err=True
+                )
+                told = True
+            continue
+        if time.monotonic() >= deadline:
+            return False
 
 
 def _server_of(url: str) -> str:
@@ -381,8 +433,6 @@ def register(app: typer.Typer) -> None:
             capturer = None
             domains: list[int | None] = [None]  # DP domains in the latest window (to link a capture's rank)
             if capture:
-                import threading
-
                 opts = CaptureOptions(
                     capture,
                     capture_url or (_server_of(_pairs(scrape[:1], "--scrape", True)[0][0]) if scrape else None),
@@ -439,25 +489,35 @@ def register(app: typer.Typer) -> None:
                             alert = Alert.from_result(name, step.results[name], step.ts_ns, watcher.run)
                             typer.echo(safe_field(f"CAPTURE {capturer.trigger(alert)}"))
 
-            try:
-                watcher.run_loop(interval_s, duration_s=duration_s, once=once, on_step=show)
-                if capturer is not None:
-                    if capturer.busy():
-                        typer.echo("waiting for the running capture to end (Ctrl-C stops it)", err=True)
-                        capturer.wait()
-                    show_captures(screen_width())
-            except KeyboardInterrupt:
-                if capturer is not None:
-                    capturer.shutdown()
-                    show_captures(screen_width())
-                if watcher.pending():  # the database was busy at the last collections
-                    typer.echo(
-                        "interrupted: the windows held while the database was busy were not written; "
-                        "every window written before is in the database",
-                        err=True,
-                    )
-                else:
-                    typer.echo("interrupted: every window collected before Ctrl-C is in the database", err=True)
+            with signals_as_ctrl_c():  # SIGTERM / SIGHUP as Ctrl-C, while it stops a capture too
+                try:
+                    watcher.run_loop(interval_s, duration_s=duration_s, once=once, on_step=show)
+                    if capturer is not None:
+                        if capturer.busy():
+                            typer.echo("waiting for the running capture to end (Ctrl-C stops it)", err=True)
+                            capturer.wait()
+                        show_captures(screen_width())
+                except KeyboardInterrupt:
+                    if capturer is not None:
+                        capturer.request_stop()
+                        if capturer.busy():
+                            typer.echo("interrupted: stopping the running capture's profiler", err=True)
+                        if not await_capture_end(capturer.wait, capturer.stop_bound_s()):
+                            capturer.abandon()
+                            typer.echo(
+                                "Error: the running capture did not end in time: the profiler may still be on: "
+                                "stop it by hand",
+                                err=True,
+                            )
+                        show_captures(screen_width())
+                    if watcher.pending():  # the database was busy at the last collections
+                        typer.echo(
+                            "interrupted: the windows held while the database was busy were not written; "
+                            "every window written before is in the database",
+                            err=True,
+                        )
+                    else:
+                        typer.echo("interrupted: every window collected before Ctrl-C is in the database", err=True)
         except SlowcardError as exc:
             typer.echo(safe_field(f"Error: {exc}"), err=True)
             raise typer.Exit(2) from None
@@ -494,8 +554,6 @@ def register(app: typer.Typer) -> None:
         Example:
             slowcard capture vllm --url http://127.0.0.1:8000 --capture-dir /tmp/vllm_profile --dp 2
         """
-        import threading
-
         from .capture import Alert
 
         try:
@@ -517,16 +575,23 @@ def register(app: typer.Typer) -> None:
             finally:
                 ended.set()
 
-        threading.Thread(target=work, daemon=True).start()
-        try:
-            while not ended.wait(0.1):  # short waits (never Thread.join): Ctrl-C lands here at once
-                pass
-        except KeyboardInterrupt:
-            typer.echo("interrupted: stopping the profiler", err=True)
-            capturer.shutdown()  # no thread of its own here: sets the stop the capture waits on
-            ended.wait(30)
+        with signals_as_ctrl_c(("SIGINT", "SIGTERM", "SIGHUP")) as got:
+            threading.Thread(target=work, daemon=True).start()
+            try:
+                while not ended.wait(0.1):  # short waits (never Thread.join): Ctrl-C lands here at once
+                    pass
+            except KeyboardInterrupt:
+                why = "interrupted" if not got or got[0] == "SIGINT" else got[0]
+                typer.echo(f"{why}: stopping the profiler", err=True)
+                capturer.request_stop()  # sets the stop the capture waits on; it stops its profiler
+                if not await_capture_end(ended.wait, capturer.stop_bound_s()):
+                    capturer.abandon()
         if not done:
-            typer.echo("Error: the capture did not end in time after Ctrl-C", err=True)
+            typer.echo(
+                "Error: the capture did not end in time after it was interrupted: the profiler may still be on: "
+                "stop it by hand",
+                err=True,
+            )
             raise typer.Exit(3)
         cap = done[0]
         if fmt == "json":
