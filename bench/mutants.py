@@ -695,6 +695,134 @@ EP_SLOW_RANK = [
     ),
 ]
 
+# issue 48: why-kernel-efficiency and why-gmm-efficiency (the rate of a rank's GEMMs; written
+# before their tests in tests/test_kernel_efficiency_boundaries.py)
+KE = ("tests/test_kernel_efficiency_boundaries.py", "tests/test_kernel_efficiency.py")
+KE_SQL = "sql/why-kernel-efficiency.sql"
+GMM_SQL = "sql/why-gmm-efficiency.sql"
+KERNEL_EFFICIENCY = [
+    Mutant(
+        "ke-less-work-read-as-a-slow-device",
+        KE_SQL,
+        "WHEN p.flops > $same_work_ratio * m.med_flops OR p.flops * $same_work_ratio < m.med_flops",
+        "WHEN p.flops > $same_work_ratio * m.med_flops",
+        KE,
+    ),
+    Mutant(
+        "ke-more-work-read-as-a-slow-device",
+        KE_SQL,
+        "WHEN p.flops > $same_work_ratio * m.med_flops OR p.flops * $same_work_ratio < m.med_flops",
+        "WHEN p.flops * $same_work_ratio < m.med_flops",
+        KE,
+    ),
+    Mutant(
+        "ke-same-work-band-widened-10x",
+        KE_SQL,
+        "WHEN p.flops > $same_work_ratio * m.med_flops OR p.flops * $same_work_ratio < m.med_flops",
+        "WHEN p.flops > 10 * $same_work_ratio * m.med_flops OR p.flops * 10 * $same_work_ratio < m.med_flops",
+        KE,
+    ),
+    Mutant(
+        "ke-work-yardstick-is-the-busiest-rank",
+        KE_SQL,
+        "median(flops) AS med_flops",
+        "max(flops) AS med_flops",
+        KE,
+    ),
+    Mutant(
+        "ke-rate-yardstick-is-the-mean",
+        KE_SQL,
+        "median(tflops) AS med_tflops",
+        "avg(tflops) AS med_tflops",
+        KE,
+    ),
+    Mutant(
+        "ke-slower-without-same-work-ratio",
+        KE_SQL,
+        "WHEN p.tflops * $same_work_ratio < m.med_tflops",
+        "WHEN p.tflops < m.med_tflops",
+        KE,
+    ),
+    Mutant(
+        "ke-min-ranks-exclusive",
+        KE_SQL,
+        "WHEN m.n_ranks IS NULL OR m.n_ranks < $min_ranks",
+        "WHEN m.n_ranks IS NULL OR m.n_ranks <= $min_ranks",
+        KE,
+    ),
+    Mutant(
+        "ke-grouped-gemm-times-the-groups",
+        KE_SQL,
+        "THEN 2.0 * a[1] * a[2] * b[3]",
+        "THEN 2.0 * a[1] * a[2] * b[3] * b[1]",
+        KE,
+    ),
+    Mutant(
+        "ke-grouped-gemm-left-out",
+        KE_SQL,
+        "WHEN name = 'aten::_grouped_mm' AND len(a) = 2 AND len(b) = 3 AND a[2] = b[2]",
+        "WHEN name = 'aten::_grouped_mm' AND len(a) = 2 AND len(b) = 2 AND a[2] = b[2]",
+        KE,
+    ),
+    Mutant(
+        "ke-causal-attention-not-halved",
+        KE_SQL,
+        "/ CASE WHEN causal THEN 2 ELSE 1 END",
+        "/ 1",
+        KE,
+    ),
+    Mutant(
+        "ke-h100-pcie-given-the-sxm-peak",
+        KE_SQL,
+        "WHEN name ILIKE '%H100%PCIe%' OR name ILIKE '%H800%PCIe%' THEN 'H100 PCIe'",
+        "WHEN false THEN 'H100 PCIe'",
+        KE,
+    ),
+    Mutant(
+        "ke-nvl-given-the-sxm-peak",
+        KE_SQL,
+        "WHEN (name ILIKE '%H100%' OR name ILIKE '%H200%') AND name ILIKE '%NVL%' THEN 'H100 NVL'",
+        "WHEN false THEN 'H100 NVL'",
+        KE,
+    ),
+    Mutant(
+        "ke-v100-pcie-given-the-sxm2-peak",
+        KE_SQL,
+        "WHEN name ILIKE '%V100%PCIe%' THEN 'V100 PCIe'",
+        "WHEN name ILIKE '%V100%PCIe%' THEN 'V100 SXM2'",
+        KE,
+    ),
+    Mutant(
+        "ke-a100-pcie-unknown",
+        KE_SQL,
+        "CASE WHEN name ILIKE '%A100%' OR name ILIKE '%A800%' THEN 'A100'",
+        "CASE WHEN name ILIKE '%A100%SXM%' OR name ILIKE '%A800%' THEN 'A100'",
+        KE,
+    ),
+    Mutant(
+        "gmm-fewer-rows-read-as-a-slow-device",
+        GMM_SQL,
+        "            WHEN p.rows_per_call * $same_rows_ratio < m.med_rows\n"
+        "                THEN 'smaller matmuls run less efficiently: a lower rate is expected'\n",
+        "",
+        KE,
+    ),
+    Mutant(
+        "gmm-grouped-weight-times-the-experts",
+        GMM_SQL,
+        "CASE WHEN len(w) = 3 THEN w[2] * w[3] ELSE w[1] * w[2] END AS kn",
+        "CASE WHEN len(w) = 3 THEN w[1] * w[2] * w[3] ELSE w[1] * w[2] END AS kn",
+        (*KE, "tests/test_why.py"),
+    ),
+    Mutant(
+        "gmm-min-ranks-exclusive",
+        GMM_SQL,
+        "WHERE enough.skip_reason IS NULL AND m.n_ranks >= $min_ranks",
+        "WHERE enough.skip_reason IS NULL AND m.n_ranks > $min_ranks",
+        KE,
+    ),
+]
+
 MUTANTS: list[Mutant] = [
     *DP_IMBALANCE,
     *DP_METRICS_IMBALANCE,
@@ -703,6 +831,7 @@ MUTANTS: list[Mutant] = [
     *RANK_VERDICTS,
     *EXPERT_VERDICTS,
     *EP_SLOW_RANK,
+    *KERNEL_EFFICIENCY,
 ]
 
 

@@ -1,5 +1,5 @@
 -- name: why-kernel-efficiency
--- version: 1
+-- version: 2
 -- description: GPU GEMM and attention efficiency from the shapes (Kineto traces recorded with record_shapes=True): per rank, the FLOPs of its matmul-family and attention ops (from the CPU op's Input Dims) over the time of the GPU kernels they launched (linked by correlation id), in TFLOP/s, vs the median rank's and vs the device's peak.
 -- requires: sources
 -- param: same_work_ratio DOUBLE = 1.1   -- ranks whose FLOPs are within this ratio of the median rank's did the same work (their rates compare)
@@ -39,9 +39,13 @@
 -- first matrix input's "Input type" (fp32, 16-bit for bf16 / fp16, fp8, fp64), fp32 read as
 -- tf32 when a kernel's name says TF32 tensor cores (tf32, xf32, s1688, tensorop_s).
 -- Peak (dense, no sparsity, TFLOP/s) of the first deviceProperties entry of the trace, from a
--- small table below: NVIDIA by name (A100: fp32 19.5, tf32 156, 16-bit 312; H100 SXM / H200 /
--- H800: 67, 494.7, 989.4, fp8 1978.9; H100 PCIe: 51, 378, 756, fp8 1513; V100: fp32 15.7,
--- 16-bit 125); AMD (whose name is often empty) by architecture and compute units: MI300X
+-- small table below: NVIDIA by name, per variant (a PCIe card has lower clocks and power than the
+-- SXM module of the same chip, so the SXM peak would read a healthy PCIe card as slow): A100 and
+-- A800, PCIe and SXM4 alike (the datasheet's peaks are the same): fp32 19.5, tf32 156, 16-bit 312;
+-- H100 SXM / H200 / H800 / GH200: 67, 494.7, 989.4, fp8 1978.9; H100 PCIe / H800 PCIe: 51, 378,
+-- 756, fp8 1513; H100 NVL / H200 NVL: 60, 417.5, 835.5, fp8 1670.5; V100 SXM2 (and DGXS): fp32
+-- 15.7, 16-bit 125; V100 PCIe: 14, 112; V100S PCIe: 16.4, 130 (another V100 form: no peak);
+-- AMD (whose name is often empty) by architecture and compute units: MI300X
 -- (gfx 9.4, 304 CUs; fp32 163.4, 16-bit 1307.4, fp8 2614.9), MI250X and MI250 per GCD, the
 -- device a process sees (gfx 9.0, 110 / 104 CUs; fp32 47.9 / 45.3, 16-bit 191.5 / 181.0). fp32
 -- peaks are what the default GEMM runs on: the CUDA cores on NVIDIA, the matrix cores on AMD.
@@ -141,9 +145,12 @@ per_op AS (
 device AS (  -- the trace's first device, as the peak table knows it
     SELECT source_id, name AS device_name,
            CASE WHEN name ILIKE '%A100%' OR name ILIKE '%A800%' THEN 'A100'
-                WHEN name ILIKE '%H100%PCIe%' THEN 'H100 PCIe'
+                WHEN name ILIKE '%H100%PCIe%' OR name ILIKE '%H800%PCIe%' THEN 'H100 PCIe'
+                WHEN (name ILIKE '%H100%' OR name ILIKE '%H200%') AND name ILIKE '%NVL%' THEN 'H100 NVL'
                 WHEN name ILIKE '%H100%' OR name ILIKE '%H200%' OR name ILIKE '%H800%' THEN 'H100 SXM'
-                WHEN name ILIKE '%V100%' THEN 'V100'
+                WHEN name ILIKE '%V100S%PCIe%' THEN 'V100S PCIe'
+                WHEN name ILIKE '%V100%PCIe%' THEN 'V100 PCIe'
+                WHEN name ILIKE '%V100%SXM2%' OR name ILIKE '%V100%DGXS%' THEN 'V100 SXM2'
                 WHEN major = 9 AND minor = 4 AND sms = 304 THEN 'MI300X'
                 WHEN major = 9 AND minor = 0 AND sms = 110 THEN 'MI250X GCD'
                 WHEN major = 9 AND minor = 0 AND sms = 104 THEN 'MI250 GCD'
@@ -161,7 +168,10 @@ peaks(model, dtype, peak_tflops) AS (VALUES
     ('A100', 'fp32', 19.5), ('A100', 'tf32', 156.0), ('A100', '16-bit', 312.0),
     ('H100 SXM', 'fp32', 67.0), ('H100 SXM', 'tf32', 494.7), ('H100 SXM', '16-bit', 989.4), ('H100 SXM', 'fp8', 1978.9),
     ('H100 PCIe', 'fp32', 51.0), ('H100 PCIe', 'tf32', 378.0), ('H100 PCIe', '16-bit', 756.0), ('H100 PCIe', 'fp8', 1513.0),
-    ('V100', 'fp32', 15.7), ('V100', '16-bit', 125.0),
+    ('H100 NVL', 'fp32', 60.0), ('H100 NVL', 'tf32', 417.5), ('H100 NVL', '16-bit', 835.5), ('H100 NVL', 'fp8', 1670.5),
+    ('V100 SXM2', 'fp32', 15.7), ('V100 SXM2', '16-bit', 125.0),
+    ('V100 PCIe', 'fp32', 14.0), ('V100 PCIe', '16-bit', 112.0),
+    ('V100S PCIe', 'fp32', 16.4), ('V100S PCIe', '16-bit', 130.0),
     ('MI300X', 'fp32', 163.4), ('MI300X', '16-bit', 1307.4), ('MI300X', 'fp8', 2614.9),
     ('MI250X GCD', 'fp32', 47.9), ('MI250X GCD', '16-bit', 191.5),
     ('MI250 GCD', 'fp32', 45.3), ('MI250 GCD', '16-bit', 181.0)

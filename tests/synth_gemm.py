@@ -7,7 +7,11 @@ causal ``aten::_scaled_dot_product_flash_attention`` ([B, H, L, D]) launching on
 factor: that rank's GEMM and attention kernels run ``factor`` times longer), so the expected
 TFLOP/s is known exactly. ``shapes=False`` drops every ``Input Dims`` (record_shapes=False);
 ``device`` is the deviceProperties name (None: no deviceProperties); ``flash_forward``: the attention
-op calls ``aten::_flash_attention_forward`` ([B, L, H, D], keys with 8 heads), which launches the kernel."""
+op calls ``aten::_flash_attention_forward`` ([B, L, H, D], keys with 8 heads), which launches the kernel.
+``work`` maps rank -> factor on the rows (M) of that rank's linear and mm: other shapes, more or
+less work (at the same rate unless ``slow`` says otherwise); ``grouped``: each step also runs an
+``aten::_grouped_mm`` ([GM, GK] x [G, GK, GN]: each row times one group's weight) launching one
+kernel."""
 
 from __future__ import annotations
 
@@ -17,11 +21,13 @@ from pathlib import Path
 M, K, N = 4096, 8192, 8192  # the linear / addmm
 B, H, L, D = 4, 32, 2048, 128  # the attention
 MM = (1024, 4096, 1024)  # the aten::mm on the second thread
+G, GM, GK, GN = 8, 4096, 2048, 1536  # the grouped GEMM: 4096 rows routed over 8 groups' weights
 BIAS_US = 5  # the bias copy kernel of each addmm
 
 GEMM_FLOPS = 2 * M * K * N
 ATTN_FLOPS = 2 * B * H * L * L * (D + D) // 2  # causal: half
 MM_FLOPS = 2 * MM[0] * MM[1] * MM[2]
+GROUPED_FLOPS = 2 * GM * GK * GN  # every row meets one group's weight: not G times that
 
 
 def _us(flops: float, tflops: float) -> int:
@@ -29,7 +35,15 @@ def _us(flops: float, tflops: float) -> int:
 
 
 def rank_events(
-    rank: int, *, steps: int, tflops: float, factor: float, shapes: bool, flash_forward: bool = False
+    rank: int,
+    *,
+    steps: int,
+    tflops: float,
+    factor: float,
+    shapes: bool,
+    flash_forward: bool = False,
+    work: float = 1.0,
+    grouped: bool = False,
 ) -> list[dict]:
     ev: list[dict] = []
     corr = [rank * 100_000]
@@ -79,14 +93,15 @@ def rank_events(
         t[0] += 10
 
     bf16 = "c10::BFloat16"
+    m, mm_m = round(M * work), round(MM[0] * work)
     for _ in range(steps):
-        gemm_us = round(_us(GEMM_FLOPS, tflops) * factor)
+        gemm_us = round(_us(GEMM_FLOPS * m / M, tflops) * factor)
         attn_us = round(_us(ATTN_FLOPS, tflops) * factor)
-        mm_us = round(_us(MM_FLOPS, tflops) * factor)
+        mm_us = round(_us(MM_FLOPS * mm_m / MM[0], tflops) * factor)
         start = t[0]
-        op("aten::linear", 100, [[M, K], [N, K], [N]], [bf16, bf16, bf16])
+        op("aten::linear", 100, [[m, K], [N, K], [N]], [bf16, bf16, bf16])
         t[0] += 5
-        op("aten::addmm", 80, [[N], [M, K], [K, N], [], []], [bf16, bf16, bf16, "Scalar", "Scalar"])
+        op("aten::addmm", 80, [[N], [m, K], [K, N], [], []], [bf16, bf16, bf16, "Scalar", "Scalar"])
         launch("void at::native::elementwise_kernel<128, 2>(copy bias)", BIAS_US)
         launch("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", gemm_us)
         t[0] = start + 200
@@ -108,8 +123,12 @@ def rank_events(
             )
         launch("flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4>>", attn_us)
         t[0] = start + 300
-        op("aten::mm", 50, [[MM[0], MM[1]], [MM[1], MM[2]]], [bf16, bf16], tid=2)
+        op("aten::mm", 50, [[mm_m, MM[1]], [MM[1], MM[2]]], [bf16, bf16], tid=2)
         launch("sm90_xmma_gemm_bf16bf16_bf16f32_f32_nn_n", mm_us, tid=2)
+        if grouped:  # offs: the groups' row ends (an int tensor of G)
+            t[0] = start + 400
+            op("aten::_grouped_mm", 50, [[GM, GK], [G, GK, GN], [G]], [bf16, bf16, "int"])
+            launch("cutlass_grouped_gemm_bf16_sm90", round(_us(GROUPED_FLOPS, tflops) * factor))
         t[0] = start + 1_000_000  # the next step well after this one's kernels
     return ev
 
@@ -124,6 +143,9 @@ def write_run(
     shapes: bool = True,
     device: str | None = "NVIDIA H100 80GB HBM3",
     flash_forward: bool = False,
+    work: dict | None = None,
+    grouped: bool = False,
+    sms: int = 132,
 ) -> list[Path]:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -140,10 +162,12 @@ def write_run(
                 factor=(slow or {}).get(r, 1.0),
                 shapes=shapes,
                 flash_forward=flash_forward,
+                work=(work or {}).get(r, 1.0),
+                grouped=grouped,
             ),
         }
         if device is not None:
-            doc["deviceProperties"] = [{"id": 0, "name": device, "computeMajor": 9, "computeMinor": 0, "numSms": 132}]
+            doc["deviceProperties"] = [{"id": 0, "name": device, "computeMajor": 9, "computeMinor": 0, "numSms": sms}]
         p = folder / f"rank{r}.pt.trace.json"
         p.write_text(json.dumps(doc))
         paths.append(p)
