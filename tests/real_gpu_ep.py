@@ -22,7 +22,13 @@ Re-timed causally, rank by rank and kernel by kernel:
 
 Effects (per rank, ``Effect``): ``gemm_factor`` slower expert GEMMs (a slow device);
 ``host_delay_us`` more host time before each launch inside the MoE blocks (a slow host);
-``late_us`` host time before each dispatch launch (a late rank at the collectives).
+``late_us`` host time before each dispatch launch (a late rank at the collectives); each from
+step ``from_step`` on (an effect that starts mid-profile: EPLB drift, a traffic shift).
+
+``dualpipe=True`` shapes the run like DualPipe's overlapped chunks: after every MoE block a second,
+lone ``combine`` in a ``vllm::moe_forward`` range of its own, so every other MoE layer instance
+has no expert GEMMs and its one launch comes from a side stream of the host, not the MoE launches
+a slow host delays (an effect present in one instance kind only).
 Token counts are not in the trace (no shapes on kernels, no split sizes in DeepEP), as in the
 real stacks.
 
@@ -61,6 +67,7 @@ class Effect:
     gemm_factor: float = 1.0
     host_delay_us: float = 0.0
     late_us: float = 0.0
+    from_step: int = 0
 
 
 def source_kernels(source: Path = SOURCE) -> list[tuple[str, float]]:
@@ -83,9 +90,10 @@ def _role(name: str) -> str:
     return ""
 
 
-def plan(kernels: list[tuple[str, float]]) -> list[dict]:
+def plan(kernels: list[tuple[str, float]], dualpipe: bool = False) -> list[dict]:
     """The per-step kernel sequence with the DeepEP kernels inserted: dicts with name, dur_us,
-    stream, role, moe (inside a MoE block) and dep (index of the kernel it waits for)."""
+    stream, role, moe (inside a MoE block) and dep (index of the kernel it waits for). With
+    ``dualpipe``, a lone second combine ("combine2") after each MoE block."""
     out: list[dict] = []
     in_moe = False
     for name, dur in kernels:
@@ -96,12 +104,16 @@ def plan(kernels: list[tuple[str, float]]) -> list[dict]:
             out.append(
                 dict(name=DISPATCH, dur_us=XFER_US, stream=COMM_STREAM, role="dispatch", moe=True, dep=len(out) - 1)
             )
-        dep = len(out) - 1 if out and out[-1]["role"] in ("dispatch", "combine") else None
+        dep = len(out) - 1 if out and out[-1]["role"] in ("dispatch", "combine", "combine2") else None
         out.append(dict(name=name, dur_us=dur, stream=COMPUTE_STREAM, role=role, moe=in_moe, dep=dep))
         if role == "scatter":
             out.append(
                 dict(name=COMBINE, dur_us=XFER_US, stream=COMM_STREAM, role="combine", moe=True, dep=len(out) - 1)
             )
+            if dualpipe:
+                out.append(
+                    dict(name=COMBINE, dur_us=XFER_US, stream=COMM_STREAM, role="combine2", moe=False, dep=len(out) - 1)
+                )
             in_moe = False
     return out
 
@@ -113,10 +125,12 @@ def write_run(
     effects: dict[int, Effect] | None = None,
     seed: int = 0,
     source: Path = SOURCE,
+    dualpipe: bool = False,
 ) -> list[Path]:
-    """Write rank<r>.pt.trace.json.gz for each rank; returns the paths."""
+    """Write rank<r>.pt.trace.json.gz for each rank; returns the paths. The noise draws do not
+    depend on the effects: the same seed without an effect is the run with that rank fixed."""
     effects = effects or {}
-    seq = plan(source_kernels(source))
+    seq = plan(source_kernels(source), dualpipe)
     rng = random.Random(seed)
     host = [1000.0 + 20 * rng.random() for _ in range(ranks)]  # host clocks (us from BASE)
     free = [{COMPUTE_STREAM: 0.0, COMM_STREAM: 0.0} for _ in range(ranks)]
@@ -130,6 +144,8 @@ def write_run(
             starts, launches = [], []
             for r in range(ranks):
                 eff = effects.get(r, Effect())
+                if s < eff.from_step:
+                    eff = Effect()
                 gap = PY_GAP_US * rng.lognormvariate(0, 0.3)
                 if rng.random() < 0.003:
                     gap += rng.uniform(50, 300)  # a host hiccup (GC, scheduler): any rank, now and then
@@ -139,6 +155,8 @@ def write_run(
                     gap += eff.late_us
                 if k["role"] == "moe_start":
                     moe_open[r] = host[r]
+                if k["role"] == "combine2":  # after the previous block's range (it ends 0.5 us on)
+                    moe_open[r] = host[r] + 1.0
                 launch = host[r] + gap
                 launch_dur = LAUNCH_US * rng.lognormvariate(0, 0.2)
                 host[r] = launch + launch_dur
@@ -160,14 +178,14 @@ def write_run(
                     dep_end = max(dep_end, free[r][COMPUTE_STREAM])
                 starts.append(max(ready, free[r][k["stream"]], dep_end))
                 launches.append(corr[r])
-            if k["role"] in ("dispatch", "combine"):
+            if k["role"] in ("dispatch", "combine", "combine2"):
                 meet = max(starts)
                 durs = [meet - starts[r] + k["dur_us"] * rng.lognormvariate(0, 0.05) for r in range(ranks)]
             else:
                 durs = [
                     k["dur_us"]
                     * rng.lognormvariate(0, 0.03)
-                    * (effects.get(r, Effect()).gemm_factor if k["role"] == "gemm" else 1.0)
+                    * (_gemm_factor(effects.get(r), s) if k["role"] == "gemm" else 1.0)
                     for r in range(ranks)
                 ]
             for r in range(ranks):
@@ -176,7 +194,7 @@ def write_run(
                 free[r][k["stream"]] = end
                 args = {"correlation": launches[r], "stream": k["stream"], "device": 0}
                 events[r].append(_x("kernel", k["name"], 0, k["stream"], starts[r], durs[r], args))
-                if k["role"] == "combine" and moe_open[r] is not None:
+                if k["role"] in ("combine", "combine2") and moe_open[r] is not None:
                     events[r].append(
                         _x(
                             "cpu_op",
@@ -221,6 +239,33 @@ def write_run(
             json.dump(doc, fh)
         paths.append(p)
     return paths
+
+
+def _gemm_factor(eff: Effect | None, step: int) -> float:
+    return eff.gemm_factor if eff is not None and step >= eff.from_step else 1.0
+
+
+def step_us(out: Path, ranks: int) -> float:
+    """The run's profiled time read from the written traces: the mean over ranks of the sum of
+    their ProfilerStep durations (ranks meet at every all-to-all, so they differ by little)."""
+    total = 0.0
+    for r in range(ranks):
+        with gzip.open(out / f"rank{r}.pt.trace.json.gz", "rb") as fh:
+            ev = json.load(fh)["traceEvents"]
+        total += sum(e["dur"] for e in ev if e["name"].startswith("ProfilerStep#"))
+    return total / ranks
+
+
+def saving_pct(work: Path, ranks: int, effects: dict[int, Effect], fix: set[int], **kw) -> float:
+    """What fixing the ranks ``fix`` saves, measured from written files: the run as it is and the
+    same run (same seed, same noise) without their effects, each written and read back; % of the
+    run's profiled time."""
+    actual, fixed = work / "actual", work / ("fixed-" + "-".join(map(str, sorted(fix))))
+    if not actual.is_dir():
+        write_run(actual, ranks=ranks, effects=effects, **kw)
+    write_run(fixed, ranks=ranks, effects={r: e for r, e in effects.items() if r not in fix}, **kw)
+    before = step_us(actual, ranks)
+    return 100.0 * (before - step_us(fixed, ranks)) / before
 
 
 def _x(cat: str, name: str, pid: int, tid: int, ts_us: float, dur_us: float, args: dict) -> dict:
