@@ -881,7 +881,7 @@ class Watcher:
         duration_s: float | None = None,
         once: bool = False,
         on_step: Callable[[Step], None] | None = None,
-        sleep=time.sleep,
+        sleep: Callable[[float], None] | None = None,
     ) -> Step | None:
         """Collect every ``interval_s`` until ``duration_s`` has passed (None: until interrupted).
 
@@ -893,6 +893,8 @@ class Watcher:
         are written with the usual lock wait (SLOWCARD_LOCK_WAIT), and DatabaseBusy is raised
         only when the database is still held then.
         """
+        # the module's clock, looked up at the call (a test's fake clock replaces it whole)
+        sleep = time.sleep if sleep is None else sleep
         t0 = time.monotonic()
         last: Step | None = None
         second = False

@@ -11,14 +11,12 @@ so a change to a verdict that doubles its false-alarm rate cannot pass with CI g
 - `slowcard watch` on an exporter whose domain goes hot, then cool again: ALERT, then CLEARED.
 
 About 30 s in all on an idle 2-core machine (24 service runs ~17 s, the 2 EP runs ~4 s, the
-watch ~8 s).
+watch ~3 s).
 """
 
 from __future__ import annotations
 
 import sys
-import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -27,6 +25,7 @@ from typer.testing import CliRunner
 sys.path.insert(0, str(Path(__file__).parent))
 import synth_service as ss  # noqa: E402
 from conftest import REALDATA  # noqa: E402
+from ticked_exporter import FakeClock, TickedExporter  # noqa: E402
 
 from slowcard import queries, store  # noqa: E402
 from slowcard.cli import app  # noqa: E402
@@ -102,40 +101,38 @@ def test_no_verdict_fails_a_balanced_real_ep_run(realdata, tmp_path, run):
     assert diag.conclusion["status"] != "FAIL"
 
 
-SIM = Path(__file__).resolve().parent / "vllm_sim.py"
-
-
-def test_watch_alerts_on_a_hot_domain_and_clears_when_it_cools(tmp_path):
+def test_watch_alerts_on_a_hot_domain_and_clears_when_it_cools(tmp_path, monkeypatch):
     """The exporter's engine 1 gets 2.5x the requests from 1.5 s to 4.5 s (its queue and the
     instance's P99 grow meanwhile), then returns to its share: the watch prints ALERT, then
-    CLEARED, and ends on PASS (exit 0)."""
-    import subprocess
+    CLEARED, and ends on PASS (exit 0).
 
-    proc = subprocess.Popen(
-        [sys.executable, str(SIM), "--port", "0", "--duration", "12", "--hot-engine", "1"]
-        + ["--hot-from", "1.5", "--hot-to", "4.5", "--jitter", "0.1"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    Deterministic (issue 48: it failed under load): the exporter's traffic advances 0.5 s per
+    scrape (tests/ticked_exporter.py) and the watch runs on a fake clock that moves only when it
+    sleeps, so `--duration 7.5s --interval 0.5s` makes exactly 16 collections whatever the
+    machine's load, each seeing the same counts."""
+    import slowcard.watch
+
+    clock = FakeClock()
+    monkeypatch.setattr(slowcard.watch, "time", clock)
+    exporter = TickedExporter(hot_engine=1, hot_from=1.5, hot_to=4.5, jitter=0.1)
     try:
-        got: list[str] = []
-        reader = threading.Thread(target=lambda: got.append(proc.stdout.readline()), daemon=True)
-        reader.start()
-        reader.join(15)
-        assert got and got[0].startswith("PORT "), proc.stderr.read() if proc.poll() is not None else "no port"
-        url = f"http://127.0.0.1:{got[0].split()[1]}/metrics"
-        t0 = time.monotonic()
         res = CliRunner().invoke(
             app,
-            ["watch", "--scrape", url, "--interval", "0.5s", "--duration", "7.5s", "--db", str(tmp_path / "w.duckdb")],
+            [
+                "watch",
+                "--scrape",
+                exporter.url,
+                "--interval",
+                "0.5s",
+                "--duration",
+                "7.5s",
+                "--db",
+                str(tmp_path / "w.db"),
+            ],
         )
-        assert time.monotonic() - t0 < 20
     finally:
-        proc.kill()
-        proc.wait(5)
-        proc.stdout.close()
-        proc.stderr.close()
+        exporter.close()
+    assert exporter.scrapes == 16 and clock.elapsed_s == pytest.approx(7.5), (exporter.scrapes, clock.sleeps)
     changes = [line for line in res.output.splitlines() if line.startswith(("ALERT", "CLEARED"))]
     assert [c.split(":")[0] for c in changes] == ["ALERT dp-metrics-imbalance", "CLEARED dp-metrics-imbalance"], (
         res.output
