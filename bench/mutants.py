@@ -823,6 +823,91 @@ KERNEL_EFFICIENCY = [
     ),
 ]
 
+# issue 48: slowcard watch (the request deadline, the size cap, the range query's step grid, the
+# backfill's chunks, the loop's clock, the retention), judged by tests on a fake clock or on
+# event ordering (tests/test_watch_boundaries.py), never by a wall-clock bound
+WT = ("tests/test_watch_boundaries.py", "tests/test_watch.py")
+WATCH_PY = "slowcard/watch.py"
+WATCH = [
+    Mutant(
+        "watch-a-timeout-per-read-not-one-deadline",
+        WATCH_PY,
+        "self.sock = _DeadlineSocket(self.sock, deadline)",
+        "self.sock = self.sock",
+        WT,
+    ),
+    Mutant(
+        "watch-size-cap-refuses-exactly-the-cap",
+        WATCH_PY,
+        "            if got > max_bytes:",
+        "            if got >= max_bytes:",
+        WT,
+    ),
+    Mutant(
+        "watch-size-cap-by-content-length-off-by-one",
+        WATCH_PY,
+        "int(length) > max_bytes:",
+        "int(length) >= max_bytes:",
+        WT,
+    ),
+    Mutant(
+        "watch-range-drops-the-last-step",
+        WATCH_PY,
+        "if not 0 <= k <= last_k:",
+        "if not 0 <= k < last_k:",
+        WT,
+    ),
+    Mutant(
+        "watch-step-grid-tolerance-half-a-step",
+        WATCH_PY,
+        "if abs(ts_ms - step_ms) > 1.0:",
+        "if abs(ts_ms - step_ms) > self.step_ms / 2:",
+        WT,
+    ),
+    Mutant(
+        "watch-backfill-chunks-overlap",
+        WATCH_PY,
+        "t = t_end + self.step_ms",
+        "t = t_end",
+        WT,
+    ),
+    Mutant(
+        "watch-oversized-answer-not-shrunk",
+        WATCH_PY,
+        "self.chunk_steps = max(1, self.chunk_steps // 8)",
+        "self.chunk_steps = max(1, self.chunk_steps)",
+        WT,
+    ),
+    Mutant(
+        "watch-loop-sleeps-the-whole-interval",
+        WATCH_PY,
+        "sleep(max(0.0, interval_s - (time.monotonic() - started)))",
+        "sleep(interval_s)",
+        WT,
+    ),
+    Mutant(
+        "watch-duration-one-collection-long",
+        WATCH_PY,
+        "next_at = max(started + interval_s, time.monotonic())",
+        "next_at = max(started, time.monotonic())",
+        WT,
+    ),
+    Mutant(
+        "watch-duration-judged-from-the-collection-end",
+        WATCH_PY,
+        "next_at = max(started + interval_s, time.monotonic())",
+        "next_at = time.monotonic() + interval_s",
+        WT,
+    ),
+    Mutant(
+        "watch-retention-read-as-ms",
+        WATCH_PY,
+        "self.retention_ns = int(retention_s * 1e9)",
+        "self.retention_ns = int(retention_s * 1e6)",
+        WT,
+    ),
+]
+
 MUTANTS: list[Mutant] = [
     *DP_IMBALANCE,
     *DP_METRICS_IMBALANCE,
@@ -832,6 +917,7 @@ MUTANTS: list[Mutant] = [
     *EXPERT_VERDICTS,
     *EP_SLOW_RANK,
     *KERNEL_EFFICIENCY,
+    *WATCH,
 ]
 
 

@@ -908,8 +908,13 @@ class Watcher:
                 if second or last.windows or self.prev is None or not isinstance(self.source, ScrapeSource):
                     break
                 second = True
-            elif duration_s is not None and time.monotonic() - t0 + interval_s > duration_s + 1e-6:
-                break
+            else:
+                # the next collection starts an interval after this one started (or now, when this
+                # one took longer): judged from that start, not from the end of this collection,
+                # so a slow collection (a loaded machine) does not cost the last one
+                next_at = max(started + interval_s, time.monotonic())
+                if duration_s is not None and next_at - t0 > duration_s + 1e-6:
+                    break
             sleep(max(0.0, interval_s - (time.monotonic() - started)))
         if last is not None and last.busy is not None:
             final = _ctrl_c_as_such(self.flush)
