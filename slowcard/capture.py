@@ -365,7 +365,7 @@ def wait_for_files(
                 return {p: c.content_bytes for p, c in checks.items()}
         if stop.is_set():
             raise CaptureError(
-                f"stopped while waiting for the files in {folder} (Ctrl-C or the watch ending); nothing was ingested"
+                f"stopped while waiting for the files in {folder} (Ctrl-C, SIGTERM or the watch ending); nothing was ingested"
             )
         if now >= deadline:
             if not got:
@@ -675,7 +675,7 @@ def run_command(cmd: str | list[str], label: str, timeout_s: float, stop: thread
                     if time.monotonic() >= deadline:
                         raise CaptureError(f"{label} killed after {timeout_s:g} s: {shown}") from None
                     if stop is not None and stop.is_set():
-                        raise CaptureError(f"{label} killed: stopped (Ctrl-C or the watch ending): {shown}") from None
+                        raise CaptureError(f"{label} killed: stopped (Ctrl-C, SIGTERM or the watch ending): {shown}") from None
         finally:
             if proc.poll() is None:
                 proc.kill()
@@ -924,7 +924,7 @@ class Capturer:
         before = scan(folder, skipped_before)
         if self._stop.is_set():
             cap.status = "interrupted"
-            raise CaptureError("stopped before the profiler was started (Ctrl-C or the watch ending)")
+            raise CaptureError("stopped before the profiler was started (Ctrl-C, SIGTERM or the watch ending)")
         t0 = self.clock()
         try:
             self.backend.start(self._stop)
@@ -957,7 +957,7 @@ class Capturer:
         if stopped_early:
             cap.status = "interrupted"
             raise CaptureError(
-                f"stopped {cap.window_s:g} s into the {self.seconds:g} s window (Ctrl-C or the watch ending): "
+                f"stopped {cap.window_s:g} s into the {self.seconds:g} s window (Ctrl-C, SIGTERM or the watch ending): "
                 f"the profiler was stopped and nothing was ingested (its output, if any, is in {folder})"
             )
         skipped: dict[Path, str] = {}
