@@ -1,5 +1,5 @@
 -- name: why-slow-link
--- version: 3
+-- version: 4
 -- description: Slow links: per collective kind and process group (traces) or link type (Ascend communication summaries), each rank's effective bandwidth vs the median rank's; and per src -> dst pair of the communication matrices, each pair's bandwidth vs the median of comparable pairs (same link type, same size class). A finding names the rank or the pair, the link type, the bytes and the ratio, and says whose problem it is: the rank's (slow on every pair) or the link's (one pair slow both ways).
 -- requires: sources
 -- param: max_bw_ratio DOUBLE = 0.67      -- slow-link: the rank's (pair's) median bandwidth / the median rank's (pair's), at most this
@@ -54,7 +54,13 @@
 -- The median of comparable pairs stays the healthy pairs' only while a slow rank's pairs are
 -- fewer than half of its class (a full mesh of >= 5 ranks). WARN: a link is evidence, the
 -- verdicts name the slow card.
--- SKIP (one row with skip_reason) when no collective carries bytes and no summary or matrix has links.
+-- SKIP (one row with skip_reason) when no collective carries bytes and no summary or matrix has links;
+-- when the matrices have links whose `Transport Type` is missing, the reason says so (v4: it said
+-- no transfer had a size).
+-- v4 (issue 46): a value past what a double holds in bytes or seconds (a link of 1e305 MB is
+-- inf bytes; ingest drops such links since, older databases kept them) is left out instead of
+-- failing the run's answer (inf cast to INTEGER in the size class), and trace bytes are counted
+-- as DOUBLE (an "In msg nelems" near 2^63 overflowed BIGINT).
 
 WITH tr AS (  -- trace collectives with their bytes
     SELECT w.rank, w.pg, w.coll_kind, w.instance, w.transfer_ns, e.args
@@ -82,9 +88,9 @@ tr_bytes AS (
 samples AS (
     SELECT rank, NULL::INTEGER AS peer_rank, format('{} in process group {}', coll_kind, pg) AS link,
            'trace' AS source, pg || '/' || coll_kind || '/' || instance AS sample_key,
-           nelems * elem_bytes AS bytes, transfer_ns / 1e9 AS seconds
+           nelems::DOUBLE * elem_bytes AS bytes, transfer_ns / 1e9 AS seconds
     FROM tr_bytes
-    WHERE nelems > 0 AND elem_bytes IS NOT NULL AND transfer_ns > 0
+    WHERE nelems > 0 AND elem_bytes IS NOT NULL AND transfer_ns > 0 AND isfinite(nelems::DOUBLE * elem_bytes)
     UNION ALL
     SELECT s.rank, NULL, upper(l.link), 'comm_summary', coalesce(s.rank_set, '') || '/' || s.step || '/' || s.op_name,
            l.mb * 1e6, l.ms / 1e3
@@ -93,15 +99,22 @@ samples AS (
                          ('pcie', s.pcie_transit_mb, s.pcie_transit_ms), ('sdma', s.sdma_transit_mb, s.sdma_transit_ms))
              AS l(link, mb, ms)
     WHERE s.run = $run AND NOT s.is_total AND s.rank IS NOT NULL AND l.mb > 0 AND l.ms > 0
+      AND isfinite(l.mb * 1e6 / (l.ms / 1e3))
 ),
 mx AS (  -- matrix links, once per (op instance, src -> dst) whichever file holds them
     SELECT upper(transport_type) AS link_type, src_rank, dst_rank, step, op_name, group_name,
            max(transit_size_mb) * 1e6 AS bytes, max(transit_ms) / 1e3 AS seconds
     FROM comm_matrix
     WHERE run = $run AND NOT is_total AND src_rank <> dst_rank AND upper(transport_type) <> 'LOCAL'
-      AND transit_size_mb > 0 AND transit_ms > 0
+      AND transit_size_mb > 0 AND transit_ms > 0 AND isfinite(transit_size_mb * 1e6 / (transit_ms / 1e3))
       AND NOT regexp_full_match(op_name, '.*-(top|middle|bottom)[0-9]*')
     GROUP BY ALL
+),
+untyped AS (  -- matrix links that would be judged but for their missing link type
+    SELECT count(*) AS n
+    FROM comm_matrix
+    WHERE run = $run AND NOT is_total AND src_rank <> dst_rank AND nullif(trim(transport_type), '') IS NULL
+      AND transit_size_mb > 0 AND transit_ms > 0
 ),
 mx_bw AS (
     SELECT *, floor(log2(bytes))::INTEGER AS size_class, bytes / seconds / 1e9 AS bw_gbps FROM mx
@@ -171,6 +184,9 @@ per_rank AS (
 ),
 enough AS (
     SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM samples) AND NOT EXISTS (SELECT 1 FROM mx)
+                     AND (SELECT n FROM untyped) > 0
+                THEN format('the communication matrices have {} links between two ranks with a size and a time, but none says its link type (`Transport Type` missing or empty): a link is compared only with links of the same type, so none can be judged; no collective or communication summary has a known size either', (SELECT n FROM untyped))
+                WHEN NOT EXISTS (SELECT 1 FROM samples) AND NOT EXISTS (SELECT 1 FROM mx)
                 THEN 'no transfer with a known size: no matched collective carries its message size (NCCL "In msg nelems" / dtype, or Input Dims), no Ascend communication summary has link sizes and no communication matrix has a link between two ranks'
                 WHEN NOT EXISTS (SELECT 1 FROM per_rank) AND NOT EXISTS (SELECT 1 FROM per_pair)
                 THEN format('fewer than {} ranks in every collective / op with a known size, and fewer than {} pairs of every link type and size class of the communication matrices: no median rank or pair to compare with', $min_ranks, $min_ranks)

@@ -700,7 +700,8 @@ def _in_batch(one: Callable, work: list, shared: SharedBatch, i: int) -> FileRes
 
 
 def run_checks(con, run: str) -> list[str]:
-    """Duplicate ranks and missing ranks (when world_size is known) in one run."""
+    """Duplicate ranks and missing ranks (when world_size is known) in one run, and parallel groups
+    not used as written."""
     warnings = []
     fmts = ", ".join(f"'{f}'" for f in sorted(RANKED_FORMATS))
     for fmt, rank, n in con.execute(
@@ -734,4 +735,6 @@ def run_checks(con, run: str) -> list[str]:
     ws = con.execute("SELECT max(world_size) FROM sources WHERE run = ?", [run]).fetchone()[0]
     if ws:
         con.execute("UPDATE runs SET world_size = ? WHERE run = ?", [ws, run])
-    return warnings
+    from . import parallel_groups  # groups that name ranks the run does not have, or contradict
+
+    return warnings + parallel_groups.run_warnings(con, run)

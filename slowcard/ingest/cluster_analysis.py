@@ -199,6 +199,23 @@ def _drop_list(drops: Sequence[tuple[str, int | str]], unit: str) -> list[tuple[
     return out
 
 
+class RankSets:
+    """Ids of a cluster file's top-level keys, each key stored once (table comm_rank_sets): a rank
+    set of a 2,048-rank job is a 10 kB string, and every row of the file holds one."""
+
+    def __init__(self) -> None:
+        self.ids: dict[str, int] = {}
+
+    def id(self, key: str | None) -> int | None:
+        return None if key is None else self.ids.setdefault(key, len(self.ids))
+
+    def insert(self, ctx: Context) -> None:
+        if self.ids:
+            ctx.con.executemany(
+                "INSERT INTO comm_rank_sets VALUES (?, ?, ?)", [[ctx.source_id, i, k] for k, i in self.ids.items()]
+            )
+
+
 def _insert(ctx: Context, table_name: str, table: pa.Table) -> None:
     with arrow_view(ctx, f"cluster_{table_name}", table) as name:
         ctx.con.execute(f'INSERT INTO {table_name} BY NAME SELECT * FROM "{name}"')
@@ -367,7 +384,7 @@ def _comm_schema():
     return pa.schema(
         [
             ("source_id", pa.int32()),
-            ("rank_set", pa.string()),
+            ("rank_set_id", pa.int32()),
             ("step", pa.string()),
             ("step_id", pa.int32()),
             ("op_name", pa.string()),
@@ -538,6 +555,7 @@ def _ingest_communication(ctx: Context) -> Outcome:
         )
     cols: dict[str, list] = {f.name: [] for f in _comm_schema()}
     value_cols = [f.name for f in _comm_schema()][7:-1]
+    rank_sets = RankSets()
     drops: list[tuple[str, str]] = []
     kept = 0
     for rank_set, ctype, step, op, rank_key, info, where in _comm_leaves(path, doc, per_rank):
@@ -555,7 +573,7 @@ def _ingest_communication(ctx: Context) -> Outcome:
             continue
         kept += 1
         cols["source_id"].append(ctx.source_id)
-        cols["rank_set"].append(rank_set)
+        cols["rank_set_id"].append(rank_sets.id(rank_set))
         cols["step"].append(step)
         cols["step_id"].append(_step_id(step))
         cols["op_name"].append(op_name)
@@ -573,6 +591,7 @@ def _ingest_communication(ctx: Context) -> Outcome:
             hint='each rank entry needs a "Communication Time Info" object of numbers',
         )
     if kept:
+        rank_sets.insert(ctx)
         _insert(ctx, "comm_summary_rows", pa.table(cols, schema=_comm_schema()))
     message = "" if kept else "no communication entries"
     if n_dropped:
@@ -580,7 +599,7 @@ def _ingest_communication(ctx: Context) -> Outcome:
     if lenient:
         message = (message + "; " if message else "") + "NaN / Infinity values read as NULL"
     metadata = {
-        "rank_sets": len({r for r in cols["rank_set"] if r is not None}),
+        "rank_sets": len(rank_sets.ids),
         "steps": len(set(cols["step"])),
         "ops": len({(o, g) for o, g in zip(cols["op_name"], cols["group_name"]) if o != _TOTAL_OP}),
         "ranks": len({r for r in cols["rank"] if r is not None}),

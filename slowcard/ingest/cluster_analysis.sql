@@ -36,6 +36,16 @@ CREATE TABLE IF NOT EXISTS step_trace_rows (
 -- databases written before device_id existed
 ALTER TABLE step_trace_rows ADD COLUMN IF NOT EXISTS device_id INTEGER;
 
+-- The top-level keys of the cluster files (cluster_communication.json,
+-- cluster_communication_matrix.json): a rank set "(0, 1, …, 2047)" is as long as the job is wide,
+-- so it is stored once per file and key, and each row names it by rank_set_id (stored on every
+-- row it took 970 MB for a 2,048-rank matrix and grew with ranks squared, issue 46).
+CREATE TABLE IF NOT EXISTS comm_rank_sets (
+    source_id   INTEGER,
+    rank_set_id INTEGER,   -- position of the key in its file
+    rank_set    VARCHAR    -- the key as written: "(0, 1, ...)" or "p2p" / "collective"
+);
+
 -- cluster_communication.json: one row per (rank set, step, communication op, rank), i.e. per
 -- leaf {"Communication Time Info", "Communication Bandwidth Info"} of the file. The op key
 -- "<op>@<group>" is split at its last '@'; msprof-analyze's per-rank "Total Op Info" entry (the
@@ -44,7 +54,7 @@ ALTER TABLE step_trace_rows ADD COLUMN IF NOT EXISTS device_id INTEGER;
 -- block for that link. Link types other than these four are kept whole in `other_links`.
 CREATE TABLE IF NOT EXISTS comm_summary_rows (
     source_id                INTEGER,
-    rank_set                 VARCHAR,   -- top-level key as written, e.g. "(0, 1)": the ranks of the communication domain
+    rank_set                 VARCHAR,   -- NULL (databases written before comm_rank_sets: the key as written)
     step                     VARCHAR,   -- step key as written, e.g. "step" or "step12"
     step_id                  INTEGER,   -- the number in the step key, NULL when it has none
     op_name                  VARCHAR,   -- e.g. hcom_broadcast__501_0, or 'Total Op Info'
@@ -79,6 +89,8 @@ CREATE TABLE IF NOT EXISTS comm_summary_rows (
     comm_type                VARCHAR    -- collective | p2p: the group the file files the op under
 );
 ALTER TABLE comm_summary_rows ADD COLUMN IF NOT EXISTS comm_type VARCHAR;
+-- the row's top-level key: comm_rank_sets (source_id, rank_set_id); NULL in a per-rank file
+ALTER TABLE comm_summary_rows ADD COLUMN IF NOT EXISTS rank_set_id INTEGER;
 
 -- The views users and queries read: run comes from `sources`, and the rank of a per-rank file's
 -- rows. summary_id says which rows form one cluster-wide table: a cluster file's own source_id,
@@ -91,8 +103,10 @@ SELECT s.run, r.* REPLACE (coalesce(r.rank, s.rank) AS rank),
 FROM step_trace_rows r JOIN scoped_sources s USING (source_id);
 
 -- is_total: the "Total Op Info" row of a rank and step; leave it out when summing over ops.
+-- rank_set: the row's top-level key as written, e.g. "(0, 1)" (comm_rank_sets).
 CREATE OR REPLACE VIEW comm_summary AS
-SELECT s.run, c.* REPLACE (coalesce(c.rank, s.rank) AS rank),
+SELECT s.run, c.* REPLACE (coalesce(c.rank, s.rank) AS rank, coalesce(k.rank_set, c.rank_set) AS rank_set),
        c.op_name = 'Total Op Info' AS is_total,
        CASE WHEN s.format = 'communication' THEN 0 ELSE c.source_id END AS summary_id
-FROM comm_summary_rows c JOIN scoped_sources s USING (source_id);
+FROM comm_summary_rows c JOIN scoped_sources s USING (source_id)
+LEFT JOIN comm_rank_sets k ON k.source_id = c.source_id AND k.rank_set_id = c.rank_set_id;

@@ -23,6 +23,7 @@ with its key path; a link with a bad key or a non-number is dropped with its key
 from __future__ import annotations
 
 import functools
+import math
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -43,6 +44,7 @@ from .cluster_analysis import (
     _PER_RANK_KEY,
     _RANK_SET_KEY,
     _RANK_SET_RE,
+    RankSets,
     _BadValue,
     _drop_list,
     _load_json,
@@ -52,6 +54,7 @@ from .cluster_analysis import (
 )
 
 _TRANSPORT = "Transport Type"
+_INT32_MAX = 2**31 - 1
 _LINK_KEY = re.compile(r"\s*([0-9]+)\s*-\s*([0-9]+)\s*")
 _GROUP_KEY = re.compile(rb'\{\s*"(?:collective|p2p|comm_group_parallel_info)"\s*:\s*\[')
 
@@ -67,7 +70,7 @@ def _matrix_schema():
     return pa.schema(
         [
             ("source_id", pa.int32()),
-            ("rank_set", pa.string()),
+            ("rank_set_id", pa.int32()),
             ("comm_type", pa.string()),
             ("step", pa.string()),
             ("step_id", pa.int32()),
@@ -143,6 +146,7 @@ def _ingest_matrix(ctx: Context) -> Outcome:
     cols: dict[str, list] = {f.name: [] for f in _matrix_schema()}
     drops: list[tuple[str, str]] = []
     kept = 0
+    rank_sets = RankSets()
     for rank_set, ctype, step, op, links, where in _ops(path, doc, ctx.format == "cluster_comm_matrix"):
         if not isinstance(links, dict):
             raise _shape(path, where, links, 'an object keyed by "src-dst" rank pairs')
@@ -154,9 +158,11 @@ def _ingest_matrix(ctx: Context) -> Outcome:
                 m = _LINK_KEY.fullmatch(key)
                 if not m:
                     raise _BadValue(f'link key {key[:40]!r} is not "<src rank>-<dst rank>"')
+                if max(int(m[1]), int(m[2])) > _INT32_MAX:
+                    raise _BadValue(f"link key {key[:40]!r}: a rank past {_INT32_MAX}")
                 if not isinstance(link, dict):
                     raise _BadValue("link entry is not an object")
-                vals = {c: _number(_lookup(link, a)[1], a[0]) for c, a in _MATRIX_FIELDS.items()}
+                vals = {c: _link_value(link, a) for c, a in _MATRIX_FIELDS.items()}
                 transport = link.get(_TRANSPORT)
                 link_op = link.get("Op Name")
             except _BadValue as exc:
@@ -165,7 +171,7 @@ def _ingest_matrix(ctx: Context) -> Outcome:
             kept += 1
             for c, v in (
                 ("source_id", ctx.source_id),
-                ("rank_set", rank_set),
+                ("rank_set_id", rank_sets.id(rank_set)),
                 ("comm_type", ctype),
                 ("step", step),
                 ("step_id", _step_id(step)),
@@ -182,6 +188,7 @@ def _ingest_matrix(ctx: Context) -> Outcome:
     if drops and not kept:
         raise InputError(path, f"no usable link entry: {drops[0][0]}", position=f"key {drops[0][1]}")
     if kept:
+        rank_sets.insert(ctx)
         with arrow_view(ctx, "comm_matrix", pa.table(cols, schema=_matrix_schema())) as name:
             ctx.con.execute(f'INSERT INTO comm_matrix_rows BY NAME SELECT * FROM "{name}"')
     message = "" if kept else "no link entries"
@@ -205,13 +212,28 @@ def _ingest_matrix(ctx: Context) -> Outcome:
     )
 
 
+def _link_value(link: dict, aliases: tuple[str, ...]) -> float | None:
+    """A link's MB / ms / GB/s value (None when absent, null, NaN or infinite); raises _BadValue
+    when it is past what a double holds in bytes or ns (1e305 MB: the bytes are inf, issue 46)."""
+    v = _number(_lookup(link, aliases)[1], aliases[0])
+    if v is not None and not math.isfinite(v * 1e6):
+        raise _BadValue(f"{aliases[0]} {v:g} is out of range")
+    return v
+
+
 def _ranks(value) -> list[int]:
-    """A rank list written as [0, 1] or "(0, 1)"; raises _BadValue."""
+    """A rank list written as [0, 1] or "(0, 1)"; raises _BadValue (a rank past 2^31 - 1 too: it
+    failed the whole file in the Arrow conversion, issue 46)."""
+    ranks: list[int] | None = None
     if isinstance(value, str) and _RANK_SET_RE.fullmatch(value.strip()):
-        return [int(x) for x in re.findall(r"[0-9]+", value)]
-    if isinstance(value, list) and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in value):
-        return list(value)
-    raise _BadValue(f"rank list {orjson.dumps(value).decode()[:40]} is not a list of ranks >= 0")
+        ranks = [int(x) for x in re.findall(r"[0-9]+", value)]
+    elif isinstance(value, list) and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in value):
+        ranks = list(value)
+    if ranks is not None and all(r <= _INT32_MAX for r in ranks):
+        return ranks
+    raise _BadValue(
+        f"rank list {orjson.dumps(value).decode()[:40]} is not a list of integer ranks from 0 to {_INT32_MAX}"
+    )
 
 
 def _ingest_groups(ctx: Context) -> Outcome:

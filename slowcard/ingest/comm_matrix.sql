@@ -7,7 +7,7 @@
 -- adds the file's rank; the src / dst ranks are as written in the "<src>-<dst>" key.
 CREATE TABLE IF NOT EXISTS comm_matrix_rows (
     source_id       INTEGER,
-    rank_set        VARCHAR,   -- cluster file: top-level key as written, "(0, 1, ...)" or "p2p"; NULL per rank
+    rank_set        VARCHAR,   -- NULL (databases written before comm_rank_sets: the key as written)
     comm_type       VARCHAR,   -- collective | p2p
     step            VARCHAR,   -- step key as written ("step2")
     step_id         INTEGER,   -- the number in the step key
@@ -21,6 +21,9 @@ CREATE TABLE IF NOT EXISTS comm_matrix_rows (
     bandwidth_gbps  DOUBLE,
     link_op_name    VARCHAR    -- the link's own "Op Name" when the file has one (summary keys name the op they stand for)
 );
+-- cluster file: the top-level key, comm_rank_sets (source_id, rank_set_id) (cluster_analysis.sql);
+-- NULL per rank
+ALTER TABLE comm_matrix_rows ADD COLUMN IF NOT EXISTS rank_set_id INTEGER;
 
 -- One row per group of communication_group.json.
 CREATE TABLE IF NOT EXISTS comm_group_rows (
@@ -33,11 +36,14 @@ CREATE TABLE IF NOT EXISTS comm_group_rows (
     info       JSON        -- the whole record as written (NULL for plain rank lists)
 );
 
--- is_total: the "Total Op Info" entry; leave it out when summing over ops.
+-- is_total: the "Total Op Info" entry; leave it out when summing over ops. rank_set: the cluster
+-- file's top-level key as written, "(0, 1, ...)" or "p2p" (comm_rank_sets); NULL per rank.
 CREATE OR REPLACE VIEW comm_matrix AS
-SELECT s.run, m.*, s.rank AS file_rank, m.op_name = 'Total Op Info' AS is_total,
+SELECT s.run, m.* REPLACE (coalesce(k.rank_set, m.rank_set) AS rank_set), s.rank AS file_rank,
+       m.op_name = 'Total Op Info' AS is_total,
        CASE WHEN s.format = 'comm_matrix' THEN 0 ELSE m.source_id END AS summary_id
-FROM comm_matrix_rows m JOIN scoped_sources s USING (source_id);
+FROM comm_matrix_rows m JOIN scoped_sources s USING (source_id)
+LEFT JOIN comm_rank_sets k ON k.source_id = m.source_id AND k.rank_set_id = m.rank_set_id;
 
 CREATE OR REPLACE VIEW comm_groups AS
 SELECT s.run, g.*

@@ -18,7 +18,13 @@ Formats (``sources.format``), recognised by content, never by file name:
 Groups that other inputs carry are read where they are stored, by the view ``parallel_groups``:
 msprof-analyze's ``communication_group.json`` (``comm_groups``) and Kineto's
 ``distributedInfo.pg_config`` (``sources.metadata``). A group without a usable rank list or with
-an unknown kind is dropped with its key path / line; a file with no usable group fails.
+an unknown kind is dropped with its key path / line; a file with no usable group fails. A rank
+past ``MAX_RANK`` is a typo (``tp,4-9999999``), never read as millions of ranks: its group is dropped.
+
+The view checks every group of a run whatever its input (``parallel_groups.sql``): a member that
+is not an integer rank drops its group, members past the run's largest rank are left out, and
+groups of one kind that share a rank are contradictory and none is used. ``run_warnings`` puts
+what it dropped on the ingest summary.
 """
 
 from __future__ import annotations
@@ -38,7 +44,10 @@ KINDS = ("tp", "pp", "dp", "ep", "cp", "stage", "world", "other")
 
 _JSON_HEAD = re.compile(rb'\A\s*\{\s*"parallel_groups"\s*:\s*\[')
 _RANK_TOKEN = re.compile(r"\s*([0-9]+)\s*(?:-\s*([0-9]+)\s*)?")
-_MAX_RANK = 1 << 24  # a rank list "0-99999999" is a typo, not a cluster
+# The largest rank a groups file may name: a rank list "0-99999999" is a typo, not a cluster (and
+# read as written it held 10^8 ranks: 2.3 GB and minutes for "0-16777215", issue 46). 2^18 ranks is
+# past the largest jobs run today; the view then bounds members by the ranks the run has.
+MAX_RANK = (1 << 18) - 1
 
 
 class _BadGroup(ValueError):
@@ -48,9 +57,11 @@ class _BadGroup(ValueError):
 def _rank_list(value) -> list[int]:
     """[0, 1] or "0 1" / "0;1" / "0,1" / "0-3"; raises _BadGroup."""
     if isinstance(value, list):
-        if value and all(type(x) is int and 0 <= x < _MAX_RANK for x in value):
+        if value and all(type(x) is int and 0 <= x <= MAX_RANK for x in value):
             return sorted(set(value))
-        raise _BadGroup(f"ranks {orjson.dumps(value).decode()[:40]} is not a non-empty list of ranks >= 0")
+        raise _BadGroup(
+            f"ranks {orjson.dumps(value).decode()[:40]} is not a non-empty list of integer ranks from 0 to {MAX_RANK}"
+        )
     if isinstance(value, str):
         out: set[int] = set()
         for tok in filter(None, re.split(r"[\s;,|]+", value.strip().strip("[]()"))):
@@ -59,8 +70,10 @@ def _rank_list(value) -> list[int]:
                 raise _BadGroup(f"ranks {value[:40]!r}: {tok!r} is not a rank or a range a-b")
             lo = int(m.group(1))
             hi = int(m.group(2)) if m.group(2) else lo
-            if hi < lo or hi >= _MAX_RANK:
-                raise _BadGroup(f"ranks {value[:40]!r}: range {tok!r} is empty or too large")
+            if hi < lo:
+                raise _BadGroup(f"ranks {value[:40]!r}: range {tok!r} is empty")
+            if hi > MAX_RANK:
+                raise _BadGroup(f"ranks {value[:40]!r}: {hi} is past rank {MAX_RANK} (a typo?)")
             out.update(range(lo, hi + 1))
         if out:
             return sorted(out)
@@ -191,3 +204,27 @@ class ParallelGroupsReader:
 
 
 READER = ParallelGroupsReader()
+
+
+def run_warnings(con, run: str) -> list[str]:
+    """What the view parallel_groups dropped or changed in ``run``'s groups (the view
+    parallel_group_problems), one line per file and problem, for the ingest summary."""
+    from ..store import set_scope
+
+    cur = con.cursor()
+    try:
+        set_scope(cur, run)  # the checks read this run's files only
+        rows = cur.execute(
+            """SELECT path, regexp_replace(problem, '[0-9][-0-9,]*', 'N', 'g') AS what, count(*),
+                      min(written_group || ': ' || problem)
+               FROM parallel_group_problems WHERE run = ? GROUP BY ALL ORDER BY 1, 2""",
+            [run],
+        ).fetchall()
+    finally:
+        cur.close()
+    return [
+        f"run {run!r}: {path}: {n} parallel group(s) not used as written ({first})"
+        if n > 1
+        else f"run {run!r}: {path}: parallel group {first}"
+        for path, _what, n, first in rows
+    ]
