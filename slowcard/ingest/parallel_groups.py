@@ -215,7 +215,8 @@ def run_warnings(con, run: str) -> list[str]:
     try:
         set_scope(cur, run)  # the checks read this run's files only
         rows = cur.execute(
-            """SELECT path, regexp_replace(problem, '[0-9][-0-9,]*', 'N', 'g') AS what, count(*),
+            """SELECT path, regexp_replace(regexp_replace(problem, '[:(].*', ''), '[0-9][-0-9,]*', 'N', 'g') AS what,
+                      count(*),
                       min(written_group || ': ' || problem)
                FROM parallel_group_problems WHERE run = ? GROUP BY ALL ORDER BY 1, 2""",
             [run],

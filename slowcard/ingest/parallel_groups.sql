@@ -114,7 +114,7 @@ distinct_groups AS (
     SELECT DISTINCT run, kind, kept_ranks FROM bounded WHERE len(kept_ranks) > 0 AND kind <> 'other'
 ),
 shared AS (  -- ranks in more than one group of a kind
-    SELECT run, kind, rank, list(kept_ranks) AS groups
+    SELECT run, kind, rank, list(kept_ranks ORDER BY kept_ranks) AS groups
     FROM (SELECT run, kind, kept_ranks, unnest(kept_ranks) AS rank FROM distinct_groups)
     GROUP BY run, kind, rank
     HAVING count(*) > 1
