@@ -204,25 +204,43 @@ scoped AS (
     UNION ALL
     SELECT d.*, d.kind FROM diffs d JOIN n_kinds USING (peer_group, q) WHERE n_kinds.k > 1
 ),
+-- The excess trimmed as the cost is (trim_pct of the instances at each end, at least one): a
+-- descheduled process's one long instance is noise, not the card.
+trimmed AS (
+    SELECT * EXCLUDE (pos, n_sc) FROM (
+        SELECT *, row_number() OVER (PARTITION BY rank, q, scope ORDER BY d) AS pos, count(*) OVER (PARTITION BY rank, q, scope) AS n_sc
+        FROM scoped)
+    WHERE $trim_pct <= 0 OR n_sc < 3
+       OR (pos > greatest(1, floor(n_sc * $trim_pct / 100)) AND pos <= n_sc - greatest(1, floor(n_sc * $trim_pct / 100)))
+),
 -- Signed ranks (Pratt: |d| ranked with the zeros, zeros then left out), midranks doubled.
 signed AS (
     SELECT *, (2 * rank() OVER w + count(*) OVER (PARTITION BY rank, q, scope, abs(d)) - 1) AS w2
-    FROM scoped
+    FROM trimmed
     WINDOW w AS (PARTITION BY rank, q, scope ORDER BY abs(d))
 ),
 tested AS (
     SELECT rank, any_value(peer_group) AS peer_group, q, scope, count(*) AS n_scope,
            count(*) FILTER (WHERE d > 0) AS k_above,
-           _signed_rank_p(list(w2) FILTER (WHERE d <> 0), coalesce(sum(w2) FILTER (WHERE d > 0), 0)) AS p_raw
+           _signed_rank_p(list(w2) FILTER (WHERE d <> 0), coalesce(sum(w2) FILTER (WHERE d > 0), 0)) AS p_rank,
+           -- the sign test (v7's: ties count against the rank), P(Binomial(n, 1/2) >= k)
+           list_sum(list_transform(range(count(*) FILTER (WHERE d > 0), count(*) + 1),
+                                   lambda j: exp(lgamma(count(*) + 1) - lgamma(j + 1) - lgamma(count(*) - j + 1) - count(*) * ln(2)))) AS p_sign
     FROM signed GROUP BY rank, q, scope
 ),
 -- Per (rank, quantity): the best scope, its p times the number of scopes tried (Bonferroni within
 -- the rank); then Holm's step-down over the ranks tested, per quantity (alpha controls the chance
 -- that ANY rank is named by chance).
+-- Transfer is decided by both tests: under host scheduling noise a rank's transfer has a heavy
+-- tail (a descheduled process finishes its sends late now and then), which a test of magnitude
+-- alone reads as a slow link; a slow link is slower in most instances too.
+tests_both AS (
+    SELECT *, CASE WHEN q = 'transfer' THEN greatest(p_rank, p_sign) ELSE p_rank END AS p_raw FROM tested
+),
 best AS (
     SELECT rank, peer_group, q, scope, n_scope, k_above, least(1.0, p_raw * count(*) OVER (PARTITION BY rank, q)) AS p,
            (SELECT n_scope FROM tested a WHERE a.rank = t.rank AND a.q = t.q AND a.scope = 'all') AS n_all
-    FROM tested t
+    FROM tests_both t
     QUALIFY row_number() OVER (PARTITION BY rank, q ORDER BY p_raw, scope = 'all' DESC, scope) = 1
 ),
 holm AS (
