@@ -865,10 +865,10 @@ WATCH = [
         WT,
     ),
     Mutant(
-        "watch-backfill-chunks-overlap",
+        "watch-backfill-chunks-skip-a-step",  # (t = t_end would ask the last step forever: a hang, not a mutant)
         WATCH_PY,
         "t = t_end + self.step_ms",
-        "t = t_end",
+        "t = t_end + 2 * self.step_ms",
         WT,
     ),
     Mutant(
