@@ -910,7 +910,7 @@ WATCH = [
 
 # issue 48's surviving classes in the link, group and capture code (entries for the lead to
 # judge at the end; their tests belong to the helpers who own that code)
-LINK_PAIRS = ("tests/test_slow_link_pairs.py", "tests/test_why.py")
+LINK_PAIRS = ("tests/test_link_group_boundaries.py", "tests/test_slow_link_pairs.py", "tests/test_why.py")
 CAPTURE = ("tests/test_capture.py",)
 LINKS_GROUPS_CAPTURE = [
     Mutant(
@@ -939,14 +939,14 @@ LINKS_GROUPS_CAPTURE = [
         "slowcard/ingest/parallel_groups.sql",
         "WHERE len(kept_ranks) > 0 AND kind <> 'other'",
         "WHERE len(kept_ranks) > 0",
-        ("tests/test_parallel_groups.py",),
+        ("tests/test_link_group_boundaries.py", "tests/test_parallel_groups.py"),
     ),
     Mutant(
         "ep-size-1-groups-counted",
         EP_SQL,
         "kind = 'ep' AND group_size > 1)",
         "kind = 'ep' AND group_size > 0)",
-        ("tests/test_parallel_groups.py", *EP),
+        ("tests/test_link_group_boundaries.py", "tests/test_parallel_groups.py", *EP),
     ),
     Mutant(
         "capture-max-mb-read-as-kb",
