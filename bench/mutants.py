@@ -911,7 +911,7 @@ WATCH = [
 # issue 48's surviving classes in the link, group and capture code (entries for the lead to
 # judge at the end; their tests belong to the helpers who own that code)
 LINK_PAIRS = ("tests/test_link_group_boundaries.py", "tests/test_slow_link_pairs.py", "tests/test_why.py")
-CAPTURE = ("tests/test_capture.py",)
+CAPTURE = ("tests/test_capture.py", "tests/test_capture_safety.py")
 LINKS_GROUPS_CAPTURE = [
     Mutant(
         "link-duplicate-rows-summed",
