@@ -1,0 +1,241 @@
+-- name: why-straggler
+-- version: 1
+-- description: Why is the straggler late: each rank's own time between two collectives (its segment) against its peers' in the same collectives, split by module, annotation, op / kernel and host gaps; names the item that carries the rank's lateness (its ratio to the peers' median and its share) and what a fix saves.
+-- requires: collective_waits
+-- param: top_n INTEGER = 3                -- items shown per late rank (the named one first)
+-- param: min_late_pct DOUBLE = 5.0        -- a rank is late when its segments exceed its peers' medians by at least this % of them in all
+-- param: min_late_share DOUBLE = 0.5      -- ... and its segment is above its peers' median in at least this share of its collectives
+-- param: min_cause_pct DOUBLE = 80.0      -- name an item as the cause only when it carries at least this % of the lateness (TraceML's rule)
+-- param: min_ratio DOUBLE = 1.1           -- ... and takes at least this many times its peers' median time (a gap: any, when the peers have none)
+-- param: near_pct DOUBLE = 90.0           -- items within this % of the largest excess compete on their ratio (the most specific one is named)
+-- verdict: none
+-- role: report
+-- subject: rank
+-- order: 205
+-- shows: why
+-- headline: {item} ({item_kind}) {ratio}x the peers' median, {share_pct} % of rank {rank}'s lateness | cause: {cause} (top items: {coverage}) | late by {lateness_ms} ms over {segments} segments (above the peers' median in {late_pct} %) | a fix saves {cost_ms} ms (its lead at the {last_collectives} collectives it arrived last at)
+-- summary: rank {rank} is late by {lateness_ms} ms over {segments} segments: {item} ({item_kind}) {ratio}x the peers' median = {share_pct}% of its lateness; cause {cause} (top items: {coverage}); a fix saves {cost_ms} ms; check: {reading}
+--
+-- A rank the others wait for at collectives (straggler-rank) is late because of something it
+-- does between collectives, in its MoE layers or not (attention, a host sleep, a tokenizer, a
+-- data loader). For each matched collective a rank arrives at (collective_waits), its SEGMENT is
+-- the time from the end of its previous collective of the same process group (any call, matched
+-- or not) to its arrival, on the lane its collectives are measured on (the device's when it has
+-- collective kernels, else the host's). Ranks leave a collective together, so a segment longer
+-- than its peers' is the lateness at the next one. The rank's lateness: the sum over its
+-- collectives of (its segment - the median of the OTHER ranks' segments of the same collective
+-- instance); a rank is reported when that is >= min_late_pct % of the peers' medians and its
+-- segment is above the peers' median in >= min_late_share of its collectives (one descheduled
+-- segment is not a straggler).
+-- What ran in a segment, clipped to it, as items: 'module' (nn.Module: X_N ranges, X without the
+-- _N suffix), 'annotation' (record_function / user annotations, a trailing _N / #N removed),
+-- 'python' (python frames), 'op' (CPU ops, runtime calls), 'kernel' (device kernels, memcpy,
+-- memset), and 'gap': segment time with no event on the lane (host: no op on any thread of the
+-- process, a sleep or a lock; device: no kernel on any stream). Collectives, step ranges and
+-- ranges enclosing the whole segment are not items. An item's excess: the sum over the rank's
+-- collectives of (its time in the segment - the median of the other ranks' time for it in theirs;
+-- a rank without it counts 0); share_pct: excess / lateness; ratio: its time / the peers' median
+-- time over the same segments. Items nest (a module holds its ops), so shares overlap and can
+-- pass 100 % (the rank may gain time elsewhere).
+-- The named item: of the items whose excess is within near_pct % of the largest, the one with the
+-- highest ratio (the most specific: SelfAttention, not the model's top module around it); `cause`
+-- is its name only when it carries >= min_cause_pct % of the lateness at >= min_ratio, else
+-- 'straggler' with the coverage of the top items (TraceML's rule). Rows: the named item first,
+-- then the next items by excess (pos).
+-- cost_ms: what a fix saves: the sum, over the collectives where the rank arrived last, of its
+-- lead over the next-latest rank (the others would have started that much earlier; each of them
+-- waited it: others_wait_ms = the same x (ranks - 1)), the replay idea of ep-slow-rank.
+-- Per stream (a device stream's own gaps) and Ascend task rows (ops) are not split yet: the device
+-- lane is the union of its streams, and operator CSV rows are not read.
+
+WITH calls AS MATERIALIZED (  -- every collective call, to find each one's predecessor on its rank
+    SELECT source_id, pg, coll_kind, instance, ts_ns, end_ns,
+           lag(end_ns) OVER (PARTITION BY source_id, pg ORDER BY ts_ns, end_ns) AS prev_end_ns
+    FROM _collectives WHERE run = $run
+),
+lanes AS (  -- the lane a source's collectives are measured on (as _collectives picks it)
+    SELECT source_id, bool_or(on_device) AS device FROM op_classes
+    WHERE run = $run AND (op_class = 'collective' OR (op_class IN ('dispatch', 'combine') AND coll_kind IS NOT NULL AND on_device))
+    GROUP BY source_id
+),
+cw AS MATERIALIZED (
+    SELECT w.pg, w.coll_kind, w.instance, w.rank, w.source_id, w.n_ranks, w.arrived_last,
+           w.start_adj_ns, c.prev_end_ns AS seg_start_ns, w.ts_ns AS seg_end_ns,
+           greatest(w.ts_ns - c.prev_end_ns, 0) AS seg_ns,
+           -- the last arriver's lead over the next-latest rank
+           CASE WHEN w.arrived_last
+                THEN w.start_adj_ns - max(w.start_adj_ns) FILTER (WHERE NOT w.arrived_last)
+                                          OVER (PARTITION BY w.pg, w.coll_kind, w.instance) END AS lead_ns
+    FROM collective_waits w
+    JOIN calls c USING (source_id, pg, coll_kind, instance)
+    WHERE w.run = $run
+),
+cost AS (
+    SELECT rank, count(*) FILTER (WHERE arrived_last) AS last_collectives,
+           coalesce(sum(greatest(lead_ns, 0)), 0) AS cost_ns,
+           coalesce(sum(greatest(lead_ns, 0) * (n_ranks - 1)), 0) AS others_wait_ns
+    FROM cw GROUP BY rank
+),
+-- Segments of the instances every rank of the collective has one for (its first call has none).
+segs AS MATERIALIZED (
+    SELECT * FROM cw
+    WHERE seg_start_ns IS NOT NULL
+    QUALIFY count(*) OVER (PARTITION BY pg, coll_kind, instance) = n_ranks
+),
+peer_seg AS (
+    SELECT a.pg, a.coll_kind, a.instance, a.rank, any_value(a.seg_ns) AS seg_ns, median(b.seg_ns) AS peer_seg_ns
+    FROM segs a JOIN segs b ON b.pg = a.pg AND b.coll_kind = a.coll_kind AND b.instance = a.instance AND b.rank <> a.rank
+    GROUP BY a.pg, a.coll_kind, a.instance, a.rank
+),
+per_rank AS (
+    SELECT rank, count(*) AS segments, sum(seg_ns - peer_seg_ns) AS lateness_ns, sum(peer_seg_ns) AS peer_total_ns,
+           count(*) FILTER (WHERE seg_ns > peer_seg_ns) / count(*) AS late_share
+    FROM peer_seg GROUP BY rank
+),
+late_ranks AS (
+    SELECT * FROM per_rank
+    WHERE lateness_ns > 0 AND 100.0 * lateness_ns >= $min_late_pct * peer_total_ns AND late_share >= $min_late_share
+),
+-- The events of each source on its collectives' lane, without the collectives and step ranges.
+evs AS MATERIALIZED (
+    SELECT e.source_id, e.pid, e.tid, e.ts_ns, e.end_ns,
+           CASE WHEN starts_with(e.name, 'nn.Module: ') THEN 'module'
+                WHEN e.cat IN ('kernel', 'gpu_memcpy', 'gpu_memset') THEN 'kernel'
+                WHEN e.cat IN ('user_annotation', 'gpu_user_annotation') THEN 'annotation'
+                WHEN e.cat = 'python_function' THEN 'python'
+                ELSE 'op' END AS item_kind,
+           CASE WHEN starts_with(e.name, 'nn.Module: ') THEN regexp_replace(e.name[12:], '_\d+$', '')
+                WHEN e.cat IN ('user_annotation', 'gpu_user_annotation') THEN regexp_replace(e.name, '[_#]\d+$', '')
+                ELSE e.name END AS item
+    FROM events e JOIN lanes l USING (source_id)
+    LEFT JOIN (SELECT DISTINCT source_id, name, op_class FROM op_classes WHERE run = $run) c
+           ON c.source_id = e.source_id AND c.name = e.name
+    WHERE e.run = $run AND e.ph = 'X' AND e.dur_ns IS NOT NULL AND e.dur_ns > 0
+      AND e.source_id IN (SELECT source_id FROM segs)
+      AND (e.cat IN ('kernel', 'gpu_memcpy', 'gpu_memset', 'gpu_user_annotation')) = l.device
+      AND coalesce(c.op_class, '') NOT IN ('collective', 'step')
+),
+-- The instances a late rank takes part in: every rank of them is read (its peers' medians).
+inst_late AS (SELECT DISTINCT pg, coll_kind, instance FROM segs WHERE rank IN (SELECT rank FROM late_ranks)),
+-- Each event clipped to the segments it overlaps (ranges enclosing a whole segment left out).
+clipped AS MATERIALIZED (
+    SELECT s.pg, s.coll_kind, s.instance, s.rank, e.item_kind, e.item,
+           greatest(e.ts_ns, s.seg_start_ns) AS c_start_ns, least(e.end_ns, s.seg_end_ns) AS c_end_ns
+    FROM segs s SEMI JOIN inst_late USING (pg, coll_kind, instance)
+    JOIN evs e ON e.source_id = s.source_id AND e.ts_ns < s.seg_end_ns AND e.end_ns > s.seg_start_ns
+    WHERE NOT (e.ts_ns <= s.seg_start_ns AND e.end_ns >= s.seg_end_ns)
+),
+-- Time covered by any event (islands of the clipped intervals): the rest of a segment is a gap.
+covered AS (
+    SELECT pg, coll_kind, instance, rank, sum(i_end - i_start) AS covered_ns
+    FROM (SELECT pg, coll_kind, instance, rank, island, min(c_start_ns) AS i_start, max(c_end_ns) AS i_end
+          FROM (SELECT *, sum(CASE WHEN prev_end IS NULL OR c_start_ns > prev_end THEN 1 ELSE 0 END)
+                              OVER (PARTITION BY pg, coll_kind, instance, rank ORDER BY c_start_ns, c_end_ns DESC
+                                    ROWS UNBOUNDED PRECEDING) AS island
+                FROM (SELECT *, max(c_end_ns) OVER (PARTITION BY pg, coll_kind, instance, rank ORDER BY c_start_ns, c_end_ns DESC
+                                                    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
+                      FROM clipped))
+          GROUP BY ALL)
+    GROUP BY ALL
+),
+items AS (  -- per (instance, rank, item): its time in the segment; gaps: the segment not covered
+    SELECT pg, coll_kind, instance, rank, item_kind, item, sum(c_end_ns - c_start_ns) AS t_ns
+    FROM clipped GROUP BY ALL
+    UNION ALL
+    SELECT s.pg, s.coll_kind, s.instance, s.rank, 'gap',
+           CASE WHEN l.device THEN 'device idle (no kernel on any stream)' ELSE 'host gaps (no op on the thread)' END,
+           s.seg_ns - coalesce(v.covered_ns, 0)
+    FROM segs s SEMI JOIN inst_late USING (pg, coll_kind, instance)
+    JOIN lanes l USING (source_id)
+    LEFT JOIN covered v USING (pg, coll_kind, instance, rank)
+),
+grid AS (  -- every rank of the instance x every item seen in it (a rank without it: 0)
+    SELECT k.pg, k.coll_kind, k.instance, s.rank, k.item_kind, k.item, coalesce(i.t_ns, 0) AS t_ns
+    FROM (SELECT DISTINCT pg, coll_kind, instance, item_kind, item FROM items) k
+    JOIN segs s USING (pg, coll_kind, instance)
+    LEFT JOIN items i USING (pg, coll_kind, instance, rank, item_kind, item)
+),
+peer_item AS (
+    SELECT a.pg, a.coll_kind, a.instance, a.rank, a.item_kind, a.item, any_value(a.t_ns) AS t_ns, median(b.t_ns) AS peer_t_ns
+    FROM grid a JOIN grid b ON b.pg = a.pg AND b.coll_kind = a.coll_kind AND b.instance = a.instance
+                          AND b.item_kind = a.item_kind AND b.item = a.item AND b.rank <> a.rank
+    WHERE a.rank IN (SELECT rank FROM late_ranks)
+    GROUP BY a.pg, a.coll_kind, a.instance, a.rank, a.item_kind, a.item
+),
+per_item AS (
+    SELECT rank, item_kind, item, count(*) AS instances, sum(t_ns) AS t_ns, sum(peer_t_ns) AS peer_t_ns,
+           sum(t_ns - peer_t_ns) AS excess_ns
+    FROM peer_item GROUP BY ALL
+    HAVING sum(t_ns - peer_t_ns) > 0
+),
+scored AS (
+    SELECT p.*, r.lateness_ns, r.segments, r.late_share,
+           t_ns / nullif(peer_t_ns, 0) AS ratio_x,
+           100.0 * excess_ns / r.lateness_ns AS share,
+           excess_ns >= $near_pct / 100.0 * max(excess_ns) OVER (PARTITION BY rank) AS near_top
+    FROM per_item p JOIN late_ranks r USING (rank)
+),
+ordered AS (
+    SELECT *,
+           row_number() OVER (PARTITION BY rank
+                              ORDER BY near_top DESC,
+                                       CASE WHEN near_top THEN coalesce(ratio_x, 1e9) END DESC NULLS LAST,
+                                       CASE WHEN near_top THEN list_position(['module', 'annotation', 'python', 'op', 'kernel', 'gap'], item_kind) END,
+                                       excess_ns DESC, item) AS pos
+    FROM scored
+),
+top AS (
+    SELECT rank,
+           string_agg(format('{} {} %', item, round(share, 0)::INTEGER), ', ' ORDER BY pos) FILTER (WHERE pos <= 3) AS coverage,
+           any_value(CASE WHEN share >= $min_cause_pct AND (ratio_x IS NULL OR ratio_x >= $min_ratio) THEN item END)
+               FILTER (WHERE pos = 1) AS named
+    FROM ordered GROUP BY rank
+),
+rows AS (
+    SELECT o.rank, o.pos, o.item_kind, o.item, o.instances,
+           round(o.ratio_x, 2) AS ratio,
+           round(o.share, 1) AS share_pct,
+           round(o.excess_ns / 1e3, 1) AS excess_us,
+           round(o.t_ns / 1e3, 1) AS own_us,
+           round(o.peer_t_ns / 1e3, 1) AS peers_median_us,
+           round(o.lateness_ns / 1e6, 3) AS lateness_ms,
+           o.segments,
+           round(100.0 * o.late_share, 1) AS late_pct,
+           coalesce(t.named, 'straggler') AS cause,
+           t.coverage,
+           c.last_collectives,
+           round(c.cost_ns / 1e6, 3) AS cost_ms,
+           round(c.others_wait_ns / 1e6, 3) AS others_wait_ms,
+           CASE WHEN o.item_kind = 'gap' AND o.item LIKE 'host%'
+                    THEN 'the host runs nothing here: a sleep, a lock, a slow data loader or a co-located job taking its CPU (CPU binding, other processes on the host)'
+                WHEN o.item_kind = 'gap'
+                    THEN 'the device idles here: it waits for its host to launch work (host / launch: see why-host-device)'
+                WHEN regexp_matches(o.item, 'attn|attention|sdpa|flash', 'i')
+                    THEN 'attention takes longer on this rank: its attention kernels (sequence lengths / KV cache of its batch, a slower device)'
+                WHEN regexp_matches(o.item, 'dataloader|data_loader|__next__|collate|sampler|tokeni[sz]', 'i')
+                    THEN 'data loading / input preparation on the host: workers, the sampler, the tokenizer'
+                WHEN regexp_matches(o.item, 'cuda(Launch|StreamSynchronize|DeviceSynchronize|EventSynchronize|Memcpy)|aclrt|synchron', 'i')
+                    THEN 'host / launch: the host waits for or launches device work (see why-host-device)'
+                WHEN o.item_kind = 'kernel'
+                    THEN 'the same kernels run longer on this device: a slower or throttled device, or a co-located job on it'
+                ELSE 'this code takes longer on this rank than on its peers: its ops (why-op-diff), the host (a co-located job, CPU binding) or its inputs'
+           END AS reading
+    FROM ordered o
+    JOIN top t USING (rank)
+    LEFT JOIN cost c USING (rank)
+    WHERE o.pos <= $top_n
+),
+enough AS (
+    SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM segs)
+                THEN 'no collective that every rank of its group reaches after an earlier one: a segment runs from a rank''s previous collective to its arrival at the next'
+           END AS skip_reason
+)
+SELECT rank, item, item_kind, ratio, share_pct, cause, coverage, excess_us, own_us, peers_median_us, instances,
+       lateness_ms, segments, late_pct, last_collectives, cost_ms, others_wait_ms, reading, pos,
+       NULL::VARCHAR AS skip_reason
+FROM rows, enough
+WHERE enough.skip_reason IS NULL
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, skip_reason
+FROM enough WHERE skip_reason IS NOT NULL
+ORDER BY rank NULLS FIRST, pos
