@@ -1,5 +1,5 @@
 -- name: straggler-rank
--- version: 2
+-- version: 3
 -- description: The straggler: a rank that arrives last at a clear share of the matched collectives, so the others wait for it (the per-rank numbers of rank-waits, flagged ranks only).
 -- requires: collective_waits
 -- param: min_last_share DOUBLE = 0.5    -- a rank arriving last at this share of collectives is a straggler
@@ -22,6 +22,10 @@
 -- (all its collectives together) and `groups` the process groups, with their parallel kind (tp,
 -- dp, ep …) where the trace's distributedInfo.pg_config or a groups file names it
 -- (parallel_groups). The verdict is v1's.
+-- v3 (issue 42): next_step sends the user to why-straggler (what the rank does longer between
+-- its collectives, e.g. attention kernels, host / launch, data loading, a co-located job), not only to
+-- ep-slow-rank and moe-breakdown, which PASS when its lateness is outside its MoE work. The
+-- verdict is v2's.
 
 WITH c AS (
     SELECT *, arrived_last AND arrival_skew_ns > 0.05 * median_dur_ns AS last_clear
@@ -60,7 +64,7 @@ per_rank AS (
 )
 SELECT rank, collectives, total_wait_ms, mean_arrival_lag_us, last_pct, straggler, g.peers, g.groups,
        'straggler' AS cause,
-       'the others wait for this rank at collectives: see ep-slow-rank and moe-breakdown for why' AS next_step
+       'the others wait for this rank at collectives: read why-straggler''s item (what it does longer between collectives: attention kernels, host / launch, data loading, a co-located job); inside its MoE layers, ep-slow-rank' AS next_step
 FROM per_rank LEFT JOIN rank_pgs g USING (rank)
 WHERE straggler
 ORDER BY last_pct DESC, rank

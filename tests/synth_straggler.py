@@ -17,7 +17,8 @@ rank is ``slow_rank``; ``factor`` scales its slow part):
 - ``slow_attention``: its SelfAttention (and the ops in it) takes ``factor`` (1.57) x; its MoE
   work is normal;
 - ``host_sleep``: it sleeps ``sleep_us`` with no op on the thread before its all-to-all send;
-- ``slow_op``: its aten::_unique2 takes ``factor`` (3.0) x.
+- ``slow_op``: its aten::_unique2 takes ``factor`` (3.0) x;
+- ``mixed``: slow attention (``factor``) AND a host sleep (``sleep_us``): neither carries 80 %.
 
 ``jitter`` is the relative spread (uniform +-) of every duration, per rank and layer, seeded.
 """
@@ -33,8 +34,8 @@ UNIQUE_US = 60.0
 MOE_US = 600.0
 TRANSFER_US = 80.0
 BASE_NS = 1_790_000_000_000_000_000
-SCENARIOS = ("balanced", "slow_attention", "host_sleep", "slow_op")
-DEFAULT_FACTOR = {"balanced": 1.0, "slow_attention": 1.57, "host_sleep": 1.0, "slow_op": 3.0}
+SCENARIOS = ("balanced", "slow_attention", "host_sleep", "slow_op", "mixed")
+DEFAULT_FACTOR = {"balanced": 1.0, "slow_attention": 1.57, "host_sleep": 1.0, "slow_op": 3.0, "mixed": 1.57}
 
 
 def _x(name, tid, ts_us, dur_us, cat="user_annotation", args=None):
@@ -83,7 +84,7 @@ def write_run(
                 slow = r == slow_rank
                 ev = events[r]
                 t = leave + 2
-                attn = j(ATTN_US) * (f if slow and scenario == "slow_attention" else 1.0)
+                attn = j(ATTN_US) * (f if slow and scenario in ("slow_attention", "mixed") else 1.0)
                 ev.append(_x("nn.Module: SelfAttention_0", 1, t, attn, cat="python_function"))
                 ev.append(_x("aten::bmm", 1, t + 0.05 * attn, 0.6 * attn, cat="cpu_op"))
                 ev.append(_x("aten::softmax", 1, t + 0.7 * attn, 0.25 * attn, cat="cpu_op"))
@@ -91,7 +92,7 @@ def write_run(
                 uniq = j(UNIQUE_US) * (f if slow and scenario == "slow_op" else 1.0)
                 ev.append(_x("aten::_unique2", 1, t, uniq, cat="cpu_op"))
                 t += uniq + 2
-                if slow and scenario == "host_sleep":
+                if slow and scenario in ("host_sleep", "mixed"):
                     t += sleep_us  # time.sleep(): no op on the thread
                 arrive_a2a[r] = t
             leave_a2a = max(arrive_a2a.values()) + TRANSFER_US
