@@ -8,6 +8,7 @@
 -- param: min_cause_pct DOUBLE = 80.0      -- name an item as the cause only when it carries at least this % of the lateness (TraceML's rule)
 -- param: min_ratio DOUBLE = 1.1           -- ... and takes at least this many times its peers' median time (a gap: any, when the peers have none)
 -- param: near_pct DOUBLE = 90.0           -- items within this % of the largest excess compete on their ratio (the most specific one is named)
+-- param: min_last_share DOUBLE = 0.5      -- ... and it arrived last at at least this share of its collectives (straggler-rank's bar, without its 5 % skew floor)
 -- verdict: none
 -- role: report
 -- subject: rank
@@ -24,11 +25,14 @@
 -- collective kernels, else the host's). Ranks leave a collective together, so a segment longer
 -- than its peers' is the lateness at the next one. The rank's lateness: the sum over its
 -- collectives of (its segment - the median of the OTHER ranks' segments of the same collective
--- instance); a rank is reported when that is >= min_late_pct % of the peers' medians and its
+-- instance); a rank is reported when that is >= min_late_pct % of the peers' medians, its
 -- segment is above the peers' median in >= min_late_share of its collectives (one descheduled
--- segment is not a straggler).
+-- segment is not a straggler) and it arrived last at >= min_last_share of them (the ranks the
+-- straggler card can name; a rank often late but rarely last is not what the others wait for).
 -- What ran in a segment, clipped to it, as items: 'module' (nn.Module: X_N ranges, X without the
--- _N suffix), 'annotation' (record_function / user annotations, a trailing _N / #N removed),
+-- _N suffix), 'call' (the host call that issues a collective: c10d::*, record_param_comms; on a
+-- gloo trace its time before the collective starts on the communication thread is the queue of
+-- the process group's thread), 'annotation' (record_function / user annotations, a trailing _N / #N removed),
 -- 'python' (python frames), 'op' (CPU ops, runtime calls), 'kernel' (device kernels, memcpy,
 -- memset), and 'gap': segment time with no event on the lane (host: no op on any thread of the
 -- process, a sleep or a lock; device: no kernel on any stream). Collectives, step ranges and
@@ -92,14 +96,17 @@ per_rank AS (
            count(*) FILTER (WHERE seg_ns > peer_seg_ns) / count(*) AS late_share
     FROM peer_seg GROUP BY rank
 ),
+last_share AS (SELECT rank, count(*) FILTER (WHERE arrived_last) / count(*) AS last_share FROM cw GROUP BY rank),
 late_ranks AS (
-    SELECT * FROM per_rank
-    WHERE lateness_ns > 0 AND 100.0 * lateness_ns >= $min_late_pct * peer_total_ns AND late_share >= $min_late_share
+    SELECT p.* FROM per_rank p JOIN last_share l USING (rank)
+    WHERE p.lateness_ns > 0 AND 100.0 * p.lateness_ns >= $min_late_pct * p.peer_total_ns AND p.late_share >= $min_late_share
+      AND l.last_share >= $min_last_share
 ),
 -- The events of each source on its collectives' lane, without the collectives and step ranges.
 evs AS MATERIALIZED (
     SELECT e.source_id, e.pid, e.tid, e.ts_ns, e.end_ns,
            CASE WHEN starts_with(e.name, 'nn.Module: ') THEN 'module'
+                WHEN regexp_matches(e.name, '^(_?c10d(_functional)?::|record_param_comms)') THEN 'call'
                 WHEN e.cat IN ('kernel', 'gpu_memcpy', 'gpu_memset') THEN 'kernel'
                 WHEN e.cat IN ('user_annotation', 'gpu_user_annotation') THEN 'annotation'
                 WHEN e.cat = 'python_function' THEN 'python'
@@ -180,7 +187,7 @@ ordered AS (
            row_number() OVER (PARTITION BY rank
                               ORDER BY near_top DESC,
                                        CASE WHEN near_top THEN coalesce(ratio_x, 1e9) END DESC NULLS LAST,
-                                       CASE WHEN near_top THEN list_position(['module', 'annotation', 'python', 'op', 'kernel', 'gap'], item_kind) END,
+                                       CASE WHEN near_top THEN list_position(['module', 'annotation', 'python', 'op', 'kernel', 'call', 'gap'], item_kind) END,
                                        excess_ns DESC, item) AS pos
     FROM scored
 ),
@@ -208,6 +215,8 @@ rows AS (
            round(c.others_wait_ns / 1e6, 3) AS others_wait_ms,
            CASE WHEN o.item_kind = 'gap' AND o.item LIKE 'host%'
                     THEN 'the host runs nothing here: a sleep, a lock, a slow data loader or a co-located job taking its CPU (CPU binding, other processes on the host)'
+                WHEN o.item_kind = 'call'
+                    THEN 'the rank called the collective in time, but its communication thread / stream started it later than its peers'' did: the process group''s queue (a previous collective still running there, a descheduled or CPU-starved communication thread: CPU binding, a co-located job)'
                 WHEN o.item_kind = 'gap'
                     THEN 'the device idles here: it waits for its host to launch work (host / launch: see why-host-device)'
                 WHEN regexp_matches(o.item, 'attn|attention|sdpa|flash', 'i')
