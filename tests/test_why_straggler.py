@@ -131,7 +131,10 @@ def test_diagnose_shows_the_item_on_the_straggler_card(db):
     assert res.exit_code in (0, 1), res.output
     card = res.output.split("rank 1 — straggler", 2)[2]
     why = next(line for line in card.splitlines() if line.strip().startswith("why"))
-    assert re.search(r"why +SelfAttention \(module\) 1\.(5[0-9]|6[0-5])x the peers' median, (8[0-9]|9[0-9]|1[0-9][0-9]) % of rank 1's lateness, cause: SelfAttention", why), why
+    assert re.search(
+        r"why +SelfAttention \(module\) 1\.(5[0-9]|6[0-5])x the peers' median, (8[0-9]|9[0-9]|1[0-9][0-9]) % of rank 1's lateness, cause: SelfAttention",
+        why,
+    ), why
     nxt = card[card.index("next") :]
     # the next step points at the query that answers, not only at ep-slow-rank / moe-breakdown (PASS here)
     assert "why-straggler" in nxt and "attention kernels" in nxt
