@@ -583,12 +583,22 @@ class MsServiceProfilerBackend:
         return out.encode("utf-8")
 
     def _update(self, make: Callable[[bytes], bytes]) -> None:
+        """Write ``make(current bytes)`` in place. A CaptureError before the write says
+        ``reached`` False (the config is as it was); one during the write, True."""
         fd, mode = self._open_rw()
         try:
-            data = os.pread(fd, MAX_CONFIG_BYTES + 1, 0)
+            try:
+                data = os.pread(fd, MAX_CONFIG_BYTES + 1, 0)
+            except OSError as exc:
+                raise CaptureError(f"{self.config}: cannot read it ({exc})", reached=False) from None
             if len(data) > MAX_CONFIG_BYTES:
-                raise CaptureError(f"{self.config}: over {MAX_CONFIG_BYTES >> 20} MB: not an msServiceProfiler config")
-            new = make(data)
+                raise CaptureError(
+                    f"{self.config}: over {MAX_CONFIG_BYTES >> 20} MB: not an msServiceProfiler config", reached=False
+                )
+            try:
+                new = make(data)
+            except CaptureError as exc:
+                raise CaptureError(str(exc), reached=False) from None
             try:
                 _write_in_place(fd, data, new)
             except OSError as exc:
@@ -605,22 +615,19 @@ class MsServiceProfilerBackend:
         self.notes = []
 
         def switch_on(data: bytes) -> bytes:
-            spans = _enable_spans(data.decode("utf-8", errors="replace"), self.config)
-            text = data.decode("utf-8", errors="replace")
+            new = self._edit(data, b"1")  # first: it says what is wrong with a config that is not JSON
+            text = data.decode("utf-8")
+            spans = _enable_spans(text, self.config)
             self._old_value = text[spans[0][0] : spans[0][1]].encode() if spans else None
             if self._old_value is not None and self._old_value.strip() not in (b"0", b"false", b"0.0"):
                 self.notes.append(
                     f'{self.config}: "enable" was already {self._old_value.decode()[:20]} before the capture: '
                     "left so at the end (the profiler stays on as it was)"
                 )
-            new = self._edit(data, b"1")
             self._before, self._written = data, new
             return new
 
-        try:
-            self._update(switch_on)
-        except CaptureError as exc:
-            raise CaptureError(str(exc), reached=False) from None  # nothing was written
+        self._update(switch_on)
 
     def stop(self) -> None:
         def switch_back(data: bytes) -> bytes:
@@ -675,7 +682,9 @@ def run_command(cmd: str | list[str], label: str, timeout_s: float, stop: thread
                     if time.monotonic() >= deadline:
                         raise CaptureError(f"{label} killed after {timeout_s:g} s: {shown}") from None
                     if stop is not None and stop.is_set():
-                        raise CaptureError(f"{label} killed: stopped (Ctrl-C, SIGTERM or the watch ending): {shown}") from None
+                        raise CaptureError(
+                            f"{label} killed: stopped (Ctrl-C, SIGTERM or the watch ending): {shown}"
+                        ) from None
         finally:
             if proc.poll() is None:
                 proc.kill()

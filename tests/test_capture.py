@@ -215,7 +215,7 @@ def test_capture_during_shutdown_is_interrupted_and_stops_the_profiler(sims, tmp
     c.shutdown()
     assert time.monotonic() - t < 10  # not the 30 s window
     (cap,) = c.finished()
-    assert cap.status == "interrupted" and "Ctrl-C or the watch ending" in cap.reason
+    assert cap.status == "interrupted" and "Ctrl-C, SIGTERM or the watch ending" in cap.reason
     assert rows(tmp_path / "cap.duckdb", "SELECT status FROM captures") == [("interrupted",)]
     assert c.trigger(Alert.on_demand()) == "not started: the watch is ending"
     # the profiler was stopped: it wrote its files after the stop (the sim writes at /stop_profile)

@@ -382,6 +382,7 @@ def test_large_plain_json_is_judged_by_its_end(tmp_path, monkeypatch):
     3 GB of memory for 250 MB, on every poll): its end tells a closed document from a cut one."""
     import orjson
 
+    assert FULL_PARSE_BYTES <= 32 << 20  # a whole parse holds ~12x the bytes in memory
     parsed: list[int] = []
     real_loads = orjson.loads
     monkeypatch.setattr(orjson, "loads", lambda data: parsed.append(len(data)) or real_loads(data))

@@ -200,7 +200,7 @@ def _recording_api(monkeypatch, oversize_above_steps: int | None = None) -> list
 
 def test_backfill_chunks_are_contiguous_and_never_ask_a_step_twice(monkeypatch):
     """300 s of backfill at 1 s in chunks of 120 steps: every step from the first to now asked
-    exactly once. Kills watch-backfill-chunks-overlap."""
+    exactly once. Kills watch-backfill-chunks-skip-a-step."""
     clock = FakeClock(start_ns=1_700_000_000_000_000_000)
     monkeypatch.setattr(watch, "time", clock)
     asked = _recording_api(monkeypatch)

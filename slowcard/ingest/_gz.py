@@ -112,15 +112,18 @@ class Members:
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-def content_size(path: Path) -> int:
+def content_size(path: Path, unknown_ratio: int = MAX_RATIO) -> int:
     """The decompressed size of a gzip file as far as its trailer tells; for planning only.
 
     The trailer's ISIZE is the LAST member's size mod 4 GiB. Taken: the smallest size of that
     remainder that a gzip of this many bytes can hold, i.e. at least the compressed size less
     its headers and block overhead (deflate never shrinks data below its stored size, so a
     smaller ISIZE means the size wrapped past 4 GiB, or the trailer is not the truth) and at
-    most MAX_RATIO times it (deflate's limit; a trailer claiming more is not believed either).
-    That is exact for one member under 4 GiB, whatever the ratio (no 50x cap: finding 14).
+    most MAX_RATIO times it (deflate's limit). That is exact for one member under 4 GiB,
+    whatever the ratio (no 50x cap: issue 46, finding 14). A trailer no gzip of this size can
+    have (past MAX_RATIO: a cut file ends in deflate data, not a trailer; zero padding; a
+    liar) says nothing: ``unknown_ratio`` times the compressed size is taken instead (the
+    batch planner keeps MAX_RATIO, the most it can be; the pipes of one file a likelier ratio).
 
     Short of the truth for content of 4 GiB or more whose remainder happens to look possible,
     and for a file of several members (the trailer counts the last one only; where that is
@@ -135,4 +138,4 @@ def content_size(path: Path) -> int:
     least = size - size // 256 - 4096
     while est < least:
         est += 1 << 32
-    return min(est, MAX_RATIO * size)
+    return est if est <= MAX_RATIO * size else unknown_ratio * size

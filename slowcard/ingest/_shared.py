@@ -122,13 +122,15 @@ class SharedBatch:
     def __init__(self, members: int, stopping: threading.Event | None = None):
         self.insert_stage = _Stage(members, stopping)
         self.derive_stage = _Stage(members, stopping)
-        self._gz_lock = threading.Lock()
-        self._gz_free = SHARED_MAX_GZ_BYTES  # of the temp budget for decompressed parts
+        self._stopping = stopping
+        self._gz_cond = threading.Condition()
+        self._gz_budget = SHARED_MAX_GZ_BYTES  # for the parts of its compressed members
+        self._gz_free = self._gz_budget
 
     def take_gz(self, n: int) -> bool:
         """Count n bytes of a compressed member's part against the batch's temp budget (before
         the part is written); False when they do not fit (the member then goes alone)."""
-        with self._gz_lock:
+        with self._gz_cond:
             if n > self._gz_free:
                 return False
             self._gz_free -= n
@@ -136,8 +138,20 @@ class SharedBatch:
 
     def give_gz(self, n: int) -> None:
         """n bytes of parts counted by take_gz are deleted."""
-        with self._gz_lock:
+        with self._gz_cond:
             self._gz_free += n
+            self._gz_cond.notify_all()
+
+    def wait_for_room(self) -> None:
+        """For a member that left the batch for want of room (chrome_parts._alone): wait until
+        the batch's statement has run and every part of its compressed members is deleted, so
+        that the member's own parts never share the temp folder with them."""
+        self.insert_stage.wait_done()
+        with self._gz_cond:
+            while self._gz_free < self._gz_budget:
+                self._gz_cond.wait(WAIT_STEP_S)
+                if self._stopping is not None and self._stopping.is_set():
+                    raise KeyboardInterrupt  # Ctrl-C: the batch stops
 
     def leave(self, key: Hashable) -> None:
         """A member is done (or failed) before some stage: it arrives at neither any more."""

@@ -411,11 +411,11 @@ class _PartsPhase(_ExactPhase):
 
     def _alone(self, s: _Stream) -> bytes:
         """A batch member that had no room in the batch, ingested as a file of its own once the
-        batch's statement has run: decompressed again from the start (nothing of it was
-        inserted) on the one-file path; returns the tail bytes."""
+        batch's statement has run and its parts are deleted: decompressed again from the start
+        (nothing of it was inserted) on the one-file path; returns the tail bytes."""
         shared = self.ctx.shared
         assert shared is not None
-        shared.insert_stage.wait_done()
+        shared.wait_for_room()
         self.alone = True
         again = _Stream(self.path)
         try:
