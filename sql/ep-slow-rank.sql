@@ -14,15 +14,18 @@
 -- priority: 20
 -- order: 110
 -- shows: report.moe, annotate
--- headline: {tokens_per_layer} tokens per layer (median rank {median_rank_tokens}) | GroupedMatmul {gmm_us_per_layer} us per layer (median rank {median_rank_gmm_us} us; {time_per_token_ratio}x its time per token) | dispatch+combine {transfer_us_per_layer} us per layer ({transfer_ratio}x the median rank's) | waits for its host {host_wait_us_per_layer} us per layer (median rank {median_rank_host_wait_us} us) | above the others' median in {above_pct} % of {decided_in} (signed-rank p {p_value}; median of ranks {peers}) | {onset} | {pace} | the others waited {others_wait_ms} ms at collectives; it arrived last at {last_arrival_pct} % of them
+-- headline: {tokens_per_layer} tokens per layer (median rank {median_rank_tokens}) | GroupedMatmul {gmm_us_per_layer} us per layer (median rank {median_rank_gmm_us} us; {time_per_token_ratio}x its time per token) | dispatch+combine {transfer_us_per_layer} us per layer ({transfer_ratio}x the median rank's) | waits for its host {host_wait_us_per_layer} us per layer (median rank {median_rank_host_wait_us} us) | above the others' median in {above_pct} % of {decided_in} (p {p_value}; median of ranks {peers}) | {onset} | {pace} | the others waited {others_wait_ms} ms at collectives; it arrived last at {last_arrival_pct} % of them
 -- summary: rank {rank} {causes} [{level}]: its fix saves {cost_ms} ms = {cost_pct}% of the profiled time ({work}; above the others' median in {above_pct}% of {decided_in}, p={p_value}; arrived last at {last_arrival_pct}% of collectives{caveat}{left_out}); next: {next_step}
--- pass: No rank stands out: no rank's own MoE work (GroupedMatmul, transfer, waiting for its host) is significantly above its peers' (signed-rank tests over layer instances, within each kind of instance, at alpha {alpha} with Holm over the ranks).
+-- pass: No rank stands out: no rank's own MoE work (GroupedMatmul, transfer, waiting for its host) is significantly above its peers' (how often and how much, over layer instances and within each kind of instance, at alpha {alpha} with Holm over the ranks).
 --
 -- v8 (issue 41): decided on time, where, from when, and what the fix saves.
 -- 1. Is it slow? Per rank and quantity (GroupedMatmul, transfer beyond its peers' transfer
---    excess, host wait), a one-sided signed-rank test (Pratt) of the per-instance excess over
---    the median of the OTHER ranks: how much, not only how often (v7 counted signs, so a rank
---    above by a lot in half the instances was chance). Exact up to 16 differences, else normal.
+--    excess, host wait), two tests of the per-instance excess over the median of the OTHER
+--    ranks, each valid when the ranks are exchangeable however skewed the noise: how often (the
+--    sign test, v7's) and how much (a permutation test of the summed excess against what a rank
+--    drawn at random shows in each instance); p = twice the smaller. v7 counted signs only, so a
+--    rank above by a lot in some of the instances was chance. Transfer: how often only (its
+--    yardstick is not exchangeable under host noise, see `tests_both`).
 -- 2. Where? Instances are grouped into kinds by the work their median rank did (GroupedMatmul /
 --    dispatch / combine present): a DualPipe chunk's lone combine is not an expert-GEMM layer.
 --    Each quantity is tested over all instances and within each kind; the best p times the
@@ -36,7 +39,7 @@
 -- The v7 method below still holds for the yardstick (median of the others), the trimmed excess,
 -- the cause split and the parallel groups.
 --
--- Method. Each (rank, layer instance) is paired with the median of the OTHER ranks in the same
+-- Method (v7's; v8 replaces the test of 1., the cost of 2. and the level, as above). Each (rank, layer instance) is paired with the median of the OTHER ranks in the same
 -- instance (instances every rank has: "the same layer"); v7: v6's median of all ranks counted
 -- the rank itself, so with a second anomalous rank among few (two of five) the median was the
 -- slowest normal rank, a slow card 1.75x per row was above it in only 19 of 24 instances (not
@@ -390,18 +393,28 @@ costed AS (
     LEFT JOIN pace pc USING (peer_group)
     LEFT JOIN demand_solo ds USING (rank)
 ),
-after_pace AS (
-    SELECT peer_group, rank, sum(lead_ns) AS after_ns
-    FROM (SELECT peer_group, rank, pace_rank,
-                 CASE WHEN row_number() OVER w = 1 THEN a2_ns - coalesce(nth_value(a2_ns, 2) OVER w, a2_ns) ELSE 0 END AS lead_ns
-          FROM (SELECT c.*, p.pace_rank,
-                       CASE WHEN c.rank = p.pace_rank
-                            THEN least(c.a_ns, median(c.a_ns) FILTER (WHERE c.rank <> p.pace_rank)
-                                                   OVER (PARTITION BY c.pg, c.coll_kind, c.instance))
-                            ELSE c.a_ns END AS a2_ns
-                FROM coll c JOIN pace p USING (peer_group))
-          WINDOW w AS (PARTITION BY pg, coll_kind, instance ORDER BY a2_ns DESC, rank
-                       ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING))
+-- What the rank's fix would save once the others arrive as their median does (a pace-setter,
+-- slow card or straggler, hides it today): its lead over the median of the OTHER ranks at each
+-- collective; the pace-setter named is the rank most often last where this one was late.
+-- The others' median from positions, as loo above (no self-join of every rank with every other).
+coll_pos AS (
+    SELECT *, row_number() OVER (PARTITION BY pg, coll_kind, instance ORDER BY a_ns, rank) AS pos,
+           count(*) OVER (PARTITION BY pg, coll_kind, instance) - 1 AS n_o,
+           arg_max(rank, a_ns) OVER (PARTITION BY pg, coll_kind, instance) AS last_rank
+    FROM coll
+),
+coll_mid AS (
+    SELECT *, k1 + (k1 >= pos)::INTEGER AS at1, k2 + (k2 >= pos)::INTEGER AS at2
+    FROM (SELECT *, (n_o + 1) // 2 AS k1, n_o // 2 + 1 AS k2 FROM coll_pos WHERE rank IN (SELECT rank FROM flagged))
+),
+after_others AS (
+    SELECT m.peer_group, m.rank, sum(greatest(m.a_ns - (x.a_ns + y.a_ns) / 2, 0)) AS after_ns,
+           mode(m.last_rank) FILTER (WHERE m.a_ns > (x.a_ns + y.a_ns) / 2 AND m.last_rank <> m.rank) AS pace_of
+    FROM coll_mid m
+    JOIN coll_pos x ON x.pg IS NOT DISTINCT FROM m.pg AND x.coll_kind IS NOT DISTINCT FROM m.coll_kind
+                   AND x.instance = m.instance AND x.pos = m.at1
+    JOIN coll_pos y ON y.pg IS NOT DISTINCT FROM m.pg AND y.coll_kind IS NOT DISTINCT FROM m.coll_kind
+                   AND y.instance = m.instance AND y.pos = m.at2
     GROUP BY ALL
 ),
 -- The run's profiled time per group (the cost's denominator): the median rank's total step time
@@ -481,8 +494,8 @@ onset AS (
 ),
 named AS (
     SELECT n.*, o.onset_step, o.n_steps, o.before_ns AS onset_before_ns, o.after_ns AS onset_after_ns,
-           a.after_ns
-    FROM named0 n LEFT JOIN onset o USING (rank) LEFT JOIN after_pace a USING (peer_group, rank)
+           a.after_ns, a.pace_of
+    FROM named0 n LEFT JOIN onset o USING (rank) LEFT JOIN after_others a USING (peer_group, rank)
 ),
 moe AS (SELECT peer_group, sum(med_layer_ns) AS moe_ns FROM med GROUP BY peer_group),
 findings AS (
@@ -501,7 +514,13 @@ findings AS (
                         ELSE CASE WHEN gmm_sig THEN [g_k, g_n_scope, g_n_all]
                                   ELSE coalesce([t_k, t_n_scope, t_n_all], [h_k, h_n_scope, h_n_all]) END END AS kn,
            -- the fix's saving after the pace-setter's, where another rank sets the pace
-           CASE WHEN pace_rank IS NOT NULL AND pace_rank <> n.rank
+           -- the fix's saving after the pace-setters', where it is meaningfully more than alone
+           -- (not for the group's costliest card when its fix alone saves something: it sets the pace;
+           -- slow ranks that tie, as four ranks doing more work, each save nothing alone)
+           CASE WHEN replayed AND least(coalesce(after_ns, 0), own_ns) + tr_cost_ns - cost_ns
+                                  >= $min_warn_pct / 100 * sp.span_ns
+                     AND NOT (cost_ns = max(cost_ns) OVER (PARTITION BY n.peer_group) AND count(*) OVER (PARTITION BY n.peer_group) > 1
+                              AND cost_ns >= $min_warn_pct / 100 * sp.span_ns)
                 THEN least(coalesce(after_ns, 0), own_ns) + tr_cost_ns END AS after_pace_ns,
            sp.span_ns, moe.moe_ns
     FROM named n JOIN moe USING (peer_group) JOIN span sp USING (peer_group)
@@ -532,13 +551,13 @@ enough AS (
                    THEN format('EP groups of at most {} rank(s) with MoE layers in this run; comparing a rank with the median rank of its EP group needs >= {}',
                                (SELECT max_n FROM n_ranks), $min_ranks)
                WHEN (SELECT n_groups FROM n_ranks) > 1 AND NOT EXISTS (SELECT 1 FROM judged)
-                   THEN format('no EP group has MoE layer instances that all its ranks have: the signed-rank test at alpha {} over {} ranks needs >= {} (profile more steps)',
+                   THEN format('no EP group has MoE layer instances that all its ranks have: the sign test at alpha {} over {} ranks needs >= {} (profile more steps)',
                                $alpha, (SELECT n FROM n_ranks), ceil(log2((SELECT n FROM n_ranks) / $alpha))::INTEGER)
                WHEN (SELECT n FROM n_ranks) < $min_ranks
                    THEN format('{} rank(s) with MoE layers in this run; comparing a rank with the median rank needs >= {}',
                                (SELECT n FROM n_ranks), $min_ranks)
                WHEN (SELECT count(*) FROM inst) < ceil(log2((SELECT n FROM n_ranks) / $alpha))
-                   THEN format('{} MoE layer instance(s) that all {} ranks have; the signed-rank test at alpha {} needs >= {} (profile more steps)',
+                   THEN format('{} MoE layer instance(s) that all {} ranks have; the sign test at alpha {} needs >= {} (profile more steps)',
                                (SELECT count(*) FROM inst), (SELECT n FROM n_ranks), $alpha,
                                ceil(log2((SELECT n FROM n_ranks) / $alpha))::INTEGER)
            END AS skip_reason
@@ -549,7 +568,7 @@ SELECT CASE WHEN round(100.0 * greatest(cost_ns, coalesce(after_pace_ns, 0)) / g
        round(cost_ns / 1e6, 3) AS cost_ms, round(100.0 * cost_ns / greatest(span_ns, 1), 1) AS cost_pct,
        CASE WHEN replayed THEN 'replay' ELSE 'excess' END AS saving_basis,
        round(100.0 * after_pace_ns / greatest(span_ns, 1), 1) AS after_pace_pct,
-       CASE WHEN after_pace_ns IS NOT NULL THEN pace_rank END AS pace_rank,
+       CASE WHEN after_pace_ns IS NOT NULL THEN pace_of END AS pace_rank,
        round(100.0 * (gmm_cost_ns + host_cost_ns + tr_cost_ns) / greatest(moe_ns, 1), 1) AS excess_moe_pct,
        round(token_share_pct, 1) AS token_share_pct, round(compute_share_pct, 1) AS compute_share_pct,
        round(comm_share_pct, 1) AS comm_share_pct, round(host_share_pct, 1) AS host_share_pct,
@@ -564,8 +583,9 @@ SELECT CASE WHEN round(100.0 * greatest(cost_ns, coalesce(after_pace_ns, 0)) / g
                         (SELECT max(step) FROM steps_x s WHERE s.rank = findings.rank),
                         greatest(onset_before_ns, 0) / 1e3, onset_after_ns / 1e3) END AS onset,
        CASE WHEN after_pace_ns IS NOT NULL
-            THEN format('fixing rank {} alone saves {:.1f} %: rank {} sets the pace; after rank {}, rank {} saves {:.1f} %',
-                        rank, 100.0 * cost_ns / greatest(span_ns, 1), pace_rank, pace_rank, rank,
+            THEN format('fixing rank {} alone saves {:.1f} %: {} the pace; after {}, rank {} saves {:.1f} %',
+                        rank, 100.0 * cost_ns / greatest(span_ns, 1),
+                        coalesce('rank ' || pace_of || ' sets', 'other ranks set'), coalesce('rank ' || pace_of, 'them'), rank,
                         100.0 * after_pace_ns / greatest(span_ns, 1)) END AS pace,
        round(tokens_per_layer, 1) AS tokens_per_layer, round(median_rank_tokens, 1) AS median_rank_tokens,
        CASE WHEN tokens_known THEN round(rt_gmm, 2) END AS token_ratio,
