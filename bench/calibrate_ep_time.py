@@ -40,6 +40,7 @@ one; mixed runs: each rank with its own cause, the pace-setter's row first. Need
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import shutil
 import statistics
@@ -124,6 +125,16 @@ def true_cause(eff: rg.Effect) -> str | None:
     return None  # a late rank: no MoE cause
 
 
+def sql_digest() -> str:
+    """The query's version and a digest of its SQL and the views it reads, as this run sees them
+    (the rule may be edited while the bench runs: the report says whether every run saw one)."""
+    query = queries.load_catalog()["ep-slow-rank"]
+    h = hashlib.sha256(query.path.read_bytes())
+    for view in sorted((ROOT / "slowcard" / "views").glob("*.sql")):
+        h.update(view.read_bytes())
+    return f"v{query.version} {h.hexdigest()[:10]}"
+
+
 def one_run(name: str, case: dict, scratch: str) -> dict:
     """Write the run, measure the truth from the files, ingest into a scratch DuckDB, query;
     everything written is removed. Returns truth, the query's rows, and the time taken."""
@@ -175,6 +186,7 @@ def one_run(name: str, case: dict, scratch: str) -> dict:
             line = verdict.fill(query.summary or "", {**r, "caveat": ""}).split("; next:")[0]
             rows.append({**{k: r.get(k) for k in KEEP}, "line": line})
         return dict(
+            sql=sql_digest(),
             truth=truth,
             rows=rows,
             status=str(res.status),
@@ -231,7 +243,7 @@ def report(runs: dict[str, dict], secs: float, cpu: float, seed_base: int, seeds
     bands: dict[str, list[tuple[dict, dict | None]]] = defaultdict(list)
     errors: list[tuple[float, dict, int]] = []
     misses: dict[str, list[str]] = defaultdict(list)
-    bal = defaultdict(lambda: [0, 0, 0])
+    bal: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
     spurious = {"runs": 0, "fail": 0, "warn": 0}
     mixed = []
     late = []
@@ -482,7 +494,12 @@ def report(runs: dict[str, dict], secs: float, cpu: float, seed_base: int, seeds
         text += "\n\nExamples where the targets are missed (the query's summary line and the measured truth):\n"
         for what, ex in misses.items():
             text += f"\n{what} ({len(ex)}):\n" + "\n".join(ex[:3]) + "\n"
-    text += f"\n({len(runs)} runs, {secs:.0f} s wall, {cpu:.0f} s CPU in the runs)"
+    seen = sorted({c["sql"] for c in runs.values()})
+    text += (
+        f"\n({len(runs)} runs, {secs:.0f} s wall, {cpu:.0f} s CPU in the runs; ep-slow-rank "
+        + (seen[0] if len(seen) == 1 else f"CHANGED DURING THE BENCH: {', '.join(seen)}")
+        + ")"
+    )
     return text
 
 
