@@ -517,8 +517,9 @@ findings AS (
            -- the fix's saving after the pace-setters', where it is meaningfully more than alone
            -- (not for the group's costliest card when its fix alone saves something: it sets the pace;
            -- slow ranks that tie, as four ranks doing more work, each save nothing alone)
+           -- (when a pace-setter hides at least half of it: the others' noise alone never does)
            CASE WHEN replayed AND least(coalesce(after_ns, 0), own_ns) + tr_cost_ns - cost_ns
-                                  >= $min_warn_pct / 100 * sp.span_ns
+                                  >= greatest($min_warn_pct / 100 * sp.span_ns, cost_ns)
                      AND NOT (cost_ns = max(cost_ns) OVER (PARTITION BY n.peer_group) AND count(*) OVER (PARTITION BY n.peer_group) > 1
                               AND cost_ns >= $min_warn_pct / 100 * sp.span_ns)
                 THEN least(coalesce(after_ns, 0), own_ns) + tr_cost_ns END AS after_pace_ns,
