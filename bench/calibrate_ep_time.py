@@ -241,7 +241,7 @@ def report(runs: dict[str, dict], secs: float, cpu: float, seed_base: int, seeds
     for case in runs.values():
         cells[case["cell"]].append(case)
     bands: dict[str, list[tuple[dict, dict | None]]] = defaultdict(list)
-    errors: list[tuple[float, dict, int]] = []
+    errors: list[tuple[float, dict, int, float | None, float]] = []
     misses: dict[str, list[str]] = defaultdict(list)
     bal: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
     spurious = {"runs": 0, "fail": 0, "warn": 0}
@@ -285,7 +285,7 @@ def report(runs: dict[str, dict], secs: float, cpu: float, seed_base: int, seeds
                     e = _err(rep, want)
                     if e is not None:
                         errs.append(e)
-                        errors.append((e, c, r))
+                        errors.append((e, c, r, rep, want))
                 if s >= 5 and not (got is not None and got["level"] == "FAIL" and got["cause"] == tr["cause"]):
                     misses[">= 5 % not FAILed with the right cause"].append(
                         _example(c, r, "not named" if got is None else f"{got['level']} {got['cause']}")
@@ -373,7 +373,7 @@ def report(runs: dict[str, dict], secs: float, cpu: float, seed_base: int, seeds
     text += table(band_rows, ["measured", "ranks", "FAIL, right cause", "named (WARN or FAIL)", "named, right cause"])
     text += "\n[targets: >= 5 %: >= 95 % FAIL with the right cause; 2-5 %: >= 85 % named]"
 
-    es = [e for e, _, _ in errors]
+    es = [x[0] for x in errors]
     within = sum(abs(e) <= 0.30 for e in es)
     text += (
         f"\n\nReported saving vs measured (named planted ranks, measured >= 2 %; cost_pct vs the fix alone, "
@@ -386,9 +386,11 @@ def report(runs: dict[str, dict], secs: float, cpu: float, seed_base: int, seeds
             f"; median error {100 * statistics.median(es):+.1f} %, 10th-90th percentile "
             f"{100 * qs[0]:+.0f} % .. {100 * qs[-1]:+.0f} %"
         )
-    for e, c, r in sorted(errors, key=lambda x: -abs(x[0])):
+    for e, c, r, got, want in sorted(errors, key=lambda x: -abs(x[0])):
         if abs(e) > 0.30:
-            misses["saving off by more than 30 %"].append(_example(c, r, f"reported {100 * e:+.0f} % off"))
+            misses["saving off by more than 30 %"].append(
+                _example(c, r, f"reported {got} % vs measured {want:.1f} % ({100 * e:+.0f} %)")
+            )
 
     if mixed:
         mrows = []
@@ -493,7 +495,8 @@ def report(runs: dict[str, dict], secs: float, cpu: float, seed_base: int, seeds
     if misses:
         text += "\n\nExamples where the targets are missed (the query's summary line and the measured truth):\n"
         for what, ex in misses.items():
-            text += f"\n{what} ({len(ex)}):\n" + "\n".join(ex[:3]) + "\n"
+            # the first three in full, the next ones by their first line
+            text += f"\n{what} ({len(ex)}):\n" + "\n".join(ex[:3] + [x.splitlines()[0] for x in ex[3:12]]) + "\n"
     seen = sorted({c["sql"] for c in runs.values()})
     text += (
         f"\n({len(runs)} runs, {secs:.0f} s wall, {cpu:.0f} s CPU in the runs; ep-slow-rank "
