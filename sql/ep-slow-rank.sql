@@ -523,6 +523,12 @@ findings AS (
                      AND NOT (cost_ns = max(cost_ns) OVER (PARTITION BY n.peer_group) AND count(*) OVER (PARTITION BY n.peer_group) > 1
                               AND cost_ns >= $min_warn_pct / 100 * sp.span_ns)
                 THEN least(coalesce(after_ns, 0), own_ns) + tr_cost_ns END AS after_pace_ns,
+           -- what decides the level: the saving alone, after the pace-setter's, and in a group with
+           -- two or more slow cards also the pace-setter's own saving once the others are fixed
+           -- (fixing either first leaves the other setting the pace)
+           greatest(cost_ns,
+                    CASE WHEN replayed AND count(*) OVER (PARTITION BY n.peer_group) >= 2
+                         THEN least(coalesce(after_ns, 0), own_ns) + tr_cost_ns ELSE 0 END) AS level_ns,
            sp.span_ns, moe.moe_ns
     FROM named n JOIN moe USING (peer_group) JOIN span sp USING (peer_group)
 ),
@@ -563,7 +569,7 @@ enough AS (
                                ceil(log2((SELECT n FROM n_ranks) / $alpha))::INTEGER)
            END AS skip_reason
 )
-SELECT CASE WHEN round(100.0 * greatest(cost_ns, coalesce(after_pace_ns, 0)) / greatest(span_ns, 1), 1) >= $min_cost_pct
+SELECT CASE WHEN round(100.0 * greatest(level_ns, coalesce(after_pace_ns, 0)) / greatest(span_ns, 1), 1) >= $min_cost_pct
             THEN 'FAIL' ELSE 'WARN' END AS level,
        rank, cause, causes,
        round(cost_ns / 1e6, 3) AS cost_ms, round(100.0 * cost_ns / greatest(span_ns, 1), 1) AS cost_pct,
@@ -619,7 +625,7 @@ SELECT CASE WHEN round(100.0 * greatest(cost_ns, coalesce(after_pace_ns, 0)) / g
        NULL::VARCHAR AS skip_reason
 FROM findings JOIN judged USING (peer_group), cuts, enough
 WHERE enough.skip_reason IS NULL
-  AND round(100.0 * greatest(cost_ns, coalesce(after_pace_ns, 0)) / greatest(span_ns, 1), 1) >= $min_warn_pct
+  AND round(100.0 * greatest(level_ns, coalesce(after_pace_ns, 0)) / greatest(span_ns, 1), 1) >= $min_warn_pct
 UNION ALL BY NAME
 SELECT 'SKIP' AS level, skip_reason FROM enough WHERE skip_reason IS NOT NULL
 ORDER BY level, cost_ms DESC NULLS LAST, rank   -- FAIL before WARN (a SKIP row is alone); the pace-setter first
