@@ -34,7 +34,8 @@ import tempfile
 import threading
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,6 +50,7 @@ DEFAULT_MAX_BYTES = 2 << 30
 SETTLE_S = 1.0  # a file set whose sizes did not change for this long (and parses whole) is complete
 MAX_SCAN_FILES = 200_000  # files looked at in an output directory (a home directory by mistake stays bounded)
 COMMAND_TIMEOUT_S = 120.0  # an exec start/stop command or msserviceprofiler parse
+STOPPING_LOCK_WAIT_S = 10.0  # a capture being stopped waits this long for the watcher's database lock
 # a JSON document up to this size (plain or decompressed) is parsed whole to call it complete; a
 # larger one must close its document: parsing 250 MB whole took 3 GB and 10 s, on every poll
 FULL_PARSE_BYTES = 16 << 20
@@ -792,7 +794,8 @@ class Capturer:
         self._done_lock = threading.Lock()
         self._running = False
         self._current: Capture | None = None  # the capture whose row says 'running'
-        self.phase = "idle"  # what the running capture does: starting | profiling | collecting | idle
+        # what the running capture does: starting | profiling | stopping | collecting | ingesting | idle | ...
+        self.phase = "idle"
         # set while no capture runs: waited on instead of Thread.join, which a Ctrl-C landing in
         # it (Python < 3.13) can leave believing the thread has ended
         self._idle = threading.Event()
@@ -884,6 +887,26 @@ class Capturer:
         except Exception:  # noqa: BLE001 (the database is held by the capture itself: its row says running)
             pass
 
+    @contextmanager
+    def _locked(self, what: str) -> Iterator[None]:
+        """The database lock shared with the watcher, while the capture does ``what`` (its
+        ``phase`` meanwhile). Once the capture is being stopped, a lock still taken after
+        STOPPING_LOCK_WAIT_S is not waited for further: the watch's main thread, interrupted,
+        writes nothing more (a Ctrl-C landing between its acquire and its ``try`` can leave the
+        lock taken for good), and the row must still reach its final state."""
+        self.phase = f"{what}: waiting for the database"
+        waited = 0.0
+        while not (got := self.db_lock.acquire(timeout=0.5)):
+            waited += 0.5
+            if self._stop.is_set() and waited >= STOPPING_LOCK_WAIT_S:
+                break
+        self.phase = what
+        try:
+            yield
+        finally:
+            if got:
+                self.db_lock.release()
+
     # --- one capture -----------------------------------------------------------------------
     def run(self, alert: Alert) -> Capture:
         """Start, keep, stop, wait for the files, ingest, diagnose, record. Never raises for a
@@ -898,6 +921,7 @@ class Capturer:
             self.phase = "idle"
             return cap
         self._current = cap
+        self.phase = "starting"
         try:
             self._capture(cap)
         except CaptureError as exc:
@@ -956,6 +980,7 @@ class Capturer:
         self.phase = "profiling"
         cap.started_ns = time.time_ns()
         stopped_early = self._stop.wait(self.seconds)
+        self.phase = "stopping"
         failed_stop = self._send_stop()
         cap.stopped_ns = time.time_ns()
         cap.window_s = round(self.clock() - t0, 3)
@@ -1015,7 +1040,7 @@ class Capturer:
 
         cap.run = f"capture-{cap.capture_id}"
         catalog = load_catalog(self.sql_dirs)
-        with self.db_lock:
+        with self._locked("ingesting"):
             con = store.open_db(self.db)
             try:
                 report = ingest_paths(self.db, paths, run=cap.run, con=con, jobs=1)
@@ -1049,7 +1074,7 @@ class Capturer:
     # --- the captures table ----------------------------------------------------------------
     def _record_start(self, cap: Capture) -> None:
         a = cap.alert
-        with self.db_lock:
+        with self._locked("recording the capture"):
             con = store.open_db(self.db)
             try:
                 con.execute("BEGIN")
@@ -1080,7 +1105,7 @@ class Capturer:
         cap.capture_id = int(cid)
 
     def _record_end(self, cap: Capture) -> None:
-        with self.db_lock:
+        with self._locked("recording the outcome"):
             con = store.open_db(self.db)
             try:
                 con.execute(

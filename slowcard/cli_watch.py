@@ -503,10 +503,11 @@ def register(app: typer.Typer) -> None:
                         if capturer.busy():
                             typer.echo("interrupted: stopping the running capture's profiler", err=True)
                         if not await_capture_end(capturer.wait, capturer.stop_bound_s()):
+                            phase = capturer.phase
                             capturer.abandon()
                             typer.echo(
-                                "Error: the running capture did not end in time: the profiler may still be on: "
-                                "stop it by hand",
+                                f"Error: the running capture did not end in time ({phase}): the profiler may still "
+                                "be on: stop it by hand",
                                 err=True,
                             )
                         show_captures(screen_width())
@@ -575,6 +576,7 @@ def register(app: typer.Typer) -> None:
             finally:
                 ended.set()
 
+        phase = "starting"
         with signals_as_ctrl_c(("SIGINT", "SIGTERM", "SIGHUP")) as got:
             threading.Thread(target=work, daemon=True).start()
             try:
@@ -585,11 +587,12 @@ def register(app: typer.Typer) -> None:
                 typer.echo(f"{why}: stopping the profiler", err=True)
                 capturer.request_stop()  # sets the stop the capture waits on; it stops its profiler
                 if not await_capture_end(ended.wait, capturer.stop_bound_s()):
+                    phase = capturer.phase
                     capturer.abandon()
         if not done:
             typer.echo(
-                "Error: the capture did not end in time after it was interrupted: the profiler may still be on: "
-                "stop it by hand",
+                f"Error: the capture did not end in time after it was interrupted ({phase}): the profiler may still "
+                "be on: stop it by hand",
                 err=True,
             )
             raise typer.Exit(3)

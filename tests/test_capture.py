@@ -499,8 +499,8 @@ def test_watch_ctrl_c_during_a_capture(sims, tmp_path, sig):
     assert proc.returncode in (0, 1), err
     out = " ".join(out.split())
     assert "CAPTURE started (vllm, 3600 s) for dp-metrics-imbalance: DP domain 1" in out
-    assert "CAPTURE 1 for dp-metrics-imbalance (DP domain 1" in out
-    assert "interrupted: stopped" in out and "the profiler was stopped" in out
+    assert "CAPTURE 1 for dp-metrics-imbalance (DP domain 1" in out, err
+    assert "interrupted: stopped" in out and "the profiler was stopped" in out, err
     assert "interrupted: stopping the running capture's profiler" in err and "Traceback" not in err
     assert rows(db, "SELECT status FROM captures") == [("interrupted",)]
 

@@ -155,6 +155,27 @@ def test_capture_command_signal_stops_the_profiler(tmp_path, sig):
     assert "Traceback" not in err
 
 
+def test_stopped_capture_reaches_its_final_row_when_the_watcher_lost_its_lock(tmp_path, monkeypatch):
+    """A Ctrl-C that lands in the watch between taking the database lock and its ``try`` leaves
+    the lock taken for good (seen under load: "the running capture did not end in time", the
+    row `running`). A capture being stopped waits only STOPPING_LOCK_WAIT_S for it, then
+    records its outcome anyway."""
+    import slowcard.capture as capture_mod
+
+    monkeypatch.setattr(capture_mod, "STOPPING_LOCK_WAIT_S", 0.5)
+    lock = threading.Lock()
+    with ProfilerStub(tmp_path) as stub:
+        c = Capturer(tmp_path / "c.duckdb", VllmBackend(stub.base, tmp_path / "prof"), seconds=3600, db_lock=lock)
+        assert c.trigger(Alert.on_demand()).startswith("started")
+        assert stub.wait_for("start")
+        lock.acquire()  # the watcher's main thread, interrupted, never gives it back
+        assert c.shutdown(timeout_s=120)
+        assert stub.events == ["start", "stop"]
+    (cap,) = c.finished()
+    assert cap.status == "interrupted"
+    assert rows(tmp_path / "c.duckdb", "SELECT status FROM captures") == [("interrupted",)]
+
+
 # --- finding 12: msServiceProfiler's config edited in place ------------------------------------
 CONFIG = '{\n  "enable": 0,\n  "prof_dir": "prof",\n  "timelimit": 1e999,\n  "rate": 1.50, "n": 2E3\n}\n'
 
