@@ -525,9 +525,12 @@ findings AS (
                 THEN least(coalesce(after_ns, 0), own_ns) + tr_cost_ns END AS after_pace_ns,
            -- what decides the level: the saving alone, after the pace-setter's, and in a group with
            -- two or more slow cards also the pace-setter's own saving once the others are fixed
-           -- (fixing either first leaves the other setting the pace)
+           -- (fixing either first leaves the other setting the pace); slow cards whose excess is
+           -- under min_warn_pct (not reported) do not count
            greatest(cost_ns,
-                    CASE WHEN replayed AND count(*) OVER (PARTITION BY n.peer_group) >= 2
+                    CASE WHEN replayed AND count(*) FILTER (WHERE own_ns + tr_cost_ns >= $min_warn_pct / 100 * sp.span_ns)
+                                               OVER (PARTITION BY n.peer_group) >= 2
+                              AND own_ns + tr_cost_ns >= $min_warn_pct / 100 * sp.span_ns
                          THEN least(coalesce(after_ns, 0), own_ns) + tr_cost_ns ELSE 0 END) AS level_ns,
            sp.span_ns, moe.moe_ns
     FROM named n JOIN moe USING (peer_group) JOIN span sp USING (peer_group)
@@ -593,7 +596,11 @@ SELECT CASE WHEN round(100.0 * greatest(level_ns, coalesce(after_pace_ns, 0)) / 
             THEN format('fixing rank {} alone saves {:.1f} %: {} the pace; after {}, rank {} saves {:.1f} %',
                         rank, 100.0 * cost_ns / greatest(span_ns, 1),
                         coalesce('rank ' || pace_of || ' sets', 'other ranks set'), coalesce('rank ' || pace_of, 'them'), rank,
-                        100.0 * after_pace_ns / greatest(span_ns, 1)) END AS pace,
+                        100.0 * after_pace_ns / greatest(span_ns, 1))
+            -- the pace-setter whose level its saving after the other slow cards decides
+            WHEN level_ns > cost_ns
+            THEN format('fixing rank {} alone saves {:.1f} %; with the other slow cards fixed too, {:.1f} %',
+                        rank, 100.0 * cost_ns / greatest(span_ns, 1), 100.0 * level_ns / greatest(span_ns, 1)) END AS pace,
        round(tokens_per_layer, 1) AS tokens_per_layer, round(median_rank_tokens, 1) AS median_rank_tokens,
        CASE WHEN tokens_known THEN round(rt_gmm, 2) END AS token_ratio,
        round(rs_g, 2) AS time_per_token_ratio,
