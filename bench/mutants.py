@@ -624,15 +624,15 @@ EP_SLOW_RANK = [
     Mutant(
         "ep-named-without-gmm-significance",
         EP_SQL,
-        "    WHERE gmm_sig OR tr_sig OR host_sig",
-        "    WHERE TRUE",
+        "flagged AS (SELECT *, gmm_cost_ns + host_cost_ns AS own_ns FROM sig WHERE gmm_sig OR tr_sig OR host_sig),",
+        "flagged AS (SELECT *, gmm_cost_ns + host_cost_ns AS own_ns FROM sig WHERE TRUE),",
         EP,
     ),
     Mutant(
         "ep-ties-counted-for-the-rank",
         EP_SQL,
-        "count(*) FILTER (WHERE gmm_ns > med_gmm_ns) AS k_gmm",
-        "count(*) FILTER (WHERE gmm_ns >= med_gmm_ns) AS k_gmm",
+        "count(*) FILTER (WHERE s.d > 0) AS k_above, sum(s.d) AS sum_d,",
+        "count(*) FILTER (WHERE s.d >= 0) AS k_above, sum(s.d) AS sum_d,",
         EP,
     ),
     Mutant(  # v5 holds each rank's transfer against its own peers, so a truncated rank's
@@ -647,15 +647,15 @@ EP_SLOW_RANK = [
     Mutant(
         "ep-cost-level-fail-whatever-the-cost",
         EP_SQL,
-        "SELECT CASE WHEN round(100.0 * cost_ns / greatest(moe_ns, 1), 1) >= $min_cost_pct THEN 'FAIL' ELSE 'WARN' END AS level,",
-        "SELECT 'FAIL' AS level,",
+        "SELECT CASE WHEN round(100.0 * greatest(level_ns, coalesce(after_pace_ns, 0)) / greatest(span_ns, 1), 1) >= $min_cost_pct",
+        "SELECT CASE WHEN TRUE",
         EP,
     ),
     Mutant(
         "ep-negligible-cost-reported",
         EP_SQL,
-        "WHERE enough.skip_reason IS NULL AND round(100.0 * cost_ns / greatest(moe_ns, 1), 1) >= $min_warn_pct",
-        "WHERE enough.skip_reason IS NULL",
+        "  AND round(100.0 * greatest(level_ns, coalesce(after_pace_ns, 0)) / greatest(span_ns, 1), 1) >= $min_warn_pct",
+        "  AND TRUE",
         EP,
     ),
     Mutant(
@@ -692,6 +692,113 @@ EP_SLOW_RANK = [
         "sum(CASE WHEN launch_ns > greatest(coalesce(prev_end_ns, layer_start_ns), layer_start_ns)",
         "sum(CASE WHEN TRUE",
         ("tests/test_gpu_deepep.py",),
+    ),
+    # v8 (issue 41): decided on time, where, from when, what the fix saves; each written before its test
+    Mutant(
+        "ep-v8-how-much-dropped",
+        EP_SQL,
+        "SELECT *, CASE WHEN q = 'transfer' THEN p_sign ELSE least(1.0, 2 * least(p_sign, p_perm)) END AS p_raw FROM tested",
+        "SELECT *, p_sign AS p_raw FROM tested",
+        (
+            "tests/test_ep_on_time.py",
+            "tests/test_ep_rules.py",
+            "tests/test_ep_boundaries.py",
+            "tests/test_ep_decision.py",
+        ),
+    ),
+    Mutant(
+        "ep-v8-transfer-by-how-much-too",
+        EP_SQL,
+        "SELECT *, CASE WHEN q = 'transfer' THEN p_sign ELSE least(1.0, 2 * least(p_sign, p_perm)) END AS p_raw FROM tested",
+        "SELECT *, least(1.0, 2 * least(p_sign, p_perm)) AS p_raw FROM tested",
+        ("tests/test_ep_noise_realdata.py", "tests/test_ep_decision.py", "tests/test_ep_boundaries.py"),
+    ),
+    Mutant(
+        "ep-v8-no-kinds",
+        EP_SQL,
+        "SELECT d.*, d.kind FROM diffs d JOIN n_kinds USING (peer_group, q) WHERE n_kinds.k > 1",
+        "SELECT d.*, d.kind FROM diffs d JOIN n_kinds USING (peer_group, q) WHERE FALSE",
+        (
+            "tests/test_ep_on_time.py",
+            "tests/test_ep_rules.py",
+            "tests/test_ep_boundaries.py",
+            "tests/test_ep_decision.py",
+        ),
+    ),
+    Mutant(
+        "ep-v8-holm-by-the-largest-group",
+        EP_SQL,
+        "row_number() OVER (PARTITION BY q ORDER BY p, rank) AS pos, count(*) OVER (PARTITION BY q) AS m",
+        "row_number() OVER (PARTITION BY q ORDER BY p, rank) AS pos, (SELECT max_n FROM n_ranks) AS m",
+        (
+            "tests/test_ep_on_time.py",
+            "tests/test_ep_rules.py",
+            "tests/test_ep_boundaries.py",
+            "tests/test_ep_decision.py",
+        ),
+    ),
+    Mutant(
+        "ep-v8-onset-start-not-quiet",
+        EP_SQL,
+        "WHERE n_steps >= 3 AND after_ns > 0 AND greatest(before_ns, 0) <= 0.2 * after_ns",
+        "WHERE n_steps >= 3 AND after_ns > 0",
+        (
+            "tests/test_ep_on_time.py",
+            "tests/test_ep_rules.py",
+            "tests/test_ep_boundaries.py",
+            "tests/test_ep_decision.py",
+        ),
+    ),
+    Mutant(
+        "ep-v8-hidden-rank-saves-its-lead",
+        EP_SQL,
+        "CASE WHEN pc.pace_rank IS NULL OR pc.pace_rank = s.rank THEN s.own_ns ELSE ds.beyond_ns END)",
+        "s.own_ns)",
+        (
+            "tests/test_ep_on_time.py",
+            "tests/test_ep_rules.py",
+            "tests/test_ep_boundaries.py",
+            "tests/test_ep_decision.py",
+        ),
+    ),
+    Mutant(
+        "ep-v8-saving-is-the-excess",
+        EP_SQL,
+        "THEN least(coalesce(so.solo_ns, 0),",
+        "THEN greatest(coalesce(so.solo_ns, 0),",
+        (
+            "tests/test_ep_on_time.py",
+            "tests/test_ep_rules.py",
+            "tests/test_ep_boundaries.py",
+            "tests/test_ep_decision.py",
+        ),
+    ),
+    # issue 48: the three whole-suite survivors of the independent audit
+    Mutant(
+        "ep-min-ranks-exclusive",
+        EP_SQL,
+        "WHERE r.n >= $min_ranks",
+        "WHERE r.n > $min_ranks",
+        ("tests/test_ep_boundaries.py",),
+    ),
+    Mutant(
+        "ep-transfer-trim-keeps-the-top",
+        EP_SQL,
+        "transfer_excess_ns IS NOT NULL AND t_pos > t_cut AND t_pos <= t_n - t_cut AS t_kept,",
+        "transfer_excess_ns IS NOT NULL AND t_pos > t_cut AND t_pos <= t_n AS t_kept,",
+        ("tests/test_ep_boundaries.py",),
+    ),
+    Mutant(
+        "ep-v8-pace-phrase-for-every-rank",
+        EP_SQL,
+        ">= greatest($min_warn_pct / 100 * sp.span_ns, cost_ns)",
+        ">= 0",
+        (
+            "tests/test_ep_on_time.py",
+            "tests/test_ep_rules.py",
+            "tests/test_ep_boundaries.py",
+            "tests/test_ep_decision.py",
+        ),
     ),
 ]
 

@@ -1,12 +1,12 @@
 -- name: ep-slow-rank
--- version: 7
--- description: The slow card of an expert-parallel run: every rank whose own MoE work is persistently above the median rank's, the share of its excess each cause carries (more tokens, slower compute, slower transfer, a slow host), and the MoE time it costs.
+-- version: 8
+-- description: The slow card of an expert-parallel run: every rank whose own MoE work is persistently above its peers' (more tokens, slower compute, slower transfer, a slow host), decided on how much and where, and the step time its fix saves.
 -- requires: moe_layer_facts
--- param: alpha DOUBLE = 0.01              -- false-alarm budget per quantity tested (GroupedMatmul, transfer, host wait): each rank's sign test at alpha / ranks (Bonferroni)
--- param: trim_pct DOUBLE = 5              -- cost: the per-instance excess is averaged with this % of the instances cut off at each end, at least one (a trimmed mean)
--- param: min_cost_pct DOUBLE = 5.0        -- FAIL when the finding costs at least this % of the run's MoE time, else WARN
--- param: min_warn_pct DOUBLE = 1.0        -- a significant excess costing less than this % of MoE time is not reported (persistent but negligible)
--- param: min_share_pct DOUBLE = 25        -- a second cause is named beside the first when it carries at least this % of the cost
+-- param: alpha DOUBLE = 0.01              -- false-alarm budget per quantity tested (GroupedMatmul, transfer, host wait): the chance that any rank is named by chance (Holm over the ranks tested)
+-- param: trim_pct DOUBLE = 5              -- excess: the per-instance excess is averaged with this % of the instances cut off at each end, at least one (a trimmed mean)
+-- param: min_cost_pct DOUBLE = 5.0        -- FAIL when the fix saves at least this % of the profiled step time (alone or after the pace-setter's), else WARN
+-- param: min_warn_pct DOUBLE = 1.0        -- a significant excess whose fix saves less than this % is not reported (persistent but negligible)
+-- param: min_share_pct DOUBLE = 25        -- a second cause is named beside the first when it carries at least this % of the excess
 -- param: min_ranks INTEGER = 3            -- fewer ranks have no median rank to compare with: SKIP
 -- verdict: fail if rows > 0
 -- role: verdict
@@ -14,11 +14,32 @@
 -- priority: 20
 -- order: 110
 -- shows: report.moe, annotate
--- headline: {tokens_per_layer} tokens per layer (median rank {median_rank_tokens}) | GroupedMatmul {gmm_us_per_layer} us per layer (median rank {median_rank_gmm_us} us; {time_per_token_ratio}x its time per token) | dispatch+combine {transfer_us_per_layer} us per layer ({transfer_ratio}x the median rank's) | waits for its host {host_wait_us_per_layer} us per layer (median rank {median_rank_host_wait_us} us) | above the median rank in {above_pct} % of {layer_instances} layer instances (sign test p {p_value}; median of ranks {peers}) | the others waited {others_wait_ms} ms at collectives; it arrived last at {last_arrival_pct} % of them
--- summary: rank {rank} {causes} [{level}]: costs {cost_ms} ms = {cost_pct}% of MoE time ({work}; above the median in {above_pct}% of {layer_instances} layer instances, p={p_value}; arrived last at {last_arrival_pct}% of collectives{caveat}{left_out}); next: {next_step}
--- pass: No rank stands out: no rank's own MoE work (GroupedMatmul, transfer, waiting for its host) is significantly above the median rank's (sign tests over layer instances at alpha {alpha} / ranks).
+-- headline: {tokens_per_layer} tokens per layer (median rank {median_rank_tokens}) | GroupedMatmul {gmm_us_per_layer} us per layer (median rank {median_rank_gmm_us} us; {time_per_token_ratio}x its time per token) | dispatch+combine {transfer_us_per_layer} us per layer ({transfer_ratio}x the median rank's) | waits for its host {host_wait_us_per_layer} us per layer (median rank {median_rank_host_wait_us} us) | above the others' median in {above_pct} % of {decided_in} (p {p_value}; median of ranks {peers}) | {onset} | {pace} | the others waited {others_wait_ms} ms at collectives; it arrived last at {last_arrival_pct} % of them
+-- summary: rank {rank} {causes} [{level}]: its fix saves {cost_ms} ms = {cost_pct}% of the profiled time ({work}; above the others' median in {above_pct}% of {decided_in}, p={p_value}; arrived last at {last_arrival_pct}% of collectives{caveat}{left_out}); next: {next_step}
+-- pass: No rank stands out: no rank's own MoE work (GroupedMatmul, transfer, waiting for its host) is significantly above its peers' (how often and how much, over layer instances and within each kind of instance, at alpha {alpha} with Holm over the ranks).
 --
--- Method. Each (rank, layer instance) is paired with the median of the OTHER ranks in the same
+-- v8 (issue 41): decided on time, where, from when, and what the fix saves.
+-- 1. Is it slow? Per rank and quantity (GroupedMatmul, transfer beyond its peers' transfer
+--    excess, host wait), two tests of the per-instance excess over the median of the OTHER
+--    ranks, each valid when the ranks are exchangeable however skewed the noise: how often (the
+--    sign test, v7's) and how much (a permutation test of the summed excess against what a rank
+--    drawn at random shows in each instance); p = twice the smaller. v7 counted signs only, so a
+--    rank above by a lot in some of the instances was chance. Transfer: how often only (its
+--    yardstick is not exchangeable under host noise, see `tests_both`).
+-- 2. Where? Instances are grouped into kinds by the work their median rank did (GroupedMatmul /
+--    dispatch / combine present): a DualPipe chunk's lone combine is not an expert-GEMM layer.
+--    Each quantity is tested over all instances and within each kind; the best p times the
+--    number of scopes tried (Bonferroni within the rank). `decided_in` says where.
+-- 3. Across ranks: Holm's step-down per quantity over the ranks tested (alpha is the chance that
+--    any rank is named by chance), instead of alpha / ranks for every rank.
+-- 4. From when: the split of the compared steps that best separates a quiet start from a hot
+--    end of the decided quantity's excess (`onset`), said only when the start is quiet.
+-- 5. What the fix saves (cost_ms, cost_pct of the profiled step time): see the replay below;
+--    the run's excess in % of MoE time stays as `excess_moe_pct`.
+-- The v7 method below still holds for the yardstick (median of the others), the trimmed excess,
+-- the cause split and the parallel groups.
+--
+-- Method (v7's; v8 replaces the test of 1., the cost of 2. and the level, as above). Each (rank, layer instance) is paired with the median of the OTHER ranks in the same
 -- instance (instances every rank has: "the same layer"); v7: v6's median of all ranks counted
 -- the rank itself, so with a second anomalous rank among few (two of five) the median was the
 -- slowest normal rank, a slow card 1.75x per row was above it in only 19 of 24 instances (not
@@ -115,7 +136,12 @@ judged AS (
 -- rank whose calls could not be matched (see _collectives) has none, and its zeros say nothing.
 med AS (
     SELECT peer_group, step, layer, occurrence, coalesce(sum(lag_ns) FILTER (WHERE n_coll > 0), 0) AS all_lag_ns,
-           median(layer_ns) AS med_layer_ns
+           median(layer_ns) AS med_layer_ns,
+           -- v8: the instance's kind, the work its median rank did in it (instances that do the same
+           -- work are compared together: a DualPipe chunk's lone combine is not an expert-GEMM layer)
+           coalesce(nullif(concat_ws('+', CASE WHEN median(gmm_ns) > 0 THEN 'GroupedMatmul' END,
+                                          CASE WHEN median(dispatch_ns) > 0 THEN 'dispatch' END,
+                                          CASE WHEN median(combine_ns) > 0 THEN 'combine' END), ''), 'other') AS kind
     FROM f JOIN inst USING (peer_group, step, layer, occurrence) GROUP BY ALL
 ),
 -- The median of the other ranks of the group, per rank and instance (the rank's yardstick), from
@@ -125,9 +151,10 @@ med AS (
 -- no host wait) are left out, as median() leaves them out.
 vals AS (
     SELECT peer_group, rank, step, layer, occurrence, q, v
-    FROM (SELECT f.peer_group, f.rank, step, layer, occurrence, f.tokens, f.gmm_ns, f.host_wait_ns
+    FROM (SELECT f.peer_group, f.rank, step, layer, occurrence, f.tokens, f.gmm_ns, f.host_wait_ns,
+                 CASE WHEN f.n_coll > 0 THEN f.transfer_ns - f.expected_transfer_ns END AS tr_x_ns
           FROM f JOIN inst USING (peer_group, step, layer, occurrence))
-    UNPIVOT INCLUDE NULLS (v FOR q IN (tokens, gmm_ns, host_wait_ns))
+    UNPIVOT INCLUDE NULLS (v FOR q IN (tokens, gmm_ns, host_wait_ns, tr_x_ns))
 ),
 ordered AS (
     SELECT *,
@@ -144,7 +171,8 @@ loo AS (
     SELECT m.peer_group, m.rank, m.step, m.layer, m.occurrence,
            any_value((a.v + b.v) / 2) FILTER (WHERE m.q = 'tokens') AS med_tokens,
            any_value((a.v + b.v) / 2) FILTER (WHERE m.q = 'gmm_ns') AS med_gmm_ns,
-           any_value((a.v + b.v) / 2) FILTER (WHERE m.q = 'host_wait_ns') AS med_host_wait_ns
+           any_value((a.v + b.v) / 2) FILTER (WHERE m.q = 'host_wait_ns') AS med_host_wait_ns,
+           any_value((a.v + b.v) / 2) FILTER (WHERE m.q = 'tr_x_ns') AS med_tr_x_ns
     FROM middle m
     LEFT JOIN ordered a ON a.peer_group = m.peer_group AND a.step = m.step AND a.layer = m.layer
          AND a.occurrence = m.occurrence AND a.q = m.q AND a.pos = m.at1
@@ -152,14 +180,84 @@ loo AS (
          AND b.occurrence = m.occurrence AND b.q = m.q AND b.pos = m.at2
     GROUP BY ALL
 ),
-paired AS (   -- gmm, tokens and host wait against the others' median (loo); the run's MoE time from med
-    SELECT f.rank, f.peer_group, f.n_coll, f.n_last, f.tokens, f.gmm_ns, f.transfer_ns, o.med_tokens, o.med_gmm_ns,
-           f.expected_transfer_ns AS med_transfer_ns, m.med_layer_ns, m.all_lag_ns - f.lag_ns AS others_lag_ns,
+paired AS (   -- each quantity against the others' median (loo); the run's MoE time and the kind from med
+    SELECT f.rank, f.peer_group, step, layer, occurrence, m.kind, f.n_coll, f.n_last, f.tokens, f.gmm_ns, f.transfer_ns,
+           o.med_tokens, o.med_gmm_ns, f.expected_transfer_ns AS med_transfer_ns, m.med_layer_ns,
+           m.all_lag_ns - f.lag_ns AS others_lag_ns,
            f.gmm_ns - o.med_gmm_ns AS gmm_excess_ns,
-           CASE WHEN f.n_coll > 0 THEN f.transfer_ns - f.expected_transfer_ns END AS transfer_excess_ns,
+           -- v8: the rank's transfer excess beyond the excess its peers show in the same instance:
+           -- host scheduling makes every rank's transfer exceed its yardstick now and then, and a
+           -- link is slow only when this rank's excess stands out from theirs
+           CASE WHEN f.n_coll > 0 THEN (f.transfer_ns - f.expected_transfer_ns) - coalesce(o.med_tr_x_ns, 0) END AS transfer_excess_ns,
            f.host_wait_ns, o.med_host_wait_ns, f.host_wait_ns - o.med_host_wait_ns AS host_excess_ns
     FROM f JOIN med m USING (peer_group, step, layer, occurrence)
     JOIN loo o USING (peer_group, rank, step, layer, occurrence)
+),
+-- v8: the excess of each quantity per (rank, instance), one row each (NULL: not measured there).
+diffs AS (
+    SELECT rank, peer_group, step, layer, occurrence, kind, q, d
+    FROM (SELECT rank, peer_group, step, layer, occurrence, kind, gmm_excess_ns AS gmm, transfer_excess_ns AS transfer,
+                 host_excess_ns AS host FROM paired)
+    UNPIVOT (d FOR q IN (gmm, transfer, host))
+),
+-- Where an effect is judged: over all instances, and within each kind of instance when the group
+-- has more than one kind for the quantity (an effect present in one kind is decided there).
+n_kinds AS (SELECT peer_group, q, count(DISTINCT kind) AS k FROM diffs GROUP BY ALL),
+scoped AS (
+    SELECT d.*, 'all' AS scope FROM diffs d
+    UNION ALL
+    SELECT d.*, d.kind FROM diffs d JOIN n_kinds USING (peer_group, q) WHERE n_kinds.k > 1
+),
+-- Per instance, what a rank drawn at random would show: the mean and variance of the excess over
+-- the group's ranks. With no slow card the ranks are exchangeable in each instance, so a rank's
+-- summed excess has that mean and variance, however skewed the noise (descheduling only ever
+-- adds time: the excess over the others' median is then skewed, and a signed-rank test, which
+-- assumes symmetry, named a balanced rank of the shared noise set).
+inst_d AS (SELECT peer_group, step, layer, occurrence, q, avg(d) AS mean_d, var_pop(d) AS var_d FROM diffs GROUP BY ALL),
+-- Two tests per (rank, quantity, scope), each valid under exchangeable ranks:
+--   how often: v7's sign test, P(Binomial(n, 1/2) >= k), ties counting against the rank (robust
+--              to a heavy tail, blind to magnitude);
+--   how much:  the permutation test of the summed excess against the exchangeable null (normal
+--              approximation over instances; an instance whose variance dominates cannot make it
+--              significant alone: a single draw is at most sqrt(ranks - 1) sd above its mean).
+-- p = twice the smaller (Bonferroni over the two).
+tested AS (
+    SELECT s.rank, any_value(s.peer_group) AS peer_group, s.q, s.scope, count(*) AS n_scope,
+           count(*) FILTER (WHERE s.d > 0) AS k_above, sum(s.d) AS sum_d,
+           list_sum(list_transform(range(count(*) FILTER (WHERE s.d > 0), count(*) + 1),
+                                   lambda j: exp(lgamma(count(*) + 1) - lgamma(j + 1) - lgamma(count(*) - j + 1) - count(*) * ln(2)))) AS p_sign,
+           CASE WHEN sum(i.var_d) > 0 THEN _normal_upper_p((sum(s.d) - sum(i.mean_d)) / sqrt(sum(i.var_d))) ELSE 1.0 END AS p_perm
+    FROM scoped s JOIN inst_d i USING (peer_group, step, layer, occurrence, q)
+    GROUP BY s.rank, s.q, s.scope
+),
+-- Per (rank, quantity): the best scope, its p times the number of scopes tried (Bonferroni within
+-- the rank); then Holm's step-down over the ranks tested, per quantity (alpha controls the chance
+-- that ANY rank is named by chance).
+-- Transfer: how often only. Its yardstick is not exchangeable under host noise: a descheduled
+-- rank arrives last more often, and the last arriver's transfer is long by construction (see
+-- _transfer_expected), so its magnitude reads host scheduling as a slow link.
+tests_both AS (
+    SELECT *, CASE WHEN q = 'transfer' THEN p_sign ELSE least(1.0, 2 * least(p_sign, p_perm)) END AS p_raw FROM tested
+),
+best AS (
+    SELECT rank, peer_group, q, p, n_all,
+           -- where the effect is said to live: among the significant scopes the one with the most
+           -- excess per instance ('all' unless a kind has 10 % more), else the smallest p
+           arg_max([scope, n_scope::VARCHAR, k_above::VARCHAR, (least(1.0, p_raw * n_sc))::VARCHAR],
+                   CASE WHEN p_raw * n_sc <= $alpha / (SELECT n FROM n_ranks)
+                        THEN [1, sum_d / n_scope * CASE WHEN scope = 'all' THEN 1.1 ELSE 1.0 END]
+                        ELSE [0, -p_raw] END) AS shown
+    FROM (SELECT *, count(*) OVER (PARTITION BY rank, q) AS n_sc,
+                 least(1.0, min(p_raw) OVER (PARTITION BY rank, q) * count(*) OVER (PARTITION BY rank, q)) AS p,
+                 max(n_scope) FILTER (WHERE scope = 'all') OVER (PARTITION BY rank, q) AS n_all
+          FROM tests_both) t
+    GROUP BY rank, peer_group, q, p, n_all
+),
+holm AS (
+    SELECT *, bool_and(p <= $alpha / (m - pos + 1)) OVER (PARTITION BY q ORDER BY pos ROWS UNBOUNDED PRECEDING) AS sig
+    FROM (SELECT *, shown[1] AS scope, shown[2]::BIGINT AS n_scope, shown[3]::BIGINT AS k_above, shown[4]::DOUBLE AS p_shown,
+                 row_number() OVER (PARTITION BY q ORDER BY p, rank) AS pos, count(*) OVER (PARTITION BY q) AS m
+          FROM best WHERE peer_group IN (SELECT peer_group FROM judged))
 ),
 -- The instances each cost keeps: the rank's per-instance excess in order, trim_pct of them cut
 -- at each end (transfer over the instances with matched collectives only).
@@ -190,11 +288,7 @@ kept AS (
 ),
 per_rank AS (
     SELECT rank, any_value(peer_group) AS peer_group, count(*) AS n,
-           count(*) FILTER (WHERE gmm_ns > med_gmm_ns) AS k_gmm,
-           count(transfer_excess_ns) AS n_tr,
-           count(*) FILTER (WHERE transfer_excess_ns > 0) AS k_tr,
-           count(host_excess_ns) AS n_h,
-           count(*) FILTER (WHERE host_excess_ns > 0) AS k_h,
+           count(transfer_excess_ns) AS n_tr, count(host_excess_ns) AS n_h,
            avg(host_excess_ns) FILTER (WHERE h_kept) AS host_excess_mean_ns,
            avg(host_wait_ns) AS host_wait_ns_per_layer, avg(med_host_wait_ns) AS median_rank_host_wait_ns,
            bool_and(tokens IS NOT NULL AND med_tokens IS NOT NULL) AS tokens_known,
@@ -213,28 +307,128 @@ per_rank AS (
            sum(others_lag_ns) FILTER (WHERE n_last > 0) AS others_lag_ns
     FROM kept GROUP BY rank
 ),
--- One-sided sign test: p = P(Binomial(n, 1/2) >= k), summed in log space (exact for any n).
 tests AS (
-    SELECT *,
-           list_sum(list_transform(range(k_gmm, n + 1), lambda j: exp(lgamma(n + 1) - lgamma(j + 1) - lgamma(n - j + 1) - n * ln(2)))) AS p_gmm,
-           CASE WHEN n_tr > 0 THEN list_sum(list_transform(range(k_tr, n_tr + 1), lambda j: exp(lgamma(n_tr + 1) - lgamma(j + 1) - lgamma(n_tr - j + 1) - n_tr * ln(2)))) END AS p_tr,
-           CASE WHEN n_h > 0 THEN list_sum(list_transform(range(k_h, n_h + 1), lambda j: exp(lgamma(n_h + 1) - lgamma(j + 1) - lgamma(n_h - j + 1) - n_h * ln(2)))) END AS p_h,
-           $alpha / (SELECT n FROM n_ranks) AS alpha_rank,
+    SELECT r.*,
+           g.p_shown AS p_gmm, t.p_shown AS p_tr, h.p_shown AS p_h,
+           coalesce(g.sig, FALSE) AS gmm_sig, coalesce(t.sig, FALSE) AS tr_sig, coalesce(h.sig, FALSE) AS host_sig,
+           g.scope AS g_scope, g.n_scope AS g_n_scope, g.k_above AS g_k, g.n_all AS g_n_all,
+           t.scope AS t_scope, t.n_scope AS t_n_scope, t.k_above AS t_k, t.n_all AS t_n_all,
+           h.scope AS h_scope, h.n_scope AS h_n_scope, h.k_above AS h_k, h.n_all AS h_n_all,
            CASE WHEN tokens_known THEN rt_gmm ELSE 1.0 END AS rt_g,
            CASE WHEN tokens_known THEN rt_tr ELSE 1.0 END AS rt_t
-    FROM per_rank
+    FROM per_rank r
+    LEFT JOIN holm g ON g.rank = r.rank AND g.q = 'gmm'
+    LEFT JOIN holm t ON t.rank = r.rank AND t.q = 'transfer'
+    LEFT JOIN holm h ON h.rank = r.rank AND h.q = 'host'
 ),
--- Significant quantities and what each costs (n x trimmed mean excess, never below 0).
+-- Significant quantities and their excess (n x trimmed mean excess, never below 0).
 sig AS (
     SELECT *,
-           p_gmm <= alpha_rank AS gmm_sig, coalesce(p_tr <= alpha_rank, FALSE) AS tr_sig,
-           coalesce(p_h <= alpha_rank, FALSE) AS host_sig,
-           CASE WHEN coalesce(p_h <= alpha_rank, FALSE) THEN greatest(n_h * host_excess_mean_ns, 0) ELSE 0 END AS host_cost_ns,
-           CASE WHEN p_gmm <= alpha_rank THEN greatest(n * gmm_excess_mean_ns, 0) ELSE 0 END AS gmm_cost_ns,
-           CASE WHEN coalesce(p_tr <= alpha_rank, FALSE) THEN greatest(n_tr * transfer_excess_mean_ns, 0) ELSE 0 END AS tr_cost_ns,
+           CASE WHEN host_sig THEN greatest(n_h * host_excess_mean_ns, 0) ELSE 0 END AS host_cost_ns,
+           CASE WHEN gmm_sig THEN greatest(n * gmm_excess_mean_ns, 0) ELSE 0 END AS gmm_cost_ns,
+           CASE WHEN tr_sig THEN greatest(n_tr * transfer_excess_mean_ns, 0) ELSE 0 END AS tr_cost_ns,
            time_ratio_gmm / nullif(rt_g, 0) AS rs_g,
            time_ratio_tr / nullif(rt_t, 0) AS rs_t
     FROM tests
+),
+-- What the fix saves (v8). Replay of the run's synchronisation: a collective of the whole group
+-- ends when its last rank has arrived, so every rank leaves it together and the time to the next
+-- collective is each rank's own segment. Replaying the run with one rank's segments replaced by
+-- its peers' median shortens each collective it arrived last at by its lead over the next-latest
+-- rank (the others' median is never later than that rank), and nothing else: the saving is the
+-- sum of those leads. With two slow ranks the later one sets the pace: fixing the other alone
+-- saves only where it was last; after the pace-setter is fixed (its arrival at its peers'
+-- median), the other's saving is its lead in that replay. Collectives of the whole EP group
+-- (or run) only; a run without them keeps the excess as its cost (saving_basis 'excess').
+coll AS (
+    SELECT w.pg, w.coll_kind, w.instance, w.rank, w.start_adj_ns AS a_ns, r.peer_group
+    FROM collective_waits w JOIN (SELECT DISTINCT rank, peer_group FROM f) r USING (rank)
+    WHERE w.run = $run
+    QUALIFY count(*) OVER (PARTITION BY w.pg, w.coll_kind, w.instance)
+            = (SELECT n FROM group_ranks g WHERE g.peer_group = r.peer_group)
+        AND count(DISTINCT r.peer_group) OVER (PARTITION BY w.pg, w.coll_kind, w.instance) = 1
+),
+solo AS (
+    SELECT c.peer_group, c.rank, sum(c.lead_ns) AS solo_ns
+    FROM (SELECT peer_group, rank,
+                 CASE WHEN row_number() OVER w = 1 THEN a_ns - coalesce(nth_value(a_ns, 2) OVER w, a_ns) ELSE 0 END AS lead_ns
+          FROM coll
+          WINDOW w AS (PARTITION BY pg, coll_kind, instance ORDER BY a_ns DESC, rank
+                       ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)) c
+    GROUP BY ALL
+),
+replay_ok AS (SELECT DISTINCT peer_group FROM coll),
+flagged AS (SELECT *, gmm_cost_ns + host_cost_ns AS own_ns FROM sig WHERE gmm_sig OR tr_sig OR host_sig),
+-- The pace-setter of a group with two or more slow ranks: the one with the most excess of its own.
+pace AS (
+    SELECT peer_group, arg_max(rank, own_ns) AS pace_rank
+    FROM flagged GROUP BY peer_group HAVING count(*) >= 2
+),
+-- A slow rank's excess can hide another's: a host that launches late catches up while its device
+-- waits for a slower rank at the collectives, so fixing that slower rank alone exposes it. Per
+-- instance, the excess (GroupedMatmul, host wait) of each slow rank; what one rank's fix can save
+-- there is its excess beyond the largest excess of the other slow ranks.
+demand AS (
+    SELECT p.peer_group, p.rank, p.step, p.layer, p.occurrence,
+           greatest(p.gmm_excess_ns, 0) * fl.gmm_sig::INT + greatest(coalesce(p.host_excess_ns, 0), 0) * fl.host_sig::INT AS e_ns
+    FROM paired p JOIN flagged fl USING (rank)
+),
+demand_solo AS (
+    SELECT rank, sum(greatest(e_ns - coalesce(others_max_ns, 0), 0)) AS beyond_ns
+    FROM (SELECT *, max(e_ns) OVER (PARTITION BY peer_group, step, layer, occurrence
+                                    ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING EXCLUDE CURRENT ROW) AS others_max_ns
+          FROM demand)
+    GROUP BY rank
+),
+costed AS (
+    SELECT s.*, so.solo_ns, ro.peer_group IS NOT NULL AS replayed, pc.pace_rank,
+           CASE WHEN ro.peer_group IS NOT NULL
+                THEN least(coalesce(so.solo_ns, 0),
+                           CASE WHEN pc.pace_rank IS NULL OR pc.pace_rank = s.rank THEN s.own_ns ELSE ds.beyond_ns END)
+                     + tr_cost_ns
+                ELSE own_ns + tr_cost_ns END AS cost_ns
+    FROM flagged s
+    LEFT JOIN solo so USING (peer_group, rank)
+    LEFT JOIN replay_ok ro USING (peer_group)
+    LEFT JOIN pace pc USING (peer_group)
+    LEFT JOIN demand_solo ds USING (rank)
+),
+-- What the rank's fix would save once the others arrive as their median does (a pace-setter,
+-- slow card or straggler, hides it today): its lead over the median of the OTHER ranks at each
+-- collective; the pace-setter named is the rank most often last where this one was late.
+-- The others' median from positions, as loo above (no self-join of every rank with every other).
+coll_pos AS (
+    SELECT *, row_number() OVER (PARTITION BY pg, coll_kind, instance ORDER BY a_ns, rank) AS pos,
+           count(*) OVER (PARTITION BY pg, coll_kind, instance) - 1 AS n_o,
+           arg_max(rank, a_ns) OVER (PARTITION BY pg, coll_kind, instance) AS last_rank
+    FROM coll
+),
+coll_mid AS (
+    SELECT *, k1 + (k1 >= pos)::INTEGER AS at1, k2 + (k2 >= pos)::INTEGER AS at2
+    FROM (SELECT *, (n_o + 1) // 2 AS k1, n_o // 2 + 1 AS k2 FROM coll_pos WHERE rank IN (SELECT rank FROM flagged))
+),
+after_others AS (
+    SELECT m.peer_group, m.rank, sum(greatest(m.a_ns - (x.a_ns + y.a_ns) / 2, 0)) AS after_ns,
+           mode(m.last_rank) FILTER (WHERE m.a_ns > (x.a_ns + y.a_ns) / 2 AND m.last_rank <> m.rank) AS pace_of
+    FROM coll_mid m
+    JOIN coll_pos x ON x.pg IS NOT DISTINCT FROM m.pg AND x.coll_kind IS NOT DISTINCT FROM m.coll_kind
+                   AND x.instance = m.instance AND x.pos = m.at1
+    JOIN coll_pos y ON y.pg IS NOT DISTINCT FROM m.pg AND y.coll_kind IS NOT DISTINCT FROM m.coll_kind
+                   AND y.instance = m.instance AND y.pos = m.at2
+    GROUP BY ALL
+),
+-- The run's profiled time per group (the cost's denominator): the median rank's total step time
+-- over the steps compared, else the span of its compared MoE layers.
+span AS (
+    SELECT peer_group, median(t_ns) AS span_ns FROM (
+        SELECT f.peer_group, f.rank,
+               coalesce((SELECT sum(st.step_end_ns - st.step_start_ns) FROM _steps st
+                         WHERE st.source_id = any_value(f.source_id)
+                           AND st.step IN (SELECT DISTINCT i.step FROM inst i WHERE i.peer_group = f.peer_group)),
+                        max(f.end_ns) - min(f.start_ns)) AS t_ns
+        FROM f JOIN inst USING (peer_group, step, layer, occurrence)
+        GROUP BY f.peer_group, f.rank)
+    GROUP BY peer_group
 ),
 -- The Shapley split of each excess: the token part's share, negative parts counted as 0. The
 -- median rank without tokens: all of it is the rank's tokens; the rank without tokens: none.
@@ -248,13 +442,12 @@ split AS (
                 ELSE greatest((rt_t - 1) * (1 + rs_t) / 2, 0)
                      / nullif(greatest((rt_t - 1) * (1 + rs_t) / 2, 0) + greatest((rs_t - 1) * (1 + rt_t) / 2, 0), 0)
            END AS tok_share_t,
-           -- weights of the quantities: their costs; a significant quantity with no cost still
+           -- weights of the quantities: their excesses; a significant quantity with no excess still
            -- names its cause
            CASE WHEN gmm_cost_ns + tr_cost_ns + host_cost_ns > 0 THEN gmm_cost_ns ELSE gmm_sig::INT END AS w_g,
            CASE WHEN gmm_cost_ns + tr_cost_ns + host_cost_ns > 0 THEN tr_cost_ns ELSE tr_sig::INT END AS w_t,
            CASE WHEN gmm_cost_ns + tr_cost_ns + host_cost_ns > 0 THEN host_cost_ns ELSE host_sig::INT END AS w_h
-    FROM sig
-    WHERE gmm_sig OR tr_sig OR host_sig
+    FROM costed
 ),
 shares AS (
     SELECT *,
@@ -264,13 +457,45 @@ shares AS (
            100.0 * w_h / (w_g + w_t + w_h) AS host_share_pct
     FROM split
 ),
-named AS (
+named0 AS (
     SELECT s.*, c.cause, c.pct AS cause_pct,
-           list(c) OVER (PARTITION BY s.rank ORDER BY c.pct DESC, c.ord ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS ranked_causes
+           list(c) OVER (PARTITION BY s.rank ORDER BY c.pct DESC, c.ord ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS ranked_causes,
+           CASE c.cause WHEN 'slow-comm' THEN t_scope WHEN 'host-bound' THEN h_scope
+                        ELSE CASE WHEN gmm_sig THEN g_scope ELSE coalesce(t_scope, h_scope) END END AS decided_scope
     FROM shares s,
          LATERAL (VALUES ('token-skew', s.token_share_pct, 1), ('slow-compute', s.compute_share_pct, 2),
                          ('slow-comm', s.comm_share_pct, 3), ('host-bound', s.host_share_pct, 4)) c(cause, pct, ord)
     QUALIFY row_number() OVER (PARTITION BY s.rank ORDER BY c.pct DESC, c.ord) = 1
+),
+-- From when (v8): the step after which the cause's excess appears. Per rank, the per-step excess
+-- of its decided quantity (in its decided scope); the split of the compared steps that best
+-- separates a quiet start from a hot end; said only when the start is quiet (its mean excess at
+-- most a fifth of the end's).
+steps_x AS (
+    SELECT d.rank, d.step, dense_rank() OVER (PARTITION BY d.rank ORDER BY d.step) AS s_pos, sum(d.d) AS x_ns
+    FROM diffs d JOIN (SELECT rank, CASE cause WHEN 'slow-comm' THEN 'transfer' WHEN 'host-bound' THEN 'host' ELSE 'gmm' END AS q,
+                              decided_scope FROM named0) n
+         ON d.rank = n.rank AND d.q = n.q AND (n.decided_scope = 'all' OR d.kind = n.decided_scope)
+    GROUP BY d.rank, d.step
+),
+splits AS (
+    SELECT a.rank, b.s_pos AS k, max(a.s_pos) AS n_steps,
+           avg(a.x_ns) FILTER (WHERE a.s_pos < b.s_pos) AS before_ns,
+           avg(a.x_ns) FILTER (WHERE a.s_pos >= b.s_pos) AS after_ns,
+           count(*) FILTER (WHERE a.s_pos < b.s_pos) AS nb, count(*) FILTER (WHERE a.s_pos >= b.s_pos) AS na,
+           any_value(b.step) AS onset_step
+    FROM steps_x a JOIN steps_x b ON a.rank = b.rank AND b.s_pos > 1
+    GROUP BY a.rank, b.s_pos
+),
+onset AS (
+    SELECT rank, onset_step, n_steps, before_ns, after_ns FROM splits
+    WHERE n_steps >= 3 AND after_ns > 0 AND greatest(before_ns, 0) <= 0.2 * after_ns
+    QUALIFY row_number() OVER (PARTITION BY rank ORDER BY (after_ns - before_ns) * sqrt(nb * na / (nb + na)) DESC) = 1
+),
+named AS (
+    SELECT n.*, o.onset_step, o.n_steps, o.before_ns AS onset_before_ns, o.after_ns AS onset_after_ns,
+           a.after_ns, a.pace_of
+    FROM named0 n LEFT JOIN onset o USING (rank) LEFT JOIN after_others a USING (peer_group, rank)
 ),
 moe AS (SELECT peer_group, sum(med_layer_ns) AS moe_ns FROM med GROUP BY peer_group),
 findings AS (
@@ -282,14 +507,33 @@ findings AS (
                 ELSE cause END AS causes,
            list_transform(list_filter(ranked_causes, lambda c: c.pct >= $min_share_pct AND c.cause <> n.cause),
                           lambda c: c.cause) AS other_causes,
-           -- the evidence of the cause that carries the most
+           -- the evidence of the cause that carries the most, in the scope it was decided in
            CASE n.cause WHEN 'slow-comm' THEN p_tr WHEN 'host-bound' THEN p_h
                         ELSE CASE WHEN gmm_sig THEN p_gmm ELSE coalesce(p_tr, p_h) END END AS p_value,
-           CASE n.cause WHEN 'slow-comm' THEN 100.0 * k_tr / n_tr WHEN 'host-bound' THEN 100.0 * k_h / n_h
-                        ELSE CASE WHEN gmm_sig THEN 100.0 * k_gmm / n ELSE 100.0 * coalesce(k_tr / n_tr, k_h / n_h) END END AS above_pct,
-           gmm_cost_ns + tr_cost_ns + host_cost_ns AS cost_ns,
-           moe.moe_ns
-    FROM named n JOIN moe USING (peer_group)
+           CASE n.cause WHEN 'slow-comm' THEN [t_k, t_n_scope, t_n_all] WHEN 'host-bound' THEN [h_k, h_n_scope, h_n_all]
+                        ELSE CASE WHEN gmm_sig THEN [g_k, g_n_scope, g_n_all]
+                                  ELSE coalesce([t_k, t_n_scope, t_n_all], [h_k, h_n_scope, h_n_all]) END END AS kn,
+           -- the fix's saving after the pace-setter's, where another rank sets the pace
+           -- the fix's saving after the pace-setters', where it is meaningfully more than alone
+           -- (not for the group's costliest card when its fix alone saves something: it sets the pace;
+           -- slow ranks that tie, as four ranks doing more work, each save nothing alone)
+           -- (when a pace-setter hides at least half of it: the others' noise alone never does)
+           CASE WHEN replayed AND least(coalesce(after_ns, 0), own_ns) + tr_cost_ns - cost_ns
+                                  >= greatest($min_warn_pct / 100 * sp.span_ns, cost_ns)
+                     AND NOT (cost_ns = max(cost_ns) OVER (PARTITION BY n.peer_group) AND count(*) OVER (PARTITION BY n.peer_group) > 1
+                              AND cost_ns >= $min_warn_pct / 100 * sp.span_ns)
+                THEN least(coalesce(after_ns, 0), own_ns) + tr_cost_ns END AS after_pace_ns,
+           -- what decides the level: the saving alone, after the pace-setter's, and in a group with
+           -- two or more slow cards also the pace-setter's own saving once the others are fixed
+           -- (fixing either first leaves the other setting the pace); slow cards whose excess is
+           -- under min_warn_pct (not reported) do not count
+           greatest(cost_ns,
+                    CASE WHEN replayed AND count(*) FILTER (WHERE own_ns + tr_cost_ns >= $min_warn_pct / 100 * sp.span_ns)
+                                               OVER (PARTITION BY n.peer_group) >= 2
+                              AND own_ns + tr_cost_ns >= $min_warn_pct / 100 * sp.span_ns
+                         THEN least(coalesce(after_ns, 0), own_ns) + tr_cost_ns ELSE 0 END) AS level_ns,
+           sp.span_ns, moe.moe_ns
+    FROM named n JOIN moe USING (peer_group) JOIN span sp USING (peer_group)
 ),
 advice(cause, text) AS (
     VALUES ('token-skew', 'routing / expert placement imbalance: find the hot experts on this rank (expert-hotspots, ep-hot-chain), check the EPLB config and expert map, and the input distribution; rebalance or add redundant experts (eplb-whatif)'),
@@ -328,12 +572,35 @@ enough AS (
                                ceil(log2((SELECT n FROM n_ranks) / $alpha))::INTEGER)
            END AS skip_reason
 )
-SELECT CASE WHEN round(100.0 * cost_ns / greatest(moe_ns, 1), 1) >= $min_cost_pct THEN 'FAIL' ELSE 'WARN' END AS level,
+SELECT CASE WHEN round(100.0 * greatest(level_ns, coalesce(after_pace_ns, 0)) / greatest(span_ns, 1), 1) >= $min_cost_pct
+            THEN 'FAIL' ELSE 'WARN' END AS level,
        rank, cause, causes,
-       round(cost_ns / 1e6, 3) AS cost_ms, round(100.0 * cost_ns / greatest(moe_ns, 1), 1) AS cost_pct,
+       round(cost_ns / 1e6, 3) AS cost_ms, round(100.0 * cost_ns / greatest(span_ns, 1), 1) AS cost_pct,
+       CASE WHEN replayed THEN 'replay' ELSE 'excess' END AS saving_basis,
+       round(100.0 * after_pace_ns / greatest(span_ns, 1), 1) AS after_pace_pct,
+       CASE WHEN after_pace_ns IS NOT NULL THEN pace_of END AS pace_rank,
+       round(100.0 * (gmm_cost_ns + host_cost_ns + tr_cost_ns) / greatest(moe_ns, 1), 1) AS excess_moe_pct,
        round(token_share_pct, 1) AS token_share_pct, round(compute_share_pct, 1) AS compute_share_pct,
        round(comm_share_pct, 1) AS comm_share_pct, round(host_share_pct, 1) AS host_share_pct,
-       n AS layer_instances, round(above_pct, 1) AS above_pct, round(p_value, 6) AS p_value,
+       n AS layer_instances, decided_scope AS decided_kind,
+       kn[2] AS decided_instances, round(100.0 * kn[1] / greatest(kn[2], 1), 1) AS above_pct, round(p_value, 6) AS p_value,
+       CASE WHEN decided_scope = 'all' THEN format('{} layer instances', kn[2])
+            ELSE format('the {} {} instances of {}', kn[2], decided_scope, kn[3]) END AS decided_in,
+       onset_step,
+       CASE WHEN onset_step IS NOT NULL
+            THEN format('from step {} on (steps {}-{} compared): {:,.0f} us excess per step before it, {:,.0f} us from then on',
+                        onset_step, (SELECT min(step) FROM steps_x s WHERE s.rank = findings.rank),
+                        (SELECT max(step) FROM steps_x s WHERE s.rank = findings.rank),
+                        greatest(onset_before_ns, 0) / 1e3, onset_after_ns / 1e3) END AS onset,
+       CASE WHEN after_pace_ns IS NOT NULL
+            THEN format('fixing rank {} alone saves {:.1f} %: {} the pace; after {}, rank {} saves {:.1f} %',
+                        rank, 100.0 * cost_ns / greatest(span_ns, 1),
+                        coalesce('rank ' || pace_of || ' sets', 'other ranks set'), coalesce('rank ' || pace_of, 'them'), rank,
+                        100.0 * after_pace_ns / greatest(span_ns, 1))
+            -- the pace-setter whose level its saving after the other slow cards decides
+            WHEN level_ns > cost_ns
+            THEN format('fixing rank {} alone saves {:.1f} %; with the other slow cards fixed too, {:.1f} %',
+                        rank, 100.0 * cost_ns / greatest(span_ns, 1), 100.0 * level_ns / greatest(span_ns, 1)) END AS pace,
        round(tokens_per_layer, 1) AS tokens_per_layer, round(median_rank_tokens, 1) AS median_rank_tokens,
        CASE WHEN tokens_known THEN round(rt_gmm, 2) END AS token_ratio,
        round(rs_g, 2) AS time_per_token_ratio,
@@ -343,6 +610,7 @@ SELECT CASE WHEN round(100.0 * cost_ns / greatest(moe_ns, 1), 1) >= $min_cost_pc
        round(host_wait_ns_per_layer / 1e3, 1) AS host_wait_us_per_layer,
        round(median_rank_host_wait_ns / 1e3, 1) AS median_rank_host_wait_us,
        round(last_arrival_pct, 1) AS last_arrival_pct, round(coalesce(others_lag_ns, 0) / 1e6, 3) AS others_wait_ms,
+       round(span_ns / 1e6, 3) AS profiled_ms,
        -- whom the rank was compared with: its EP group's ranks (NULL without EP groups: every rank)
        findings.peer_group, CASE WHEN findings.peer_group <> 'all ranks' THEN judged.peers END AS peers,
        -- the numbers of the summary in words (parts the trace does not have are left out)
@@ -363,7 +631,8 @@ SELECT CASE WHEN round(100.0 * cost_ns / greatest(moe_ns, 1), 1) >= $min_cost_pc
                         FROM advice a WHERE list_contains(findings.other_causes, a.cause)), '') AS next_step,
        NULL::VARCHAR AS skip_reason
 FROM findings JOIN judged USING (peer_group), cuts, enough
-WHERE enough.skip_reason IS NULL AND round(100.0 * cost_ns / greatest(moe_ns, 1), 1) >= $min_warn_pct
+WHERE enough.skip_reason IS NULL
+  AND round(100.0 * greatest(level_ns, coalesce(after_pace_ns, 0)) / greatest(span_ns, 1), 1) >= $min_warn_pct
 UNION ALL BY NAME
 SELECT 'SKIP' AS level, skip_reason FROM enough WHERE skip_reason IS NOT NULL
-ORDER BY level, cost_ms DESC NULLS LAST, rank   -- FAIL before WARN (a SKIP row is alone)
+ORDER BY level, cost_ms DESC NULLS LAST, rank   -- FAIL before WARN (a SKIP row is alone); the pace-setter first

@@ -3,7 +3,8 @@ would flip it (issue 48: three whole-suite survivors of an independent mutation 
 
 - a group of exactly ``min_ranks`` ranks is judged (a ``>`` for ``>=`` read 3 ranks as too few);
 - the significance level divides alpha by the ranks TESTED, not by the size of the largest EP
-  group (a p between alpha / 4 and alpha / 8 must stay quiet with two EP groups of 4);
+  group (v8: Holm's first level; a p between alpha / 4 and alpha / 8 must stay quiet with two EP
+  groups of 4);
 - the transfer cost's trimmed mean cuts the TOP instance too: one stalled all-to-all must not
   double a slow link's cost.
 
@@ -25,14 +26,14 @@ from slowcard.ingest import ingest_paths  # noqa: E402
 CATALOG = queries.load_catalog()
 
 
-def _judge(tmp_path: Path, cells, files=(), **kw):
+def _judge(tmp_path: Path, cells, files=(), alpha=None, **kw):
     paths = ls.write_run(tmp_path / "trace", cells, **kw)
     db = tmp_path / "run.duckdb"
     rep = ingest_paths(db, [*map(str, paths), *map(str, files)], run="r")
     assert all(f.status == "ok" for f in rep.files), [(f.path, f.message) for f in rep.files]
     con = queries.open_readonly(db)
     try:
-        return queries.run_query(con, CATALOG["ep-slow-rank"], "r", {})
+        return queries.run_query(con, CATALOG["ep-slow-rank"], "r", {} if alpha is None else {"alpha": alpha})
     finally:
         con.close()
 
@@ -52,9 +53,9 @@ def test_a_slow_rank_among_exactly_min_ranks_ranks_is_named(tmp_path):
     assert res2.status == "SKIP" and "2 rank(s)" in res2.summary
 
 
-def _two_groups_of_four(tmp_path: Path, above: int):
+def _two_groups_of_four(tmp_path: Path, above: int, **params):
     """8 ranks in EP groups 0-3 and 4-7 (a groups file); rank 1 at 1.15x GroupedMatmul in the first
-    ``above`` of 16 instances (step-major), equal elsewhere (ties count against it)."""
+    ``above`` of 16 instances (step-major), equal elsewhere."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     groups = tmp_path / "groups.json"
     groups.write_text(
@@ -65,17 +66,23 @@ def _two_groups_of_four(tmp_path: Path, above: int):
         slow = rank == 1 and step * 4 + layer < above
         return ls.Cell(gmm_us=1150.0 if slow else ls.GMM_US)
 
-    return _judge(tmp_path, cells, files=[groups], ranks=8)
+    return _judge(tmp_path, cells, files=[groups], ranks=8, **params)
+
+
+def _upper(z: float) -> float:
+    return 0.5 * math.erfc(z / math.sqrt(2))
 
 
 def test_the_level_divides_alpha_by_the_ranks_tested_not_by_the_largest_group(tmp_path):
-    """Above in 14 of 16: p = 0.00209, between alpha / 8 = 0.00125 (the 8 ranks tested: quiet) and
-    alpha / 4 = 0.0025 (the size of one EP group: it would be named). 16 of 16 is named."""
-    p = _binom_tail(14, 16)
-    assert 0.01 / 8 < p < 0.01 / 4
-    quiet = _two_groups_of_four(tmp_path / "a", above=14)
+    """Above in 3 of 16 instances of its group of 4 (the others equal): how much gives
+    p = 2 P(Z >= sqrt(3 x 3)) = 0.0027 (test_ep_rules), between Holm's first level over the 8 ranks
+    tested, alpha / 8, and the size of one EP group, alpha / 4, at alpha = 0.012: quiet (it would be
+    named at alpha / 4). 4 of 16 (p = 0.00053) is named."""
+    p = 2 * _upper(3.0)
+    assert 0.012 / 8 < p < 0.012 / 4
+    quiet = _two_groups_of_four(tmp_path / "a", above=3, alpha=0.012)
     assert (quiet.status, quiet.rows) == ("PASS", []), quiet.summary
-    named = _two_groups_of_four(tmp_path / "b", above=16)
+    named = _two_groups_of_four(tmp_path / "b", above=4, alpha=0.012)
     assert [(r["rank"], r["peer_group"], r["cause"]) for r in named.rows] == [(1, "ep 0-3", "slow-compute")]
 
 

@@ -198,18 +198,19 @@ def test_a_long_tailed_excess_gets_the_trimmed_mean_cost(tmp_path):
 
 
 def test_guard_trim_one_warm_up_instance_alone_makes_no_cost(tmp_path):
-    """9 instances (3 steps x 3 layers): rank 1 is 1.005x the others in every one (significant,
-    p = 0.002) and 10x in the first (a warm-up). floor(9 x 5 %) cuts no instance, so before v7
-    the warm-up alone made a cost of ~20 %; v7 cuts at least one instance at each end and the
-    cost is the persistent 0.5 %, under min_warn_pct: not reported. The near miss, trim_pct 0
-    (the plain mean), reports it."""
+    """12 instances (4 steps x 3 layers): rank 1 is 1.005x the others in every one (significant:
+    p = 2 x 0.5^12 = 0.0005) and 10x in the first (a warm-up). floor(12 x 5 %) cuts no instance,
+    so before v7 the warm-up alone made a cost of ~35 %; v7 cuts at least one instance at each
+    end and the excess is the persistent 0.5 %: v8's saving is at most that excess (the replay
+    alone would count the warm-up's lead), under min_warn_pct: not reported. The near miss,
+    trim_pct 0 (the plain mean), reports it."""
 
     def cells(rank, step, layer):
         if rank != 1:
             return ls.Cell()
         return ls.Cell(gmm_us=(10.0 if (step, layer) == (0, 0) else 1.005) * ls.GMM_US)
 
-    db = _db(tmp_path, cells, steps=3, layers=3)
+    db = _db(tmp_path, cells, steps=4, layers=3)
     assert _query(db).status == "PASS"
     plain = _query(db, trim_pct=0.0)
     assert [(r["rank"], r["level"]) for r in plain.rows] == [(1, "FAIL")], plain.summary

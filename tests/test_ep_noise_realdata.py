@@ -88,7 +88,7 @@ def test_every_run_gives_the_reading_its_readme_expects(noise_set):
         for r in res.rows:
             assert r["level"] in ("FAIL", "WARN") and r["cost_ms"] >= 0 and r["cost_pct"] >= 0, r
         if res.rows:
-            assert "% of MoE time" in res.summary and " ms = " in res.summary
+            assert "% of the profiled time" in res.summary and " ms = " in res.summary
 
 
 def test_a_single_rank_of_a_real_run_is_a_skip(realdata, tmp_path):

@@ -52,25 +52,45 @@ def _binom_tail(k: int, n: int) -> float:
     return sum(math.comb(n, j) for j in range(k, n + 1)) / 2**n
 
 
-def test_the_sign_test_names_a_pattern_in_exactly_the_instances_it_needs(tmp_path):
-    """4 ranks, 16 layer instances: each rank is tested at alpha / 4 = 0.0025. Above the median
-    rank in 14 of 16 instances gives p = P(Bin(16, 1/2) >= 14) = 0.00209: a slow card."""
-    db = _db(tmp_path, _skewed_in_first(14))
+def _upper(z: float) -> float:
+    return 0.5 * math.erfc(z / math.sqrt(2))
+
+
+def test_how_much_names_a_pattern_in_exactly_the_instances_it_needs(tmp_path):
+    """4 ranks, 16 layer instances, Holm's first level alpha / 4 = 0.0025. Rank 1 is above the
+    others by the same amount in k instances and equal elsewhere. How often (the sign test) sees
+    chance: P(Bin(16, 1/2) >= 4) = 0.99. How much (v8): in each such instance rank 1's excess c
+    against the others' 0 is 3c/4 above what a rank drawn at random shows (mean c/4, variance
+    3c^2/16), so z = sqrt(3k) whatever c is; at k = 4, p = 2 P(Z >= sqrt(12)) = 0.00053: a slow
+    card that v7 could not see."""
+    db = _db(tmp_path, _skewed_in_first(4))
     res = _query(db)
     assert res.status == "FAIL", res.summary
+    assert _binom_tail(4, 16) > 0.9
     assert [(r["rank"], r["cause"], r["level"], r["layer_instances"], r["above_pct"]) for r in res.rows] == [
-        (1, "token-skew", "FAIL", 16, 87.5)
+        (1, "token-skew", "FAIL", 16, 25.0)
     ]
-    assert res.rows[0]["p_value"] == round(_binom_tail(14, 16), 6)
+    assert res.rows[0]["p_value"] == round(2 * _upper(math.sqrt(12)), 6)
     # a budget just under the p-value it observes, and the same run passes
-    assert _query(db, alpha=4 * _binom_tail(14, 16) * 0.99).status == "PASS"
+    assert _query(db, alpha=4 * 2 * _upper(math.sqrt(12)) * 0.99).status == "PASS"
 
 
 def test_one_instance_fewer_is_chance(tmp_path):
-    """13 of 16: p = 0.0106 > 0.0025, what chance gives often enough over 4 ranks."""
-    assert _binom_tail(13, 16) > 0.01 / 4
-    res = _query(_db(tmp_path, _skewed_in_first(13)))
+    """3 of 16: p = 2 P(Z >= 3) = 0.0027 > 0.0025, what chance gives often enough over 4 ranks."""
+    db = _db(tmp_path, _skewed_in_first(3))
+    res = _query(db)
     assert res.status == "PASS", res.rows
+    assert 2 * _upper(3.0) > 0.01 / 4
+
+
+def test_how_often_still_names_a_rank_above_in_every_instance(tmp_path):
+    """The other test, the sign test, decides where the excess is the same everywhere: 16 of 16
+    gives p = 2 x 0.5^16 (the permutation test of a constant excess gives z = sqrt(3 x 16) = 6.9,
+    smaller still: the reported p is the smaller one, doubled)."""
+    db = _db(tmp_path, _skewed_in_first(16))
+    (row,) = _query(db).rows
+    assert (row["rank"], row["above_pct"]) == (1, 100.0)
+    assert row["p_value"] == round(2 * min(0.5**16, _upper(math.sqrt(48))), 6)
 
 
 def _heavy_rank_behind_a_slower_one(delay_us: float):
@@ -101,19 +121,23 @@ def test_a_heavy_rank_is_named_even_when_it_waits_like_the_others(tmp_path):
     assert res.rows[0]["last_arrival_pct"] == 0.0 and res.rows[0]["others_wait_ms"] == 0.0
 
 
-def test_cost_is_the_what_if_of_the_rank_at_the_median_and_decides_the_level(tmp_path):
-    """Lock-step: every layer takes 5 + GATE + TRANSFER + 5 + 1.6 GMM + TRANSFER + 5 us, rank 1's
-    GroupedMatmul is 0.6 GMM above the median rank's in each of 16 instances: cost 16 x 600 us.
+def test_cost_is_what_the_fix_saves_and_decides_the_level(tmp_path):
+    """Lock-step: every layer takes 5 + GATE + TRANSFER + 5 + 1.6 GMM + TRANSFER + 5 us and the
+    steps 4 x (layer + 20 us); rank 1's GroupedMatmul is 0.6 GMM above the others' in each of 16
+    instances, so it arrives 600 us after everyone else at each combine, and the replay of the
+    synchronisation with rank 1 at its peers' median saves 16 x 600 us of the profiled time.
     FAIL at the default 5 %; WARN when the bar is set just above its cost."""
     db = _db(tmp_path, _heavy_rank_behind_a_slower_one(0.0))
     res = _query(db)
     row = res.rows[0]
     layer_us = 5 + ls.GATE_US + ls.TRANSFER_US + 5 + 1.6 * ls.GMM_US + ls.TRANSFER_US + 5
-    cost_pct = round(100 * 0.6 * ls.GMM_US / layer_us, 1)
-    assert (row["rank"], row["cause"], row["level"]) == (1, "token-skew", "FAIL")
+    profiled_us = 16 * (layer_us + 20)
+    cost_pct = round(100 * 16 * 0.6 * ls.GMM_US / profiled_us, 1)
+    assert (row["rank"], row["cause"], row["level"], row["saving_basis"]) == (1, "token-skew", "FAIL", "replay")
     assert row["cost_ms"] == pytest.approx(16 * 0.6 * ls.GMM_US / 1e3, abs=1e-3)
+    assert row["profiled_ms"] == pytest.approx(profiled_us / 1e3, abs=1e-3)
     assert row["cost_pct"] == cost_pct
-    assert f"costs {row['cost_ms']:.3g} ms = {cost_pct:.3g}% of MoE time" in res.summary
+    assert f"its fix saves {row['cost_ms']:.3g} ms = {cost_pct:.3g}% of the profiled time" in res.summary
     assert _query(db, min_cost_pct=cost_pct).status == "FAIL"
     cheap = _query(db, min_cost_pct=cost_pct + 0.1)
     assert cheap.status == "WARN" and [r["level"] for r in cheap.rows] == ["WARN"]

@@ -457,8 +457,10 @@ def test_ep_slow_rank_compares_within_the_ep_group(tmp_db, tmp_path):
 
 
 def test_ep_slow_rank_near_miss_within_the_group_stays_quiet(tmp_db, tmp_path):
-    # rank 3 slow in 13 of 16 instances: P(Bin(16, 1/2) >= 13) = 0.011 > alpha / 8 ranks
-    paths = _two_ep_groups(tmp_path / "ep", slow_in=lambda s, layer: (s, layer) not in {(0, 0), (1, 1), (2, 2)})
+    # rank 3 slow in 3 of 16 instances: how much, p = 2 P(Z >= sqrt(3 x 3)) = 0.0027, and how
+    # often, P(Bin(16, 1/2) >= 3) = 0.998, both above alpha / 8 ranks (v7's near miss, 13 of 16,
+    # is named by v8: above by 15 % in 13 of 16 instances is a slow card)
+    paths = _two_ep_groups(tmp_path / "ep", slow_in=lambda s, layer: (s, layer) in {(0, 0), (1, 1), (2, 2)})
     g = groups_json(tmp_path / "ep.json", [("ep", [0, 1, 2, 3]), ("ep", [4, 5, 6, 7])])
     ingest_paths(tmp_db, [*paths, g], run="groups")
     res = slowcard.query(tmp_db, "ep-slow-rank", run="groups")
