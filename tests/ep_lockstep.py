@@ -117,11 +117,17 @@ def write_run(
         for r in range(ranks):
             events[r].append(_x(f"decode_step_{s}", 1, step_start - 5, t - step_start))
         t += 50
+    return write_traces(out, events)
+
+
+def write_traces(out: Path, events: dict) -> list[Path]:
+    """rank<r>.pt.trace.json per rank of ``events`` (rank -> its events, times in us from
+    BASE_NS), as Kineto writes a gloo run."""
     paths = []
-    for r in range(ranks):
+    for r in sorted(events):
         doc = {
             "schemaVersion": 1,
-            "distributedInfo": {"backend": "gloo", "rank": r, "world_size": ranks},
+            "distributedInfo": {"backend": "gloo", "rank": r, "world_size": len(events)},
             "baseTimeNanoseconds": BASE_NS,
             "traceEvents": sorted(events[r], key=lambda e: e["ts"]),
         }

@@ -25,15 +25,15 @@ rank is ``slow_rank``; ``factor`` scales its slow part):
 
 from __future__ import annotations
 
-import json
 import random
 from pathlib import Path
+
+from ep_lockstep import write_traces  # the same trace files as the EP lock-step runs
 
 ATTN_US = 400.0
 UNIQUE_US = 60.0
 MOE_US = 600.0
 TRANSFER_US = 80.0
-BASE_NS = 1_790_000_000_000_000_000
 SCENARIOS = ("balanced", "slow_attention", "host_sleep", "slow_op", "mixed")
 DEFAULT_FACTOR = {"balanced": 1.0, "slow_attention": 1.57, "host_sleep": 1.0, "slow_op": 3.0, "mixed": 1.57}
 
@@ -116,15 +116,4 @@ def write_run(
         for r in range(ranks):
             events[r].append(_x(f"ProfilerStep#{s}", 1, step_start, leave - step_start + 1))
         leave += 30
-    paths = []
-    for r in range(ranks):
-        doc = {
-            "schemaVersion": 1,
-            "distributedInfo": {"backend": "gloo", "rank": r, "world_size": ranks},
-            "baseTimeNanoseconds": BASE_NS,
-            "traceEvents": sorted(events[r], key=lambda e: e["ts"]),
-        }
-        p = out / f"rank{r}.pt.trace.json"
-        p.write_text(json.dumps(doc))
-        paths.append(p)
-    return paths
+    return write_traces(out, events)
