@@ -150,3 +150,34 @@ def test_guard_pace_one_effect_alone_has_no_pace_setter(tmp_path):
     (row,) = res.rows
     assert (row["rank"], row["cause"], row["pace"], row["after_pace_pct"]) == (1, "slow-compute", None, None)
     assert row["cost_pct"] == pytest.approx(truth[1], rel=0.3), (row["cost_pct"], truth)
+
+
+def _hot_from(step_from: int):
+    """4 ranks, 4 steps x 4 layers: rank 2 receives 1.9x the tokens (and takes 1.9x GroupedMatmul)
+    from step ``step_from`` on (a traffic shift, EPLB drift)."""
+
+    def cells(rank, step, layer):
+        if rank == 2 and step >= step_from:
+            return ls.Cell(tokens=int(1.9 * ls.TOKENS), gmm_us=1.9 * ls.GMM_US)
+        return ls.Cell()
+
+    return cells
+
+
+def test_a_rank_hot_from_the_middle_step_is_token_skew_from_then(tmp_path):
+    """Hot from step 2 of 0-3: above the others in 8 of 16 instances (v7's sign test: p = 0.6,
+    PASS). Named token-skew, from step 2, with tokens 1.9x in those steps."""
+    paths = ls.write_run(tmp_path / "t", _hot_from(2))
+    res = _judge(paths[0].parent)
+    (row,) = res.rows
+    assert (row["rank"], row["cause"], row["onset_step"]) == (2, "token-skew", 2), res.summary
+    assert row["onset"].startswith("from step 2 on (steps 0-3 compared)")
+    assert sum(math.comb(16, j) for j in range(8, 17)) / 2**16 > 0.5
+
+
+def test_guard_hot_from_the_first_step_has_no_onset(tmp_path):
+    """The near miss: hot in every step is the same finding with no onset."""
+    paths = ls.write_run(tmp_path / "t", _hot_from(0))
+    res = _judge(paths[0].parent)
+    (row,) = res.rows
+    assert (row["rank"], row["cause"], row["onset_step"], row["onset"]) == (2, "token-skew", None, None)
