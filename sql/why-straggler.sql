@@ -1,5 +1,5 @@
 -- name: why-straggler
--- version: 1
+-- version: 2
 -- description: Why is the straggler late: each rank's own time between two collectives (its segment) against its peers' in the same collectives, split by module, annotation, op / kernel and host gaps; names the item that carries the rank's lateness (its ratio to the peers' median and its share) and what a fix saves.
 -- requires: collective_waits
 -- param: top_n INTEGER = 3                -- items shown per late rank (the named one first)
@@ -111,8 +111,9 @@ evs AS MATERIALIZED (
                 WHEN e.cat IN ('user_annotation', 'gpu_user_annotation') THEN 'annotation'
                 WHEN e.cat = 'python_function' THEN 'python'
                 ELSE 'op' END AS item_kind,
-           CASE WHEN starts_with(e.name, 'nn.Module: ') THEN regexp_replace(e.name[12:], '_\d+$', '')
-                WHEN e.cat IN ('user_annotation', 'gpu_user_annotation') THEN regexp_replace(e.name, '[_#]\d+$', '')
+           -- (\z, not a dollar sign: `slowcard show` turns parameters into the duckdb shell's variables)
+           CASE WHEN starts_with(e.name, 'nn.Module: ') THEN regexp_replace(e.name[12:], '_\d+\z', '')
+                WHEN e.cat IN ('user_annotation', 'gpu_user_annotation') THEN regexp_replace(e.name, '[_#]\d+\z', '')
                 ELSE e.name END AS item
     FROM events e JOIN lanes l USING (source_id)
     LEFT JOIN (SELECT DISTINCT source_id, name, op_class FROM op_classes WHERE run = $run) c
