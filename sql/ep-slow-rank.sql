@@ -348,13 +348,19 @@ coll AS (
             = (SELECT n FROM group_ranks g WHERE g.peer_group = r.peer_group)
         AND count(DISTINCT r.peer_group) OVER (PARTITION BY w.pg, w.coll_kind, w.instance) = 1
 ),
-solo AS (
-    SELECT c.peer_group, c.rank, sum(c.lead_ns) AS solo_ns
-    FROM (SELECT peer_group, rank,
-                 CASE WHEN row_number() OVER w = 1 THEN a_ns - coalesce(nth_value(a_ns, 2) OVER w, a_ns) ELSE 0 END AS lead_ns
-          FROM coll
-          WINDOW w AS (PARTITION BY pg, coll_kind, instance ORDER BY a_ns DESC, rank
-                       ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)) c
+-- Each collective's arrivals in order (pos 1 the earliest, n_o + 1 the last), read by the saving
+-- alone (solo) and after the others (after_others).
+coll_pos AS (
+    SELECT *, row_number() OVER (PARTITION BY pg, coll_kind, instance ORDER BY a_ns, rank) AS pos,
+           count(*) OVER (PARTITION BY pg, coll_kind, instance) - 1 AS n_o,
+           arg_max(rank, a_ns) OVER (PARTITION BY pg, coll_kind, instance) AS last_rank
+    FROM coll
+),
+solo AS (   -- the last arriver's lead over the next-latest rank (pos n_o), per collective
+    SELECT m.peer_group, m.rank, sum(CASE WHEN m.pos = m.n_o + 1 THEN m.a_ns - coalesce(x.a_ns, m.a_ns) ELSE 0 END) AS solo_ns
+    FROM coll_pos m
+    LEFT JOIN coll_pos x ON x.pg IS NOT DISTINCT FROM m.pg AND x.coll_kind IS NOT DISTINCT FROM m.coll_kind
+                        AND x.instance = m.instance AND x.pos = m.n_o AND m.pos = m.n_o + 1
     GROUP BY ALL
 ),
 replay_ok AS (SELECT DISTINCT peer_group FROM coll),
@@ -396,13 +402,7 @@ costed AS (
 -- What the rank's fix would save once the others arrive as their median does (a pace-setter,
 -- slow card or straggler, hides it today): its lead over the median of the OTHER ranks at each
 -- collective; the pace-setter named is the rank most often last where this one was late.
--- The others' median from positions, as loo above (no self-join of every rank with every other).
-coll_pos AS (
-    SELECT *, row_number() OVER (PARTITION BY pg, coll_kind, instance ORDER BY a_ns, rank) AS pos,
-           count(*) OVER (PARTITION BY pg, coll_kind, instance) - 1 AS n_o,
-           arg_max(rank, a_ns) OVER (PARTITION BY pg, coll_kind, instance) AS last_rank
-    FROM coll
-),
+-- The others' median from positions (coll_pos), as loo above (no self-join of every rank with every other).
 coll_mid AS (
     SELECT *, k1 + (k1 >= pos)::INTEGER AS at1, k2 + (k2 >= pos)::INTEGER AS at2
     FROM (SELECT *, (n_o + 1) // 2 AS k1, n_o // 2 + 1 AS k2 FROM coll_pos WHERE rank IN (SELECT rank FROM flagged))
