@@ -28,7 +28,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from ep_lockstep import write_traces  # the same trace files as the EP lock-step runs
+from ep_lockstep import _x, write_traces  # the same trace files as the EP lock-step runs
 
 ATTN_US = 400.0
 UNIQUE_US = 60.0
@@ -36,19 +36,6 @@ MOE_US = 600.0
 TRANSFER_US = 80.0
 SCENARIOS = ("balanced", "slow_attention", "host_sleep", "slow_op", "mixed")
 DEFAULT_FACTOR = {"balanced": 1.0, "slow_attention": 1.57, "host_sleep": 1.0, "slow_op": 3.0, "mixed": 1.57}
-
-
-def _x(name, tid, ts_us, dur_us, cat="user_annotation", args=None):
-    return {
-        "ph": "X",
-        "cat": cat,
-        "name": name,
-        "pid": 100,
-        "tid": tid,
-        "ts": round(ts_us, 3),
-        "dur": round(dur_us, 3),
-        "args": args or {},
-    }
 
 
 def write_run(
