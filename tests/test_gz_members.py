@@ -89,8 +89,8 @@ def _files(report) -> list[list]:
     return [[Path(f.path).name, f.status, f.rows_kept, f.message] for f in report.files]
 
 
-def child_ingest(db: str, paths: list[str], jobs, part_bytes: int = 64 << 20) -> dict:
-    """Ingest in this (child) process; the per-file results and the batch statements' sizes."""
+def _count_statements() -> list[int]:
+    """From now on in this (child) process, the number of files of each batch INSERT statement."""
     statements: list[int] = []
     real = _shared._insert_statement
 
@@ -100,6 +100,12 @@ def child_ingest(db: str, paths: list[str], jobs, part_bytes: int = 64 << 20) ->
         return got
 
     _shared._insert_statement = spy
+    return statements
+
+
+def child_ingest(db: str, paths: list[str], jobs, part_bytes: int = 64 << 20) -> dict:
+    """Ingest in this (child) process; the per-file results and the batch statements' sizes."""
+    statements = _count_statements()
     report = ingest_paths(db, paths, run="r", jobs=jobs, options=IngestOptions(part_bytes=part_bytes))
     return {"files": _files(report), "statements": statements}
 
@@ -376,15 +382,7 @@ def child_small_disk(db: str, folder: str, scratch: str, capacity: int, cap: int
         return got
 
     ingest.plan_batches = plan
-    statements: list[int] = []
-    real = _shared._insert_statement
-
-    def spy(con, tmpdir, mode, group):
-        got = real(con, tmpdir, mode, group)
-        statements.append(len(got))
-        return got
-
-    _shared._insert_statement = spy
+    statements = _count_statements()
     opts = IngestOptions(part_bytes=64 << 10, tmp_dir=Path(scratch))
     report = ingest_paths(db, [folder], run="r", options=opts)
     return {
