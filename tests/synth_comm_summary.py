@@ -111,3 +111,20 @@ def write_cluster_comm_matrix(
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({rank_set: {"step2": step}}))
     return path
+
+
+STEP_TRACE_HEADER = (
+    "Step,Type,Index,Computing,Communication(Not Overlapped),Overlapped,Communication,Free,"
+    "Stage,Bubble,Communication(Not Overlapped and Exclude Receive)"
+)
+
+
+def write_step_trace_csv(path, computing: dict[int, float], comm: float = 200.0, free: float = 50.0) -> Path:
+    """A cluster_step_trace_time.csv of one step, rank rows only (no stage statement)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [
+        f"1,rank,{r},{c},{comm},1.5,{comm + 1.5},{free},{c + comm + free},0.0,{comm}" for r, c in computing.items()
+    ]
+    path.write_text("\n".join([STEP_TRACE_HEADER, *lines]) + "\n")
+    return path

@@ -19,22 +19,10 @@ import slowcard  # noqa: E402
 from slowcard import queries, store  # noqa: E402
 from slowcard.ingest import ingest_paths  # noqa: E402
 
-HEADER = (
-    "Step,Type,Index,Computing,Communication(Not Overlapped),Overlapped,Communication,Free,"
-    "Stage,Bubble,Communication(Not Overlapped and Exclude Receive)"
-)
-
 
 def rows(db, sql, params=()):
     with duckdb.connect(str(db), read_only=True) as con:
         return con.execute(sql, list(params)).fetchall()
-
-
-def step_csv(path: Path, computing: dict[int, float]) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    lines = [f"1,rank,{r},{c},200,1.5,201.5,50,{c + 250},0.0,200" for r, c in computing.items()]
-    path.write_text("\n".join([HEADER, *lines]) + "\n")
-    return path
 
 
 def groups_of(db, run):
@@ -74,7 +62,7 @@ def test_strided_dp_groups_of_a_4096_rank_run(tmp_db, tmp_path):
     groups += [{"kind": "dp", "ranks": list(range(o, world, 8))} for o in range(8)]
     g = tmp_path / "groups.json"
     g.write_text(json.dumps({"parallel_groups": groups}))
-    csv = step_csv(
+    csv = synth_comm_summary.write_step_trace_csv(
         tmp_path / "c" / "cluster_step_trace_time.csv", {r: 1080.0 if r == 3 else 1000.0 for r in range(world)}
     )
     rep = ingest_paths(tmp_db, [csv, g], run="s")
@@ -92,7 +80,9 @@ def test_strided_dp_groups_of_a_4096_rank_run(tmp_db, tmp_path):
 
 def _eight_ranks(tmp_path: Path) -> Path:
     c = {0: 1000, 1: 1000, 2: 1000, 3: 1080, 4: 1150, 5: 1150, 6: 1150, 7: 1150}
-    return step_csv(tmp_path / "c" / "cluster_step_trace_time.csv", {r: float(v) for r, v in c.items()})
+    return synth_comm_summary.write_step_trace_csv(
+        tmp_path / "c" / "cluster_step_trace_time.csv", {r: float(v) for r, v in c.items()}
+    )
 
 
 def test_groups_typo_ranks_past_the_run_left_out_and_said(tmp_db, tmp_path):

@@ -28,11 +28,6 @@ import slowcard  # noqa: E402
 from slowcard import queries  # noqa: E402
 from slowcard.ingest import ingest_paths  # noqa: E402
 
-HEADER = (
-    "Step,Type,Index,Computing,Communication(Not Overlapped),Overlapped,Communication,Free,"
-    "Stage,Bubble,Communication(Not Overlapped and Exclude Receive)"
-)
-
 
 def judge(db, run="r"):
     con = queries.open_readonly(db)
@@ -149,13 +144,6 @@ def test_top1_summary_entries_are_not_links(tmp_path):
 # -- parallel groups: mixed groups, a group of 2, size-1 EP groups ------------------------------------------------
 
 
-def _step_csv(path: Path, computing: dict[int, float]) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    lines = [f"1,rank,{r},{c},200,1.5,201.5,50,{c + 250},0.0,200" for r, c in computing.items()]
-    path.write_text("\n".join([HEADER, *lines]) + "\n")
-    return path
-
-
 def _skew_rows(db, run):
     res = slowcard.query(db, "cluster-step-skew", run=run)
     return [(r["peer_group"], r["suspect_rank"]) for r in res.rows]
@@ -164,7 +152,7 @@ def _skew_rows(db, run):
 def test_mixed_groups_are_not_compared_as_peers(tmp_db, tmp_path):
     # ranks 0-3 ~1000 us, 4-7 1150 us (another batch); rank 3 at 1080 us stands out only among 0-3.
     # A torch_npu "tp_dp" group 0-3 mixes dimensions: its members do different work, no comparison.
-    data = _step_csv(
+    data = synth_comm_summary.write_step_trace_csv(
         tmp_path / "c" / "cluster_step_trace_time.csv",
         {0: 1000.0, 1: 1000.0, 2: 1000.0, 3: 1080.0, 4: 1150.0, 5: 1150.0, 6: 1150.0, 7: 1150.0},
     )
@@ -194,7 +182,9 @@ def test_mixed_groups_are_not_compared_as_peers(tmp_db, tmp_path):
 def test_a_group_of_exactly_two_ranks_is_compared(tmp_db, tmp_path):
     # rank 1 at 1080 us against rank 0's 1000 us: 6.3 % of their mean step, inside TP group 0-1
     # only (the stage's spread is set by ranks 2-3 at 1150 us)
-    data = _step_csv(tmp_path / "c" / "cluster_step_trace_time.csv", {0: 1000.0, 1: 1080.0, 2: 1150.0, 3: 1150.0})
+    data = synth_comm_summary.write_step_trace_csv(
+        tmp_path / "c" / "cluster_step_trace_time.csv", {0: 1000.0, 1: 1080.0, 2: 1150.0, 3: 1150.0}
+    )
     g = tmp_path / "tp.csv"
     g.write_text("kind,ranks\ntp,0-1\ntp,2-3\n")
     ingest_paths(tmp_db, [data, g], run="two")
