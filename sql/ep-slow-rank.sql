@@ -1,5 +1,5 @@
 -- name: ep-slow-rank
--- version: 8
+-- version: 9
 -- description: The slow card of an expert-parallel run: every rank whose own MoE work is persistently above its peers' (more tokens, slower compute, slower transfer, a slow host), decided on how much and where, and the step time its fix saves.
 -- requires: moe_layer_facts
 -- param: alpha DOUBLE = 0.01              -- false-alarm budget per quantity tested (GroupedMatmul, transfer, host wait): the chance that any rank is named by chance (Holm over the ranks tested)
@@ -214,21 +214,68 @@ scoped AS (
 -- adds time: the excess over the others' median is then skewed, and a signed-rank test, which
 -- assumes symmetry, named a balanced rank of the shared noise set).
 inst_d AS (SELECT peer_group, step, layer, occurrence, q, avg(d) AS mean_d, var_pop(d) AS var_d FROM diffs GROUP BY ALL),
+-- The exact tail of that sum under the null (a rank drawn at random in every instance) by the
+-- saddlepoint (v9): the cumulant generating function K(t) = sum over instances of
+-- ln(mean over ranks of exp(t d)) and its first two derivatives, on a grid of tilts t shared by
+-- the ranks of a group (K does not depend on the rank tested); a rank's summed excess s then reads
+-- its tail at the tilt where K'(t) = s (the grid point below it, plus one Newton step). v8 used
+-- the normal tail of the same sum: where a few instances carry a descheduling spike it was 20-60
+-- times too small (p 1e-6 where the exact permutation tail is 7e-5), and balanced ranks of the
+-- lock-step set were named (bench/README.md, issue 41). Transfer is tested by how often only.
+tilt AS (SELECT k, 0.05 * pow(800.0, k / 63.0) AS z FROM range(64) r(k)),   -- t = z / sd: about 0.05 to 40 sd
+sd_all AS (SELECT peer_group, q, sqrt(sum(var_d)) AS sd FROM inst_d GROUP BY ALL HAVING sum(var_d) > 0),
+d_inst AS (
+    SELECT d.peer_group, d.step, d.layer, d.occurrence, d.q, d.d - i.mean_d AS dc, i.mean_d,
+           max(d.d - i.mean_d) OVER (PARTITION BY d.peer_group, d.step, d.layer, d.occurrence, d.q) AS dc_max
+    FROM diffs d JOIN inst_d i USING (peer_group, step, layer, occurrence, q)
+    WHERE d.d IS NOT NULL AND d.q <> 'transfer'
+),
+cgf_inst AS (   -- per instance and tilt, on the centred excess (shifted by its max: no overflow)
+    SELECT peer_group, step, layer, occurrence, q, k, t,
+           t * any_value(mean_d) + t * any_value(dc_max) + ln(avg(exp(t * (dc - dc_max)))) AS k0,
+           any_value(mean_d) + sum(dc * exp(t * (dc - dc_max))) / sum(exp(t * (dc - dc_max))) AS k1,
+           sum(dc * dc * exp(t * (dc - dc_max))) / sum(exp(t * (dc - dc_max)))
+             - pow(sum(dc * exp(t * (dc - dc_max))) / sum(exp(t * (dc - dc_max))), 2) AS k2
+    FROM (SELECT d.*, g.k, g.z / s.sd AS t FROM d_inst d JOIN sd_all s USING (peer_group, q) CROSS JOIN tilt g)
+    GROUP BY peer_group, step, layer, occurrence, q, k, t
+),
+scope_inst AS (SELECT DISTINCT peer_group, q, scope, step, layer, occurrence FROM scoped WHERE q <> 'transfer'),
+cgf AS (
+    SELECT peer_group, q, scope, k, t, sum(k0) AS cg, sum(k1) AS cg1, sum(k2) AS cg2, k = 63 AS grid_end
+    FROM cgf_inst JOIN scope_inst USING (peer_group, q, step, layer, occurrence)
+    GROUP BY ALL
+),
 -- Two tests per (rank, quantity, scope), each valid under exchangeable ranks:
 --   how often: v7's sign test, P(Binomial(n, 1/2) >= k), ties counting against the rank (robust
 --              to a heavy tail, blind to magnitude);
---   how much:  the permutation test of the summed excess against the exchangeable null (normal
---              approximation over instances; an instance whose variance dominates cannot make it
---              significant alone: a single draw is at most sqrt(ranks - 1) sd above its mean).
+--   how much:  the permutation test of the summed excess against the exchangeable null, its tail
+--              by the saddlepoint above (the normal tail where the sum is below the grid's
+--              first point: within 0.05 sd of the mean, where the tail is not small).
 -- p = twice the smaller (Bonferroni over the two).
-tested AS (
+tested_n AS (
     SELECT s.rank, any_value(s.peer_group) AS peer_group, s.q, s.scope, count(*) AS n_scope,
            count(*) FILTER (WHERE s.d > 0) AS k_above, sum(s.d) AS sum_d,
            list_sum(list_transform(range(count(*) FILTER (WHERE s.d > 0), count(*) + 1),
                                    lambda j: exp(lgamma(count(*) + 1) - lgamma(j + 1) - lgamma(count(*) - j + 1) - count(*) * ln(2)))) AS p_sign,
-           CASE WHEN sum(i.var_d) > 0 THEN _normal_upper_p((sum(s.d) - sum(i.mean_d)) / sqrt(sum(i.var_d))) ELSE 1.0 END AS p_perm
+           CASE WHEN sum(i.var_d) > 0 THEN _normal_upper_p((sum(s.d) - sum(i.mean_d)) / sqrt(sum(i.var_d))) ELSE 1.0 END AS p_normal
     FROM scoped s JOIN inst_d i USING (peer_group, step, layer, occurrence, q)
     GROUP BY s.rank, s.q, s.scope
+),
+tilted AS (   -- the grid point below the sum (K' grows with t), and the sum's tilt from it
+    SELECT *, t + CASE WHEN grid_end OR cg2 <= 0 THEN 0 ELSE (s_at - cg1) / cg2 END AS th
+    FROM (SELECT n.*, c.k AS tilt_k, c.t, c.cg, c.cg1, c.cg2, c.grid_end,
+                 -- past the grid's end, that end's own tail: larger than the sum's, never too small
+                 CASE WHEN c.grid_end THEN c.cg1 ELSE n.sum_d END AS s_at
+          FROM tested_n n
+          ASOF LEFT JOIN cgf c ON c.peer_group = n.peer_group AND c.q = n.q AND c.scope = n.scope AND n.sum_d >= c.cg1)
+),
+tested AS (
+    SELECT rank, peer_group, q, scope, n_scope, k_above, sum_d, p_sign,
+           CASE WHEN tilt_k IS NULL THEN p_normal
+                ELSE _saddlepoint_upper_p(sqrt(greatest(0.0, 2 * (th * s_at - (cg + cg1 * (th - t) + cg2 * pow(th - t, 2) / 2)))),
+                                          th * sqrt(cg2))
+           END AS p_perm
+    FROM tilted
 ),
 -- Per (rank, quantity): the best scope, its p times the number of scopes tried (Bonferroni within
 -- the rank); then Holm's step-down over the ranks tested, per quantity (alpha controls the chance

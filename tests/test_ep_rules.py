@@ -52,45 +52,43 @@ def _binom_tail(k: int, n: int) -> float:
     return sum(math.comb(n, j) for j in range(k, n + 1)) / 2**n
 
 
-def _upper(z: float) -> float:
-    return 0.5 * math.erfc(z / math.sqrt(2))
-
-
 def test_how_much_names_a_pattern_in_exactly_the_instances_it_needs(tmp_path):
     """4 ranks, 16 layer instances, Holm's first level alpha / 4 = 0.0025. Rank 1 is above the
     others by the same amount in k instances and equal elsewhere. How often (the sign test) sees
-    chance: P(Bin(16, 1/2) >= 4) = 0.99. How much (v8): in each such instance rank 1's excess c
-    against the others' 0 is 3c/4 above what a rank drawn at random shows (mean c/4, variance
-    3c^2/16), so z = sqrt(3k) whatever c is; at k = 4, p = 2 P(Z >= sqrt(12)) = 0.00053: a slow
-    card that v7 could not see."""
-    db = _db(tmp_path, _skewed_in_first(4))
+    chance: P(Bin(16, 1/2) >= 5) = 0.96. How much: under the permutation null the excess of each
+    such instance lands on rank 1 with chance 1/4, so the exact tail of its summed excess is
+    4^-k whatever the amount; at k = 5, p = 2 x 4^-5 = 0.00195: a slow card that v7 could not see.
+    (v8's normal tail of the same sum said 2 P(Z >= sqrt(3k)): 0.00053 at k = 4, where the exact
+    p is 0.0078.)"""
+    db = _db(tmp_path, _skewed_in_first(5))
     res = _query(db)
     assert res.status == "FAIL", res.summary
-    assert _binom_tail(4, 16) > 0.9
+    assert _binom_tail(5, 16) > 0.9
     assert [(r["rank"], r["cause"], r["level"], r["layer_instances"], r["above_pct"]) for r in res.rows] == [
-        (1, "token-skew", "FAIL", 16, 25.0)
+        (1, "token-skew", "FAIL", 16, 31.3)
     ]
-    assert res.rows[0]["p_value"] == round(2 * _upper(math.sqrt(12)), 6)
+    assert res.rows[0]["p_value"] == round(2 * 4.0**-5, 6)
     # a budget just under the p-value it observes, and the same run passes
-    assert _query(db, alpha=4 * 2 * _upper(math.sqrt(12)) * 0.99).status == "PASS"
+    assert _query(db, alpha=4 * 2 * 4.0**-5 * 0.99).status == "PASS"
 
 
 def test_one_instance_fewer_is_chance(tmp_path):
-    """3 of 16: p = 2 P(Z >= 3) = 0.0027 > 0.0025, what chance gives often enough over 4 ranks."""
-    db = _db(tmp_path, _skewed_in_first(3))
+    """4 of 16: p = 2 x 4^-4 = 0.0078 > 0.0025, what chance gives often enough over 4 ranks (v8's
+    normal tail named it at 0.00053)."""
+    db = _db(tmp_path, _skewed_in_first(4))
     res = _query(db)
     assert res.status == "PASS", res.rows
-    assert 2 * _upper(3.0) > 0.01 / 4
+    assert 2 * 4.0**-4 > 0.01 / 4
 
 
 def test_how_often_still_names_a_rank_above_in_every_instance(tmp_path):
-    """The other test, the sign test, decides where the excess is the same everywhere: 16 of 16
-    gives p = 2 x 0.5^16 (the permutation test of a constant excess gives z = sqrt(3 x 16) = 6.9,
-    smaller still: the reported p is the smaller one, doubled)."""
+    """A rank above in every one of 16 instances: the sign test gives 0.5^16, the permutation
+    test 4^-16 (the rank on top in every instance: the edge of the null's support, where the
+    saddlepoint is capped by the Chernoff bound); the reported p is the smaller one, doubled."""
     db = _db(tmp_path, _skewed_in_first(16))
     (row,) = _query(db).rows
     assert (row["rank"], row["above_pct"]) == (1, 100.0)
-    assert row["p_value"] == round(2 * min(0.5**16, _upper(math.sqrt(48))), 6)
+    assert row["p_value"] == round(2 * min(0.5**16, 4.0**-16), 6)
 
 
 def _heavy_rank_behind_a_slower_one(delay_us: float):
