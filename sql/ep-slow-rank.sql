@@ -33,7 +33,8 @@
 -- 3. Across ranks: Holm's step-down per quantity over the ranks tested (alpha is the chance that
 --    any rank is named by chance), instead of alpha / ranks for every rank.
 -- 4. From when: the split of the compared steps that best separates a quiet start from a hot
---    end of the decided quantity's excess (`onset`), said only when the start is quiet.
+--    end of the decided quantity's excess (`onset`), said only when the start is quiet; with
+--    expert load in the run, the rank's experts that turned hot from then (`onset_hot_experts`, v9).
 -- 5. What the fix saves (cost_ms, cost_pct of the profiled step time): see the replay below;
 --    the run's excess in % of MoE time stays as `excess_moe_pct`.
 -- The v7 method below still holds for the yardstick (median of the others), the trimmed excess,
@@ -539,10 +540,38 @@ onset AS (
     WHERE n_steps >= 3 AND after_ns > 0 AND greatest(before_ns, 0) <= 0.2 * after_ns
     QUALIFY row_number() OVER (PARTITION BY rank ORDER BY (after_ns - before_ns) * sqrt(nb * na / (nb + na)) DESC) = 1
 ),
+-- With expert load in the same run (item 3 of issue 41), the hot experts of the onset: the
+-- experts whose tokens this rank took most of (main_rank), in the load windows stamped between
+-- the onset step's start on this rank and its last layer, against the windows before it. Only
+-- windows inside the rank's profiled span count: load dumped on another clock (or another run)
+-- names nothing rather than the wrong window.
+onset_windows AS (
+    SELECT o.rank, w.wseq, w.ts_ns >= o.on_ns AS after
+    FROM (SELECT o.rank, min(f.start_ns) FILTER (WHERE f.step >= o.onset_step) AS on_ns,
+                 min(f.start_ns) AS span_start_ns, max(f.end_ns) AS span_end_ns
+          FROM onset o JOIN f USING (rank) GROUP BY o.rank) o
+    JOIN _expert_windows w ON w.run = $run AND w.ts_ns BETWEEN o.span_start_ns AND o.span_end_ns
+),
+onset_experts AS (
+    SELECT rank,
+           string_agg(format('layer {} expert {} {:.1f}x{}', layer, expert, hot_after,
+                             CASE WHEN hot_before IS NOT NULL THEN format(' (was {:.1f}x)', hot_before) ELSE '' END),
+                      ', ' ORDER BY hot_after - coalesce(hot_before, 1) DESC, layer, expert) AS onset_hot_experts
+    FROM (SELECT w.rank, e.layer, e.expert,
+                 avg(e.hotness) FILTER (WHERE w.after) AS hot_after, avg(e.hotness) FILTER (WHERE NOT w.after) AS hot_before
+          FROM onset_windows w JOIN _expert_logical_load e ON e.run = $run AND e.wseq = w.wseq AND e.main_rank = w.rank
+          GROUP BY w.rank, e.layer, e.expert
+          -- hot from then on: above its layer's mean expert after the onset, and hotter than before
+          HAVING avg(e.hotness) FILTER (WHERE w.after) > 1
+             AND avg(e.hotness) FILTER (WHERE w.after) > coalesce(avg(e.hotness) FILTER (WHERE NOT w.after), 1)
+          QUALIFY row_number() OVER (PARTITION BY w.rank ORDER BY hot_after - coalesce(hot_before, 1) DESC, e.layer, e.expert) <= 3)
+    GROUP BY rank
+),
 named AS (
     SELECT n.*, o.onset_step, o.n_steps, o.before_ns AS onset_before_ns, o.after_ns AS onset_after_ns,
-           a.after_ns, a.pace_of
-    FROM named0 n LEFT JOIN onset o USING (rank) LEFT JOIN after_others a USING (peer_group, rank)
+           x.onset_hot_experts, a.after_ns, a.pace_of
+    FROM named0 n LEFT JOIN onset o USING (rank) LEFT JOIN onset_experts x USING (rank)
+    LEFT JOIN after_others a USING (peer_group, rank)
 ),
 moe AS (SELECT peer_group, sum(med_layer_ns) AS moe_ns FROM med GROUP BY peer_group),
 findings AS (
@@ -638,7 +667,9 @@ SELECT CASE WHEN round(100.0 * greatest(level_ns, coalesce(after_pace_ns, 0)) / 
             THEN format('from step {} on (steps {}-{} compared): {:,.0f} us excess per step before it, {:,.0f} us from then on',
                         onset_step, (SELECT min(step) FROM steps_x s WHERE s.rank = findings.rank),
                         (SELECT max(step) FROM steps_x s WHERE s.rank = findings.rank),
-                        greatest(onset_before_ns, 0) / 1e3, onset_after_ns / 1e3) END AS onset,
+                        greatest(onset_before_ns, 0) / 1e3, onset_after_ns / 1e3)
+                 || coalesce('; hot experts on it from then: ' || onset_hot_experts, '') END AS onset,
+       onset_hot_experts,
        CASE WHEN after_pace_ns IS NOT NULL
             THEN format('fixing rank {} alone saves {:.1f} %: {} the pace; after {}, rank {} saves {:.1f} %',
                         rank, 100.0 * cost_ns / greatest(span_ns, 1),

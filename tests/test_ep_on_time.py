@@ -7,6 +7,7 @@ profiled time the same run (same seed, same noise) loses with the effect (real_g
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import sys
@@ -234,3 +235,66 @@ def test_a_slow_link_in_every_instance_under_the_same_scheduling_is_named_slow_c
     folder = ls.write_run(tmp_path / "slow", _scheduled_transfers(20.0), steps=6, layers=4)[0].parent
     res = _judge(folder)
     assert [(r["rank"], r["cause"]) for r in res.rows] == [(2, "slow-comm")], res.summary
+
+
+def _load_windows(folder: Path, shift_ns: int = 0) -> Path:
+    """An expert-load file for the run of ``_hot_from(2)``: one window per step stamped at the
+    step's last layer end (read from the ingested trace, + shift_ns), 4 layers x 4 ranks x 4 slots
+    of 100 tokens; from step 2 on, rank 2's slot 1 (expert 9) takes 500 in layer 0 and its slot 3
+    (expert 11) 300 in layer 1; rank 0's slot 0 (expert 0) is at 400 in every window (hot all
+    along, not from the onset)."""
+    con = queries.open_readonly(folder.parent / f"{folder.name}.duckdb")
+    try:
+        ends = con.execute(
+            "SELECT step, max(end_ns) FROM moe_layer_facts WHERE run = 'r' GROUP BY step ORDER BY step"
+        ).fetchall()
+    finally:
+        con.close()
+    windows = []
+    for step, end_ns in ends:
+        load = [[[100] * 4 for _ in range(4)] for _ in range(4)]
+        for layer in range(4):
+            load[layer][0][0] = 400
+        if step >= 2:
+            load[0][2][1] = 500
+            load[1][2][3] = 300
+        windows.append({"window": step, "ts_ns": end_ns + shift_ns, "load": load})
+    path = folder.parent / f"load_{shift_ns}.json"
+    path.write_text(json.dumps({"kind": "expert_load", "windows": windows}))
+    return path
+
+
+def _hot_from_with_load(tmp_path: Path, shift_ns: int):
+    folder = ls.write_run(tmp_path / "t", _hot_from(2))[0].parent
+    db = folder.parent / "t.duckdb"
+    assert all(f.status == "ok" for f in ingest_paths(db, [folder], run="r").files)
+    load = _load_windows(folder, shift_ns)
+    assert all(f.status == "ok" for f in ingest_paths(db, [load], run="r").files)
+    con = queries.open_readonly(db)
+    try:
+        return queries.run_query(con, CATALOG["ep-slow-rank"], "r")
+    finally:
+        con.close()
+
+
+def test_the_onset_names_the_experts_that_turned_hot_on_the_rank_from_then(tmp_path):
+    """Item 3 of issue 41: with expert load in the run, the onset says which of the rank's experts
+    turned hot from the onset step: expert 9 (5x its layer's mean from step 2, 1x before) first,
+    then expert 11; rank 0's expert 0, hot all along, is not the onset's."""
+    (row,) = _hot_from_with_load(tmp_path, 0).rows
+    assert (row["rank"], row["onset_step"]) == (2, 2)
+    # hotness = tokens / the mean of the layer's 16 logical experts in the window
+    before = 100 / ((15 * 100 + 400) / 16)
+    e9, e11 = 500 / ((14 * 100 + 400 + 500) / 16), 300 / ((14 * 100 + 400 + 300) / 16)
+    assert row["onset_hot_experts"] == (
+        f"layer 0 expert 9 {e9:.1f}x (was {before:.1f}x), layer 1 expert 11 {e11:.1f}x (was {before:.1f}x)"
+    )
+    assert row["onset"].endswith("; hot experts on it from then: " + row["onset_hot_experts"])
+
+
+def test_guard_load_stamped_outside_the_profiled_span_names_no_expert(tmp_path):
+    """The near miss: the same load windows an hour later (another clock, another run): no window
+    lies in the rank's profiled span, so no expert is named; the onset itself is unchanged."""
+    (row,) = _hot_from_with_load(tmp_path, 3600 * 10**9).rows
+    assert (row["rank"], row["onset_step"], row["onset_hot_experts"]) == (2, 2, None)
+    assert "hot experts" not in row["onset"]
