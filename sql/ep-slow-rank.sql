@@ -413,6 +413,22 @@ solo AS (   -- the last arriver's lead over the next-latest rank (pos n_o), per 
 ),
 replay_ok AS (SELECT DISTINCT peer_group FROM coll),
 flagged AS (SELECT *, gmm_cost_ns + host_cost_ns AS own_ns FROM sig WHERE gmm_sig OR tr_sig OR host_sig),
+-- A rank that arrives last persistently (a straggler, whatever makes it late): last at more of
+-- the group's collectives than chance (1 / ranks) allows at alpha / ranks. With the slow cards,
+-- the only ranks whose pace can hide another's saving (v9): in a balanced noisy run every rank
+-- is sometimes last, and a saving "after" such a rank's fix is a saving after removing noise.
+last_counts AS (
+    SELECT f.peer_group, f.rank, any_value(g.n) AS n, sum(f.n_last)::BIGINT AS k, sum(f.n_coll)::BIGINT AS m
+    FROM f JOIN inst USING (peer_group, step, layer, occurrence) JOIN group_ranks g USING (peer_group)
+    GROUP BY f.peer_group, f.rank
+),
+stragglers AS (
+    SELECT peer_group, rank FROM last_counts
+    WHERE m > 0 AND k > m / n
+      AND list_sum(list_transform(range(k, m + 1),
+                                  lambda j: exp(lgamma(m + 1) - lgamma(j + 1) - lgamma(m - j + 1) + j * ln(1.0 / n) + (m - j) * ln(1 - 1.0 / n))))
+          <= $alpha / (SELECT n FROM n_ranks)
+),
 -- The pace-setter of a group with two or more slow ranks: the one with the most excess of its own.
 pace AS (
     SELECT peer_group, arg_max(rank, own_ns) AS pace_rank
@@ -594,8 +610,12 @@ findings AS (
            -- (not for the group's costliest card when its fix alone saves something: it sets the pace;
            -- slow ranks that tie, as four ranks doing more work, each save nothing alone)
            -- (when a pace-setter hides at least half of it: the others' noise alone never does)
+           -- (and only behind a slow card or a straggler: behind a rank last by chance, the saving
+           -- "after" it is the saving after removing the run's noise, which no fix does)
            CASE WHEN replayed AND least(coalesce(after_ns, 0), own_ns) + tr_cost_ns - cost_ns
                                   >= greatest($min_warn_pct / 100 * sp.span_ns, cost_ns)
+                     -- the rank said to set the pace is a slow card or a straggler (v9)
+                     AND (pace_of IN (SELECT rank FROM flagged) OR pace_of IN (SELECT rank FROM stragglers))
                      AND NOT (cost_ns = max(cost_ns) OVER (PARTITION BY n.peer_group) AND count(*) OVER (PARTITION BY n.peer_group) > 1
                               AND cost_ns >= $min_warn_pct / 100 * sp.span_ns)
                 THEN least(coalesce(after_ns, 0), own_ns) + tr_cost_ns END AS after_pace_ns,

@@ -71,8 +71,14 @@ def assert_same_verdict(res, scenario):
 @pytest.mark.parametrize("scenario", list(EXPECTED))
 def test_gpu_shaped_run_gives_the_cpu_verdict(gpu_db, scenario):
     """Layers from dispatch(F) → combine(F) device annotations, tokens from record_param_comms
-    moved onto the device timeline, waits from SendRecv kernels named all_to_all by their launch."""
-    assert_same_verdict(run(gpu_db(scenario)), scenario)
+    moved onto the device timeline, waits from SendRecv kernels named all_to_all by their launch.
+
+    The noisy scenario is drawn with seed 1: seed 0's rank 2 waits for its host more than its
+    peers in 8 of 9 instances, an exact permutation tail of 0.0012 (x2 = 0.0023 < alpha / 4), so
+    ep-slow-rank v9 rightly WARNs it at 1.3 % (1 of seeds 0-11 does; v8's normal tail missed it).
+    At alpha 0.01 about one balanced run in a hundred is named per quantity by design: that rate
+    is measured by the calibration benches over many runs, not by one fixture."""
+    assert_same_verdict(run(gpu_db(scenario, **({"seed": 1} if scenario == "noisy" else {}))), scenario)
 
 
 @pytest.mark.parametrize("scenario", ["token_skew", "slow_compute", "slow_link", "balanced"])
