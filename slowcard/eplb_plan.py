@@ -464,16 +464,20 @@ def plan_layer(
         candidates.append(st)
     if max_moves is None and mode in ("both", "replace"):
         if mode == "both":
-            counts = replica_counts(w, R * slots, R)
+            # copies per expert capped at R; on a few ranks also lower caps: packing is greedy,
+            # and a lower cap sometimes packs better (cheap to try when R is small)
+            caps = sorted({R, max(R - 1, 1), max(R // 2, 1), min(2, R)} if R <= 16 else {R}, reverse=True)
+            options = [replica_counts(w, R * slots, c) for c in caps if c * n_experts >= R * slots]
         else:
             counts = [0] * n_experts
             for p in cur:
                 for e in set(p):
                     counts[e] += 1
-            counts = replica_counts(w, R * slots, R, base=counts) if sum(counts) < R * slots else counts
-        packed = _State(_pack(w, counts, R, slots), w, cur)
-        _search(packed, True, mode == "both", None, cold)
-        candidates.append(packed)
+            options = [replica_counts(w, R * slots, R, base=counts) if sum(counts) < R * slots else counts]
+        for counts in options:
+            packed = _State(_pack(w, counts, R, slots), w, cur)
+            _search(packed, True, mode == "both", None, cold)
+            candidates.append(packed)
     best = min(candidates, key=lambda s: (_objective(s.loads), s.moves))
     new_max = max(best.loads)
     sound = grow == 0 and all(len(set(p)) == len(p) for p in cur)
