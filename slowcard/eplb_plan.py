@@ -411,6 +411,24 @@ def replica_counts(w: list[float], total: int, R: int, base: list[int] | None = 
     return n
 
 
+def cold_copies(w: list[float], had: list[int], count: list[int], R: int, per_slot: float) -> list[tuple[int, int]]:
+    """(expert, a better one) for each expert given more copies than it had although its load per
+    copy without its last copy is below a slot's share of the layer's tokens while another expert
+    that could take one more copy carries more per copy: a replica of a cold expert (when every
+    slot must hold something, the lightest experts do get copies, and that is no fault)."""
+    out = []
+    for e in range(len(w)):
+        if count[e] <= max(had[e], 1):
+            continue
+        before = w[e] / (count[e] - 1)
+        if before >= per_slot * (1 - 1e-9):
+            continue
+        f = next((f for f in range(len(w)) if f != e and 0 < count[f] < R and w[f] / count[f] > before), None)
+        if f is not None:
+            out.append((e, f))
+    return out
+
+
 def _keep_slots(before: list[list[int]], after: list[list[int]], S: int) -> list[list[int]]:
     """The same experts per device, each staying in the slot it had where it can (a readable diff)."""
     out = []
@@ -478,7 +496,13 @@ def plan_layer(
             packed = _State(_pack(w, counts, R, slots), w, cur)
             _search(packed, True, mode == "both", None, cold)
             candidates.append(packed)
-    best = min(candidates, key=lambda s: (_objective(s.loads), s.moves))
+    had = [0] * n_experts
+    for p in cur:
+        for e in p:
+            had[e] += 1
+    # a packing that gave a copy to a cold expert is not written (the validator would reject it)
+    sound_ones = [s for s in candidates if not cold_copies(w, had, s.n, R, cold)] or candidates[:1]
+    best = min(sound_ones, key=lambda s: (_objective(s.loads), s.moves))
     new_max = max(best.loads)
     sound = grow == 0 and all(len(set(p)) == len(p) for p in cur)
     if sound and new_max >= current_max * (1 - min_gain):
@@ -554,7 +578,8 @@ def validate(doc, loads: Loads, slots_per_device: int | None = None) -> list[str
     structure, every layer and device present once, ``slots_per_device`` slots on each device
     (default: as in force), every logical expert placed, no expert twice on one device, and no
     copy added to an expert whose load per copy before it was below the layer's tokens per slot
-    (a replica of a cold expert: the slot would serve more elsewhere)."""
+    while another expert carries more per copy (a replica of a cold expert: the slot would serve
+    more elsewhere)."""
     S = slots_per_device or loads.slots_per_device
     E = loads.n_experts
     bad: list[str] = []
@@ -614,12 +639,12 @@ def validate(doc, loads: Loads, slots_per_device: int | None = None) -> list[str
         for p in ly.placement:
             for e in p:
                 had[e] += 1
-        for e in range(E):
-            if count[e] > max(had[e], 1) and w[e] / (count[e] - 1) < per_slot * (1 - 1e-9):
-                bad.append(
-                    f"layer {lid}: expert {e} gets {count[e] - had[e]} more cop(ies), but its {w[e]:.0f} tokens over "
-                    f"{count[e] - 1} copies are below the {per_slot:.0f} tokens per slot (a replica of a cold expert)"
-                )
+        for e, f in cold_copies(w, had, count, len(ly.devices), per_slot):
+            bad.append(
+                f"layer {lid}: expert {e} gets {count[e] - had[e]} more cop(ies), but its {w[e]:.0f} tokens over "
+                f"{count[e] - 1} copies are below the {per_slot:.0f} tokens per slot while expert {f} "
+                f"carries {w[f] / count[f]:.0f} per copy (a replica of a cold expert)"
+            )
     for lid in sorted(set(want) - seen):
         bad.append(f"layer {lid}: measured but missing from layer_list")
     return bad
