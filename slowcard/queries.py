@@ -593,7 +593,10 @@ def run_query(con, query: Query, run: str, params: dict | None = None) -> Result
         # Bind exactly the parameters the body uses (DuckDB rejects unused named parameters).
         used = set(_DOLLAR.findall(_strip_comments_and_strings(query.body)))
         bound = {k: v for k, v in {"run": run, **values}.items() if k in used}
-        res.columns, rows = isolated_select(con, query.body, bound, scope=run)
+        # a query given a second run to compare with (before_run, as eplb-converged under
+        # `compare`) reads both: the views are not narrowed to one run then
+        scope = None if values.get("before_run") else run
+        res.columns, rows = isolated_select(con, query.body, bound, scope=scope)
         res.rows = [dict(zip(res.columns, _plain(r))) for r in rows]
     except QueryAborted as exc:
         res.status = verdict_mod.Status.ERROR
