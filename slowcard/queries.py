@@ -792,9 +792,12 @@ def shell_sql(query: Query, run: str | None = None, params: dict | None = None) 
         _sql_literal(run, "VARCHAR") if run is not None else "(SELECT run FROM runs ORDER BY created_at, run LIMIT 1)"
     )
     lines.append(f"SET VARIABLE run = {run_value};")
-    lines.append(
-        "SET VARIABLE slowcard_scope = getvariable('run');  -- views read this run only; RESET VARIABLE slowcard_scope: all"
-    )
+    if values.get("before_run"):  # as run_query: a query given the run before reads both runs
+        lines.append("-- the views read every run: the query compares run with before_run")
+    else:
+        lines.append(
+            "SET VARIABLE slowcard_scope = getvariable('run');  -- views read this run only; RESET VARIABLE slowcard_scope: all"
+        )
     types = {p.name: p.type for p in query.params}
     for name, value in values.items():
         lines.append(f"SET VARIABLE {name} = {_sql_literal(value, types[name])};")

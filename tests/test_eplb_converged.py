@@ -97,6 +97,13 @@ def test_a_hot_expert_moved_whole_to_another_rank_does_not_converge(before_and_p
     assert [k for k, r in rows.items() if r["not_converged"]] == [1]
     (overall,) = [r for r in res.rows if r["scope"] == "overall"]
     assert overall["layers_not_converged_list"] == "1" and "layers not converged: 1" in res.summary
+    # the shell script of `slowcard show` reads both runs too, and gives the same rows
+    import duckdb
+
+    shown = CliRunner().invoke(app, ["show", "eplb-converged", "--run", "moved", "-p", "before_run=before"])
+    assert shown.exit_code == 0, shown.output
+    with duckdb.connect(str(db), read_only=True) as con:
+        assert len(con.execute(shown.stdout).fetchall()) == len(res.rows)
     # through compare: run B is judged against run A
     out = CliRunner().invoke(app, ["compare", "before", "moved", "--db", str(db), "--format", "json"])
     (v,) = [v for v in json.loads(out.output)["verdicts"] if v["query"].startswith("eplb-converged@")]
