@@ -254,7 +254,7 @@ class _State:
     def replace(self, q: int, j: int, e: int) -> None:
         """Slot j of device q stops holding its expert (which has another copy) and holds e."""
         f = self.place[q][j]
-        self.moves += self.new_pair(q, e) - self.gone_pair(q, f)
+        self.moves -= self.gone_pair(q, f)  # fill() below counts the copy of e
         pf_old, pf_new = self.per(f), self.w[f] / (self.n[f] - 1)
         for h in self.holders[f]:
             if h != q:

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import random
+import sys
 from pathlib import Path
 
-import synth_experts as se
+sys.path.insert(0, str(Path(__file__).parent))
+import synth_experts as se  # noqa: E402
 
 
 def expert_weights(n_layers: int, n_experts: int, seed: int, hot: int = 4, hot_x: tuple = (4.0, 16.0)) -> list:
@@ -54,3 +56,38 @@ def write_run(out: Path, place: list, weights: list, windows: int = 2, epoch: in
     wins = [{"window": i, **({"epoch": epoch} if epoch is not None else {}), "load": t} for i in range(windows)]
     load.write_text(json.dumps({"kind": "expert_load", "windows": wins}, separators=(",", ":")), encoding="utf-8")
     return [m, load]
+
+
+def write_loads(out: Path, place: list, weights: list, windows: int = 2) -> Path:
+    """Only the load windows (``expert_load.json``) on ``place``, for a map that exists already."""
+    out.mkdir(parents=True, exist_ok=True)
+    t = tensor(place, [[x // windows for x in w] for w in weights])
+    path = out / "expert_load.json"
+    wins = [{"window": i, "load": t} for i in range(windows)]
+    path.write_text(json.dumps({"kind": "expert_load", "windows": wins}, separators=(",", ":")), encoding="utf-8")
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    """python tests/synth_eplb.py MAP OUT_DIR [--seed N]: skewed expert loads on an expert map's
+    placement (the same logical loads for the same seed and shape, whatever the placement)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("map", type=Path)
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--windows", type=int, default=2)
+    args = ap.parse_args(argv)
+    place = placement_of(json.loads(args.map.read_text()))
+    n_experts = max(e for lp in place for d in lp for e in d) + 1
+    path = write_loads(args.out, place, expert_weights(len(place), n_experts, args.seed), args.windows)
+    print(
+        f"wrote {path}: {args.windows} windows of {len(place)} layers x {len(place[0])} ranks x "
+        f"{len(place[0][0])} slots, {n_experts} logical experts (seed {args.seed})"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -116,6 +116,18 @@ def test_move_cap_is_kept_per_layer_and_moves_fewer(small):
         ep.plan(loads, redundant_per_rank=2, max_moves=3)
 
 
+def test_search_counts_its_moves_as_the_map_shows_them(small):
+    # the budget is spent on real moves: a copy counted twice once left half a cap unused
+    _, loads = small
+    for ly in loads.layers[:2]:
+        w = ly.expert_tokens(16)
+        for budget in (1, 3, 6):
+            st = ep._State(ly.placement, w, ly.placement)
+            ep._search(st, True, True, budget, sum(w) / 20)
+            assert st.moves == ep.moves_between(ly.placement, st.place) <= budget
+        assert st.moves > 3  # the cap of 6 was used beyond 3
+
+
 def test_more_redundant_slots_grow_every_device(small):
     _, loads = small
     p = ep.plan(loads, redundant_per_rank=2)
