@@ -429,6 +429,22 @@ def cold_copies(w: list[float], had: list[int], count: list[int], R: int, per_sl
     return out
 
 
+def _align(cur: list[list[int]], place: list[list[int]]) -> list[list[int]]:
+    """A fresh packing's devices are interchangeable: give each packed device to the current device
+    it shares most experts with (greedy, largest overlap first), so fewer experts move."""
+    pairs = sorted(
+        ((len(set(c) & set(p)), d, i) for d, c in enumerate(cur) for i, p in enumerate(place)),
+        key=lambda t: (-t[0], t[1], t[2]),
+    )
+    out: list[list[int] | None] = [None] * len(cur)
+    used: set[int] = set()
+    for _, d, i in pairs:
+        if out[d] is None and i not in used:
+            out[d] = place[i]
+            used.add(i)
+    return [p if p is not None else [] for p in out]
+
+
 def _keep_slots(before: list[list[int]], after: list[list[int]], S: int) -> list[list[int]]:
     """The same experts per device, each staying in the slot it had where it can (a readable diff)."""
     out = []
@@ -495,7 +511,7 @@ def plan_layer(
         for counts in options:
             packed = _State(_pack(w, counts, R, slots), w, cur)
             _search(packed, True, mode == "both", None, cold)
-            candidates.append(packed)
+            candidates.append(_State(_align(cur, packed.place), w, cur))
     had = [0] * n_experts
     for p in cur:
         for e in p:
