@@ -10,7 +10,7 @@
 -- role: verdict
 -- priority: none
 -- order: 95
--- headline: scope | layer | {verdict} | peak/avg {par_before} -> {par_after} | top ranks {top_share_before_pct} -> {top_share_after_pct} % of tokens | hot rank {hot_rank} -> peak rank {peak_rank_after} | GroupedMatmul {gmm_change_pct} %, dispatch+combine {comm_change_pct} %
+-- headline: scope | layer | {verdict} | {par_after} peak/avg after (before {par_before}) | {top_share_after_pct} % of tokens on the busiest ranks (before {top_share_before_pct}) | peak rank {peak_rank_after} (hot rank before {hot_rank}) | GroupedMatmul {gmm_change_pct} % on the hot rank | dispatch+combine {comm_change_pct} %
 -- summary: {scope}{layer_txt} {verdict} ({before} -> {after}): peak/avg {par_before} -> {par_after}; {cause}{layers_txt}; {next_step}
 -- pass: Every layer converged, or nothing to compare: the run has one EPLB epoch and no before_run was given (`slowcard compare BEFORE AFTER` gives it).
 --
