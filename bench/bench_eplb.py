@@ -154,7 +154,11 @@ def summary(name: str, res: dict, max_moves: int) -> str:
     return (
         f"{name}: {n} layers; mean peak/avg now {mean('now'):.3f}, DeepSeek EPLB {mean('deepseek'):.3f}, "
         f"ours {mean('ours'):.3f} (ours <= DeepSeek on {better}/{n} layers, worst layer ours/DeepSeek {worst:.3f}"
-        + (f"; DeepSeek stacks two copies of an expert on one GPU in {lost_dup} of the {len(lost)} it wins" if lost else "")
+        + (
+            f"; DeepSeek stacks two copies of an expert on one GPU in {lost_dup} of the {len(lost)} it wins"
+            if lost
+            else ""
+        )
         + "); "
         f"moved per layer: DeepSeek {mean('moves_deepseek'):.1f}, ours {mean('moves_ours'):.1f}, "
         f"ours with --max-moves {max_moves} {mean('moves_capped'):.1f} "
@@ -179,7 +183,9 @@ def main() -> int:
         print(f"note: {DEPLOYMENT} is absent: the real deployment cases are skipped")
     small = [[[r * 4 + s for s in range(4)] + [(r * 4 + 5) % 16] for r in range(4)] for _ in range(8)]
     for seed in range(1, args.seeds + 1):
-        cases.append((f"4 ranks x 5 slots, 16 experts, seed {seed}", small, synth_eplb.expert_weights(8, 16, seed, hot=2), 1, 1))
+        cases.append(
+            (f"4 ranks x 5 slots, 16 experts, seed {seed}", small, synth_eplb.expert_weights(8, 16, seed, hot=2), 1, 1)
+        )
     fails = 0
     for name, place, w, groups, nodes in cases:
         res = compare(place, w, groups, nodes, args.max_moves)

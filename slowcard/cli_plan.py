@@ -28,7 +28,9 @@ def _rows(reps, kept: dict, added: dict) -> list[list]:
                 round(r.new_par, 3),
                 round(100 * saved, 1),
                 r.moves,
-                "kept as it is" if kept.get(r.layer) else (", ".join(f"E{e}" for e in added.get(r.layer, [])[:4]) or "-")
+                "kept as it is"
+                if kept.get(r.layer)
+                else (", ".join(f"E{e}" for e in added.get(r.layer, [])[:4]) or "-")
                 + (" …" if len(added.get(r.layer, [])) > 4 else ""),
             ]
         )
@@ -53,7 +55,9 @@ def register(app: typer.Typer) -> None:
         db: DbOption = Path(DEFAULT_DB),
         run: RunOption = None,
         mode: str = typer.Option(
-            "both", "--mode", help="both | replace (move experts only) | replicate (change only which experts get copies)."
+            "both",
+            "--mode",
+            help="both | replace (move experts only) | replicate (change only which experts get copies).",
         ),
         redundant_per_rank: int | None = typer.Option(
             None,
@@ -140,7 +144,7 @@ def register(app: typer.Typer) -> None:
             except OSError as exc:
                 fail(f"{target}: cannot write the expert map ({exc.strerror or exc})")
         n = len(reps)
-        summary = {
+        summary: dict = {
             "run": chosen,
             "epoch": loads.epoch,
             "windows": loads.windows,

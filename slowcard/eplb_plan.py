@@ -373,7 +373,9 @@ def _pack(w: list[float], counts: list[int], R: int, S: int) -> list[list[int]]:
     does not hold that expert (ties to the lowest device)."""
     place: list[list[int]] = [[] for _ in range(R)]
     loads = [0.0] * R
-    items = sorted(((w[e] / counts[e], e) for e in range(len(w)) for _ in range(counts[e])), key=lambda t: (-t[0], t[1]))
+    items = sorted(
+        ((w[e] / counts[e], e) for e in range(len(w)) for _ in range(counts[e])), key=lambda t: (-t[0], t[1])
+    )
     for per, e in items:
         cand = [d for d in range(R) if len(place[d]) < S and e not in place[d]]
         if not cand:

@@ -40,9 +40,7 @@ def tensor(place: list, weights: list) -> list:
 def placement_of(doc: dict) -> list:
     """[layer][device][slot] expert ids of an expert-map document (layers and devices in id order)."""
     layers = sorted(doc["layer_list"], key=lambda ly: ly["layer_id"])
-    return [
-        [d["device_expert"] for d in sorted(ly["device_list"], key=lambda d: d["device_id"])] for ly in layers
-    ]
+    return [[d["device_expert"] for d in sorted(ly["device_list"], key=lambda d: d["device_id"])] for ly in layers]
 
 
 def write_run(out: Path, place: list, weights: list, windows: int = 2, epoch: int | None = None) -> list[Path]:

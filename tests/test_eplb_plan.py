@@ -241,7 +241,18 @@ def test_cli_check_rejects_a_broken_map_and_errors_are_clear(small, tmp_path):
     assert res.exit_code == 2 and "--out FILE" in res.stderr
     res = CliRunner().invoke(
         app,
-        ["plan", "eplb", "--db", str(db), "--out", str(tmp_path / "x.json"), "--max-moves", "1", "--redundant-per-rank", "2"],
+        [
+            "plan",
+            "eplb",
+            "--db",
+            str(db),
+            "--out",
+            str(tmp_path / "x.json"),
+            "--max-moves",
+            "1",
+            "--redundant-per-rank",
+            "2",
+        ],
     )
     assert res.exit_code == 2 and "--max-moves 1" in res.stderr and not (tmp_path / "x.json").exists()
 
