@@ -30,7 +30,10 @@
 -- The hot rank = the busiest rank before; its GroupedMatmul and dispatch+combine time (median
 -- over the layer's instances in moe_layer_facts of each run, by EP rank) before and after are
 -- evidence columns, filled only with before_run (one trace cannot be split by epoch here) and
--- traces in both runs; they do not decide the verdict.
+-- traces in both runs; they do not decide the verdict. The overall row also gives the change in
+-- end-to-end request latency (median of the p50 of the metric windows `slowcard watch` stored:
+-- the whole run with before_run, else the windows within each epoch's load windows; the
+-- metrics have no per-token decode latency), NULL without metric windows; evidence too.
 -- Rows: one 'overall' row (FAIL when any layer did not converge, listing them), then one row per layer.
 WITH wins AS MATERIALIZED (
     SELECT run, wseq, epoch FROM _expert_windows WHERE run = $run OR (run = $before_run AND $before_run <> '')
@@ -48,6 +51,16 @@ WITH wins AS MATERIALIZED (
                     AND epoch = (SELECT epoch FROM wins WHERE run = $run AND epoch IS DISTINCT FROM (SELECT epoch FROM after_e)
                                  ORDER BY wseq DESC LIMIT 1)
           END
+), spans AS (                       -- per side: its run and the time its load windows cover (window ends)
+    SELECT s.side, any_value(s.run) AS run, min(w.ts_ns) AS t0, max(w.ts_ns) AS t1
+    FROM sides s JOIN _expert_windows w USING (run, wseq)
+    GROUP BY s.side
+), latency AS (                     -- median end-to-end request latency p50 of the side's metric windows
+    SELECT p.side, median(m.e2e_p50_ms) AS e2e_p50_ms
+    FROM spans p JOIN metric_windows m ON m.run = p.run
+    WHERE m.e2e_p50_ms IS NOT NULL
+      AND ($before_run <> '' OR m.ts_ns BETWEEN p.t0 AND p.t1)
+    GROUP BY p.side
 ), names AS (
     SELECT CASE WHEN $before_run <> '' THEN 'run ' || $before_run
                 ELSE 'epoch ' || coalesce((SELECT any_value(w.epoch) FROM wins w JOIN sides s USING (run, wseq) WHERE s.side = 'before')::VARCHAR, '?') END AS before,
@@ -92,14 +105,16 @@ WITH wins AS MATERIALIZED (
            bool_or(not_converged) AS not_converged, count(*) AS layers,
            count(*) FILTER (WHERE not_converged) AS layers_not_converged,
            list(layer ORDER BY par_after / NULLIF(par_before, 0) DESC, layer) FILTER (WHERE not_converged) AS not_converged_layers,
-           bool_or(not_converged AND peak_rank_after = hot_rank) AS same_rank
+           bool_or(not_converged AND peak_rank_after = hot_rank) AS same_rank,
+           (SELECT e2e_p50_ms FROM latency WHERE side = 'before') AS e2e_p50_ms_before,
+           (SELECT e2e_p50_ms FROM latency WHERE side = 'after') AS e2e_p50_ms_after
     FROM per_layer
     HAVING count(*) > 0
     UNION ALL
     SELECT 'layer', layer, par_before, par_after, top_share_before, top_share_after, hot_rank, peak_rank_after,
            gmm_us_before, gmm_us_after, comm_us_before, comm_us_after, not_converged, 1,
            CASE WHEN not_converged THEN 1 ELSE 0 END, CASE WHEN not_converged THEN [layer] END,
-           not_converged AND peak_rank_after = hot_rank
+           not_converged AND peak_rank_after = hot_rank, NULL, NULL
     FROM per_layer
 )
 SELECT scope, layer, CASE WHEN layer IS NULL THEN '' ELSE ' ' || layer END AS layer_txt,
@@ -113,6 +128,8 @@ SELECT scope, layer, CASE WHEN layer IS NULL THEN '' ELSE ' ' || layer END AS la
        round(100.0 * (gmm_us_after - gmm_us_before) / NULLIF(gmm_us_before, 0), 1) AS gmm_change_pct,
        round(comm_us_before, 1) AS comm_us_before, round(comm_us_after, 1) AS comm_us_after,
        round(100.0 * (comm_us_after - comm_us_before) / NULLIF(comm_us_before, 0), 1) AS comm_change_pct,
+       round(e2e_p50_ms_before, 1) AS e2e_p50_ms_before, round(e2e_p50_ms_after, 1) AS e2e_p50_ms_after,
+       round(100.0 * (e2e_p50_ms_after - e2e_p50_ms_before) / NULLIF(e2e_p50_ms_before, 0), 1) AS e2e_change_pct,
        layers, layers_not_converged,
        coalesce(array_to_string(list_slice(not_converged_layers, 1, 10), ', ')
                 || CASE WHEN len(not_converged_layers) > 10 THEN ' (+' || (len(not_converged_layers) - 10) || ' more)' ELSE '' END,

@@ -37,6 +37,34 @@ def ingest(db: Path, folder: Path, run: str) -> None:
     assert all(f.status == "ok" for f in rep.files), [f.message for f in rep.files]
 
 
+def add_latency(db: Path, p50_ms: dict) -> None:
+    """Metric windows as `slowcard watch` stores them: per run, one window per value of e2e p50."""
+    from slowcard import metrics as mx
+    from slowcard import store
+
+    con = store.open_db(db)
+    try:
+        sid = con.execute("SELECT coalesce(max(source_id), 0) FROM sources").fetchone()[0]
+        for run, values in p50_ms.items():
+            sid += 1
+            con.execute(
+                "INSERT INTO sources (source_id, run, path, size_bytes, fingerprint, format, rows_seen, rows_kept, "
+                "rows_dropped, status, message, metadata, ingested_at) "
+                f"VALUES ({sid}, ?, 'scripted-' || ?, 0, '', 'metrics_scrape', 0, 0, 0, 'ok', '', '{{}}', now())",
+                [run, run],
+            )
+            for i, v in enumerate(values):
+                row = dict.fromkeys(mx.WINDOW_COLUMNS)
+                row.update(ts_ns=(i + 1) * 10**9, window_s=1.0, e2e_p50_ms=v)
+                cols = ", ".join(mx.WINDOW_COLUMNS)
+                con.execute(
+                    f"INSERT INTO metric_window_rows (source_id, {cols}) VALUES ({sid}, {', '.join('?' * len(row))})",
+                    [row[c] for c in mx.WINDOW_COLUMNS],
+                )
+    finally:
+        con.close()
+
+
 def result(db: Path, run: str, **params):
     con = queries.open_readonly(db)
     try:
@@ -76,6 +104,15 @@ def test_the_planned_map_applied_converges(before_and_plan, tmp_path):
     assert rows[2]["cause"] == "balanced before and after"
     (overall,) = [r for r in res.rows if r["scope"] == "overall"]
     assert (overall["before"], overall["after"], overall["layers_not_converged"]) == ("run before", "run after", 0)
+    assert overall["e2e_p50_ms_before"] is None  # no metric windows: no latency
+    # with the metric windows `slowcard watch` stores for each run: the latency change beside
+    add_latency(db, {"before": [210.0, 190.0, 200.0], "after": [150.0, 160.0, 140.0]})
+    (overall,) = [r for r in result(db, "after", before_run="before").rows if r["scope"] == "overall"]
+    assert (overall["e2e_p50_ms_before"], overall["e2e_p50_ms_after"], overall["e2e_change_pct"]) == (
+        200.0,
+        150.0,
+        -25.0,
+    )
     # without before_run the run has one epoch: nothing to compare
     alone = result(db, "after")
     assert alone.status == "PASS" and alone.rows == []
