@@ -76,12 +76,14 @@ def register(app: typer.Typer) -> None:
         fmt: str = typer.Option("table", "--format", "-f", help="table | json"),
         limit: LimitOption = 20,
     ):
-        """Plan a new expert placement from the run's measured expert loads (the latest EPLB
-        epoch) and write it as an expert map (vLLM-Ascend expert_map.json, MindIE
-        *_global_deployment.json): every logical expert placed, the slots per device as in force,
-        copies within --redundant-per-rank, at most --max-moves experts moved per layer. The map
-        is validated and replayed on the loads: each layer's peak/avg now and planned, and the
-        MoE time saved.
+        """Write a new expert placement, planned from the run's measured expert loads, as the
+        expert map vLLM-Ascend and MindIE load; validated and replayed on the loads.
+
+        The loads are those of the run's latest EPLB epoch; the map (vLLM-Ascend
+        expert_map.json, MindIE *_global_deployment.json) places every logical expert, keeps the
+        slots per device in force (or experts / ranks + --redundant-per-rank), never puts an
+        expert twice on one device, and moves at most --max-moves experts per layer. Printed:
+        each layer's peak/avg now and planned, the experts moved, and the MoE time saved.
 
         Examples:
             slowcard plan eplb --db ep.duckdb --out expert_map.json

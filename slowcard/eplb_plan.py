@@ -131,7 +131,8 @@ def read_loads(con, run: str) -> Loads:
                 WHERE run = $run AND epoch IS NOT DISTINCT FROM (SELECT epoch FROM last_e)
             )
             SELECT coalesce(m.layer, l.layer), coalesce(m.ep_rank, l.ep_rank), coalesce(m.local_slot, l.local_slot),
-                   coalesce(m.expert, l.expert), coalesce(l.tokens, 0.0)
+                   coalesce(m.expert, l.expert), coalesce(l.tokens, 0.0),
+                   l.layer IS NOT NULL AS measured, m.layer IS NOT NULL OR NOT EXISTS (SELECT 1 FROM mapped) AS placed
             FROM mapped m FULL JOIN loads l USING (layer, ep_rank, local_slot)
             WHERE (SELECT count(*) FROM win) > 0
             ORDER BY 1, 2, 3
@@ -149,8 +150,24 @@ def read_loads(con, run: str) -> Loads:
     if not rows:
         raise UsageError(f"run {run!r} has no expert-load windows: ingest the expert-load dumps (and the map in force)")
     by_layer: dict[int, dict[int, dict[int, tuple[int, float]]]] = {}
-    for layer, rank, slot, expert, tokens in rows:
+    measured: dict[int, set[int]] = {}
+    for layer, rank, slot, expert, tokens, has_load, placed in rows:
+        if not placed:
+            raise UsageError(
+                f"run {run!r} layer {layer}: the loads have EP rank {rank} slot {slot}, which the expert map in "
+                "force lacks: the loads and the map are of different deployments (ingest the map they ran under)"
+            )
         by_layer.setdefault(layer, {}).setdefault(rank, {})[slot] = (int(expert), float(tokens))
+        if has_load:
+            measured.setdefault(layer, set()).add(rank)
+    for layer, ranks in by_layer.items():
+        missing = sorted(set(ranks) - measured.get(layer, set()))
+        if missing:
+            raise UsageError(
+                f"run {run!r} layer {layer}: no load for EP ranks {missing[:8]}{'…' if len(missing) > 8 else ''} "
+                f"of the {len(ranks)} the expert map places experts on: a plan needs every rank's load "
+                "(ingest every rank's dump)"
+            )
     layers: list[LayerLoad] = []
     slots_seen: set[int] = set()
     n_experts = 0

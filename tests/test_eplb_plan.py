@@ -337,3 +337,24 @@ def test_real_hotspot_dumps_of_one_rank_leave_every_layer_as_it_is(realdata, tmp
     # one rank (the dumps hold rank 0 only): nothing to balance, nothing moved
     assert (s["devices"], s["experts_moved"], s["moe_time_saved_pct"]) == (1, 0, 0.0)
     assert s["layers_kept"] == s["layers"] == len((d / "decode_0.csv").read_text().split())
+
+
+@pytest.mark.realdata
+def test_loads_of_one_rank_under_the_64_device_map_are_refused(realdata, tmp_db):
+    # the real hot-spot dumps hold rank 0 (4 slots); the real deployment map places 64 devices x 5
+    dep, hs = realdata / DEPLOYMENT, realdata / HOTSPOT
+    if not dep.exists() or not hs.exists():
+        pytest.skip(f"{dep} or {hs} is absent")
+    ingest_paths(tmp_db, [dep, hs / "decode_0.csv", hs / "model_gen_config.json"], run="mixed")
+    with pytest.raises(UsageError, match=r"no load for EP ranks \[1, 2, 3"):
+        loads_of(tmp_db, "mixed")
+
+
+def test_load_slots_the_map_lacks_are_refused(tmp_path):
+    # loads of 4 ranks x 5 slots under a map of 4 ranks x 4 slots
+    paths = synth_eplb.write_run(tmp_path / "x", [SMALL], [[100] * 16])
+    se.write_json(paths[0], se.map_doc([[[r * 4 + s for s in range(4)] for r in range(4)]]))
+    db = tmp_path / "x.duckdb"
+    ingest_paths(db, [str(p) for p in paths], run="x")
+    with pytest.raises(UsageError, match="slot 4, which the expert map in force lacks"):
+        loads_of(db, "x")
