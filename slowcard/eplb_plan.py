@@ -192,10 +192,10 @@ def read_loads(con, run: str) -> Loads:
             "an expert map needs the same number on every device"
         )
     for ly in layers:
-        missing = set(range(n_experts)) - {e for p in ly.placement for e in p}
-        if missing:
+        lost = sorted(set(range(n_experts)) - {e for p in ly.placement for e in p})
+        if lost:
             raise UsageError(
-                f"run {run!r} layer {ly.layer}: logical experts {sorted(missing)[:8]} have no slot in the placement "
+                f"run {run!r} layer {ly.layer}: logical experts {lost[:8]} have no slot in the placement "
                 "in force; ingest the expert map of the epoch the loads ran under"
             )
     return Loads(run, head[0] if head else None, int(head[1]) if head else 0, n_experts, slots_seen.pop(), layers)
