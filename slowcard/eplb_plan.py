@@ -20,7 +20,7 @@ Planning, per layer (``plan``):
   of the busiest rank's expert (replicate), whichever lowers the peak most per expert moved;
 - a move is an expert copied to a device that did not hold it (the weights that must travel);
   with ``max_moves`` each layer moves at most that many, and the search takes the actions with
-  the largest peak cut per move first (SGLang weighs moves the same way);
+  the largest peak cut per move first (SGLang's rebalance also penalises moves);
 - a layer whose peak the plan cannot cut by ``min_gain`` keeps its placement (no move).
 """
 
