@@ -423,6 +423,10 @@ from . import cli_watch  # noqa: E402  (watch command)
 
 cli_watch.register(app)
 
+from . import cli_plan  # noqa: E402  (plan eplb command)
+
+cli_plan.register(app)
+
 
 def main():
     """Console entry point; --debug anywhere re-raises library errors with their traceback."""

@@ -82,7 +82,9 @@ def compare(con, run_a: str, run_b: str, catalog: dict | None = None) -> Compari
     results_a, results_b = {}, {}
     for q in verdicts + metrics:
         ra = results_a[q.name] = queries_mod.run_query(con, q, run_a)
-        rb = results_b[q.name] = queries_mod.run_query(con, q, run_b)
+        # a query that compares with the run before (eplb-converged) gets run A as that run
+        before = {"before_run": run_a} if any(p.name == "before_run" for p in q.params) else None
+        rb = results_b[q.name] = queries_mod.run_query(con, q, run_b, before)
         if q.is_verdict:
             fa, fb = _flagged(ra), _flagged(rb)
             gone = [f for f in fa if f not in fb]

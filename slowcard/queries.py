@@ -593,7 +593,10 @@ def run_query(con, query: Query, run: str, params: dict | None = None) -> Result
         # Bind exactly the parameters the body uses (DuckDB rejects unused named parameters).
         used = set(_DOLLAR.findall(_strip_comments_and_strings(query.body)))
         bound = {k: v for k, v in {"run": run, **values}.items() if k in used}
-        res.columns, rows = isolated_select(con, query.body, bound, scope=run)
+        # a query given a second run to compare with (before_run, as eplb-converged under
+        # `compare`) reads both: the views are not narrowed to one run then
+        scope = None if values.get("before_run") else run
+        res.columns, rows = isolated_select(con, query.body, bound, scope=scope)
         res.rows = [dict(zip(res.columns, _plain(r))) for r in rows]
     except QueryAborted as exc:
         res.status = verdict_mod.Status.ERROR
@@ -789,9 +792,12 @@ def shell_sql(query: Query, run: str | None = None, params: dict | None = None) 
         _sql_literal(run, "VARCHAR") if run is not None else "(SELECT run FROM runs ORDER BY created_at, run LIMIT 1)"
     )
     lines.append(f"SET VARIABLE run = {run_value};")
-    lines.append(
-        "SET VARIABLE slowcard_scope = getvariable('run');  -- views read this run only; RESET VARIABLE slowcard_scope: all"
-    )
+    if values.get("before_run"):  # as run_query: a query given the run before reads both runs
+        lines.append("-- the views read every run: the query compares run with before_run")
+    else:
+        lines.append(
+            "SET VARIABLE slowcard_scope = getvariable('run');  -- views read this run only; RESET VARIABLE slowcard_scope: all"
+        )
     types = {p.name: p.type for p in query.params}
     for name, value in values.items():
         lines.append(f"SET VARIABLE {name} = {_sql_literal(value, types[name])};")

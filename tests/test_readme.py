@@ -55,11 +55,12 @@ def assert_shown(shown: str, actual: str, what: str) -> None:
 
 @pytest.fixture(scope="module")
 def scratch(tmp_path_factory) -> Path:
-    """A folder laid out like a checkout: testdata/ here, shared/ beside it (when it exists)."""
+    """A folder laid out like a checkout: testdata/ and tests/ here, shared/ beside it (when it exists)."""
     base = tmp_path_factory.mktemp("readme")
     cwd = base / "checkout"
     cwd.mkdir()
     (cwd / "testdata").symlink_to(ROOT / "testdata")
+    (cwd / "tests").symlink_to(ROOT / "tests")  # the generators a session runs (tests/synth_eplb.py)
     if SHARED.is_dir():
         (base / "shared").symlink_to(SHARED)
     return cwd
