@@ -99,6 +99,12 @@ def ingest(
     rank_map: Path | None = typer.Option(
         None, "--rank-map", help="CSV 'path,rank' or JSON {path-or-glob: rank}; overrides every other source."
     ),
+    device_map: Path | None = typer.Option(
+        None,
+        "--device-map",
+        help="CSV 'rank,host,device_id' or JSON {rank: {host, device_id}}: the physical device of each rank "
+        "where the files do not say (slowcard fleet counts slow cards per device).",
+    ),
     groups: list[Path] | None = typer.Option(
         None,
         "--groups",
@@ -137,6 +143,7 @@ def ingest(
         jobs=jobs,
         rank_pattern=rank_pattern,
         rank_map=rank_map,
+        device_map=device_map,
         groups=groups,
         progress=progress_printer(),
     )
@@ -506,6 +513,7 @@ _FAST_SPECS: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
             "-j": ("jobs", "int1"),
             "--rank-pattern": ("rank_pattern", "str"),
             "--rank-map": ("rank_map", "path"),
+            "--device-map": ("device_map", "path"),
             "--groups": ("groups", "paths"),
             "--taxonomy": ("taxonomy", "path"),
             "--run-per-folder": ("run_per_folder", "flag"),
@@ -545,6 +553,7 @@ _FAST_DEFAULTS: dict[str, dict] = {
         "jobs": None,
         "rank_pattern": None,
         "rank_map": None,
+        "device_map": None,
         "groups": None,
         "taxonomy": None,
         "run_per_folder": False,

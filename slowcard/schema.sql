@@ -35,7 +35,7 @@ CREATE TABLE IF NOT EXISTS sources (
     pp_rank      INTEGER,
     ep_rank      INTEGER,
     world_size   INTEGER,
-    host         VARCHAR,
+    host         VARCHAR,            -- the machine the file was written on (NULL: no input says)
     base_time_ns BIGINT,             -- offset added to every ts (Kineto baseTimeNanoseconds), 0 if none
     rows_seen    BIGINT,             -- events / rows the reader saw
     rows_kept    BIGINT,             -- rows stored
@@ -43,8 +43,15 @@ CREATE TABLE IF NOT EXISTS sources (
     status       VARCHAR,            -- ok | salvaged | truncated | failed
     message      VARCHAR,
     metadata     JSON,               -- header keys of the file (distributedInfo, deviceProperties, …)
-    ingested_at  TIMESTAMP        -- (run, path) is unique: commit_source replaces the old row
+    ingested_at  TIMESTAMP,       -- (run, path) is unique: commit_source replaces the old row
+    device_id     INTEGER,           -- the accelerator index on `host` (NULL: no input says; never guessed)
+    host_source   VARCHAR,           -- where host came from: trace_header | file_name | profiler_info | ascend_pt_dir | prof_id | device_map
+    device_source VARCHAR            -- where device_id came from: kernel_pid | device_properties | kernel_details | prof_device_dir | device_map
 );
+-- databases made before the physical device identity (issue 45): host was there, not the rest
+ALTER TABLE sources ADD COLUMN IF NOT EXISTS device_id INTEGER;
+ALTER TABLE sources ADD COLUMN IF NOT EXISTS host_source VARCHAR;
+ALTER TABLE sources ADD COLUMN IF NOT EXISTS device_source VARCHAR;
 
 -- The sources the views read: every run, or only the run the variable slowcard_scope names
 -- (slowcard sets it on each query's own connection; unset in the duckdb shell: every run). The run
@@ -165,3 +172,37 @@ CREATE TABLE IF NOT EXISTS captures (
     notes          VARCHAR,   -- e.g. msserviceprofiler parse not run (not on PATH)
     created_at     TIMESTAMP
 );
+
+-- The slow cards each run's diagnosis named (slowcard/fleet.py judges a run once, when `slowcard
+-- fleet` first meets it or its files changed): what the fleet queries (sql/fleet-*.sql) count
+-- across runs, since a run's verdicts are otherwise computed on demand and never kept.
+CREATE TABLE IF NOT EXISTS run_verdicts (
+    run         VARCHAR PRIMARY KEY,
+    status      VARCHAR,     -- the diagnosis conclusion: FAIL | WARN | PASS | SKIP
+    query       VARCHAR,     -- the verdict that named the slow cards, e.g. ep-slow-rank@v8 (NULL: none)
+    n_ranks     INTEGER,     -- distinct ranks of the run's files (the N of the fleet's 1/N)
+    files_stamp VARCHAR,     -- count and newest ingested_at of the run's files when judged
+    judged_at   TIMESTAMP
+);
+CREATE TABLE IF NOT EXISTS run_slow_cards (
+    run       VARCHAR,
+    rank      INTEGER,       -- the slow card's rank (NULL: the finding names a DP domain, an expert …)
+    label     VARCHAR,       -- as diagnose prints it: 'rank 3', 'DP domain 1'
+    level     VARCHAR,       -- FAIL | WARN
+    cause     VARCHAR,
+    cost_ms   DOUBLE,
+    cost_pct  DOUBLE,
+    query     VARCHAR        -- e.g. ep-slow-rank@v8
+);
+
+-- Each run's ranks on their physical devices: one row per (run, rank) with the host and device
+-- id its files name (first non-NULL in source_id order), and the device key 'host/device_id'
+-- only when both are known (a device id alone is not unique across machines).
+CREATE OR REPLACE VIEW rank_devices AS
+SELECT run, rank,
+       first(host ORDER BY source_id) FILTER (WHERE host IS NOT NULL) AS host,
+       first(device_id ORDER BY source_id) FILTER (WHERE device_id IS NOT NULL) AS device_id,
+       first(host_source ORDER BY source_id) FILTER (WHERE host IS NOT NULL) AS host_source,
+       first(device_source ORDER BY source_id) FILTER (WHERE device_id IS NOT NULL) AS device_source
+FROM sources WHERE rank IS NOT NULL
+GROUP BY run, rank;
