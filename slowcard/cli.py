@@ -430,6 +430,10 @@ from . import cli_watch  # noqa: E402  (watch command)
 
 cli_watch.register(app)
 
+from . import cli_fleet  # noqa: E402  (fleet command)
+
+cli_fleet.register(app)
+
 
 def main():
     """Console entry point; --debug anywhere re-raises library errors with their traceback."""

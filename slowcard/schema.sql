@@ -180,10 +180,10 @@ CREATE TABLE IF NOT EXISTS run_verdicts (
     run         VARCHAR PRIMARY KEY,
     status      VARCHAR,     -- the diagnosis conclusion: FAIL | WARN | PASS | SKIP
     query       VARCHAR,     -- the verdict that named the slow cards, e.g. ep-slow-rank@v8 (NULL: none)
-    n_ranks     INTEGER,     -- distinct ranks of the run's files (the N of the fleet's 1/N)
     files_stamp VARCHAR,     -- count and newest ingested_at of the run's files when judged
     judged_at   TIMESTAMP
 );
+-- one row per slow card of a run (a card named by several rows of its verdict: the costliest)
 CREATE TABLE IF NOT EXISTS run_slow_cards (
     run       VARCHAR,
     rank      INTEGER,       -- the slow card's rank (NULL: the finding names a DP domain, an expert …)
@@ -206,3 +206,28 @@ SELECT run, rank,
        first(device_source ORDER BY source_id) FILTER (WHERE device_id IS NOT NULL) AS device_source
 FROM sources WHERE rank IS NOT NULL
 GROUP BY run, rank;
+
+-- The fleet's base rows (sql/fleet-*.sql read it): one row per judged run x rank, with the
+-- rank's physical device, whether the run's diagnosis named it a slow card (level, cause, cost),
+-- and the run's N (ranks) and number of slow ranks: under "no card is special", a rank of the
+-- run is named with chance n_slow / n_ranks.
+CREATE OR REPLACE VIEW fleet_rank_runs AS
+WITH judged AS (
+    SELECT v.run, coalesce(r.created_at, v.judged_at) AS run_at, v.status
+    FROM run_verdicts v LEFT JOIN runs r USING (run)
+),
+per_run AS (
+    SELECT run, count(*) AS n_ranks FROM rank_devices GROUP BY run
+),
+slow AS (
+    SELECT run, count(DISTINCT rank) AS n_slow FROM run_slow_cards WHERE rank IS NOT NULL GROUP BY run
+)
+SELECT j.run, j.run_at, j.status AS run_status, p.n_ranks, coalesce(s.n_slow, 0) AS n_slow,
+       d.rank, d.host, d.device_id,
+       CASE WHEN d.host IS NOT NULL AND d.device_id IS NOT NULL THEN d.host || '/' || d.device_id END AS device,
+       c.rank IS NOT NULL AS slow, c.level, c.cause, c.cost_ms, c.cost_pct
+FROM judged j
+JOIN rank_devices d USING (run)
+JOIN per_run p USING (run)
+LEFT JOIN slow s USING (run)
+LEFT JOIN run_slow_cards c ON c.run = d.run AND c.rank = d.rank;
