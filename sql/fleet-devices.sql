@@ -80,10 +80,11 @@ levelled AS (
 )
 SELECT device, host, device_id, level,
        runs_present, runs_judged, slow_runs, fail_runs, expected_slow_runs,
-       round(p_value, 6) AS p_value, round(p_adj, 6) AS p_adjusted,
+       p_value, p_adj AS p_adjusted,
        slow_as_ranks, cause, mean_cost_pct, total_cost_ms,
        first_seen, last_seen, first_slow_run, last_slow_run,
        CASE WHEN slow_runs = 0 THEN 'never slow'
+            WHEN NOT (slow_judged >= $min_slow_runs AND p_adj < $alpha) THEN 'within chance'
             WHEN ranks_when_slow >= 2 THEN 'the device: slow as ' || ranks_when_slow || ' different ranks'
             ELSE 'device or rank: slow only as rank ' || slow_as_ranks[1] || ' (cannot tell them apart; see fleet-ranks)'
        END AS reading,

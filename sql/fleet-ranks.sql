@@ -74,10 +74,11 @@ levelled AS (
 )
 SELECT rank, level,
        runs_present, runs_judged, slow_runs, fail_runs, expected_slow_runs,
-       round(p_value, 6) AS p_value, round(p_adj, 6) AS p_adjusted,
+       p_value, p_adj AS p_adjusted,
        devices_when_slow, slow_on_devices, cause, mean_cost_pct, total_cost_ms,
        first_seen, last_seen, first_slow_run, last_slow_run,
        CASE WHEN slow_runs = 0 THEN 'never slow'
+            WHEN NOT (slow_judged >= $min_slow_runs AND p_adj < $alpha) THEN 'within chance'
             WHEN devices_when_slow >= 2 THEN 'the rank, wherever it lands: slow on ' || devices_when_slow || ' devices'
             WHEN devices_when_slow = 1 THEN 'slow on one device only (' || slow_on_devices[1] || '): see fleet-devices'
             ELSE 'the rank (its devices are unknown: ingest --device-map)'
