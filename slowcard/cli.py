@@ -243,7 +243,7 @@ def list_queries(
         slowcard list --format markdown > docs/queries.md
     """
     check_format(fmt, ("table", "markdown"))
-    catalog = queries_mod.load_catalog(sql_dir)
+    catalog = queries_mod.load_catalog(sql_dir, scope=None)  # the fleet queries too
     if fmt == "markdown":
         from .catalog_doc import catalog_markdown
 

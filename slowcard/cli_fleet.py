@@ -36,7 +36,7 @@ def register(app: typer.Typer) -> None:
             None, "--since", help="Only runs ingested at or after this time (ISO date or time)."
         ),
         trend: str | None = typer.Option(
-            None, "--trend", help="One card's cost run by run: host/device_id as fleet-devices names it."
+            None, "--trend", help="One card's cost run by run: host/device_id as the device table names it."
         ),
         min_slow_runs: int = typer.Option(
             3, "--min-slow-runs", min=1, help="A device or rank is named only when slow in at least this many runs."
@@ -70,10 +70,8 @@ def register(app: typer.Typer) -> None:
         if not Path(db).exists():
             raise UsageError(f"{db}: no such database; ingest runs first (slowcard ingest PATH --run NAME --db {db})")
         when = _since(since)
-        common = {"since": when, "min_slow_runs": str(min_slow_runs)}
-        params = {"fleet-devices": common, "fleet-ranks": common, "fleet-trend": {"since": when, "device": trend or ""}}
-        names = ["fleet-devices", "fleet-ranks"] + (["fleet-trend"] if trend else [])
-        out = fleet_mod.fleet(db, params, sql_dir, rejudge, names)
+        params = {"since": when, "min_slow_runs": str(min_slow_runs), "device": trend or ""}
+        out = fleet_mod.fleet(db, params, sql_dir, rejudge, reports=trend is not None)
         results = list(out.results.values())
         if fmt == "json":
             typer.echo(to_json(out.to_dict()))

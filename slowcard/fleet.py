@@ -128,20 +128,23 @@ def fleet(
     params: dict | None = None,
     sql_dirs=None,
     rejudge: bool = False,
-    names: list[str] | None = None,
+    reports: bool = True,
 ) -> Fleet:
-    """Judge what is stale, then run the fleet queries (``names``: these only; ``params``: query
-    name -> its parameters)."""
+    """Judge what is stale, then run the fleet queries (``scope: fleet``) in their order.
+    ``params``: parameter -> value, given to each query that declares it (``since`` is shared by
+    all); ``reports``: run the report queries too (the trend), not only the verdicts."""
     judged, kept = judge(db, sql_dirs, rejudge)
     out = Fleet(judged=judged, kept=kept)
     catalog = queries_mod.load_catalog(sql_dirs, scope="fleet")
     con = queries_mod.open_readonly(db)
     try:
         for q in diagnosis_mod.ordered(catalog):
-            if names is None or q.name in names:
-                qp = (params or {}).get(q.name) or {}
-                label = f"runs since {qp['since']}" if qp.get("since") else "all runs"
-                out.results[q.name] = queries_mod.run_query(con, q, label, qp)
+            if not (q.is_verdict or reports):
+                continue
+            declared = {p.name for p in q.params}
+            qp = {k: v for k, v in (params or {}).items() if k in declared}
+            label = f"runs since {qp['since']}" if qp.get("since") else "all runs"
+            out.results[q.name] = queries_mod.run_query(con, q, label, qp)
     finally:
         con.close()
     return out

@@ -2,6 +2,7 @@
 -- version: 1
 -- description: The card that keeps coming up slow: per physical device (host/device_id) over the judged runs, how often a run's diagnosis named it a slow card, with cause, cost and first/last seen; FAIL / WARN when that is beyond chance given how often it was present.
 -- scope: fleet
+-- order: 900
 -- requires: fleet_rank_runs
 -- param: since VARCHAR = ''             -- only runs ingested at or after this time (ISO date or time); '' every run
 -- param: min_slow_runs INTEGER = 3      -- a device is named only when slow in at least this many runs

@@ -2,6 +2,7 @@
 -- version: 1
 -- description: The rank that is slow wherever it lands: per rank over the judged runs, how often a run's diagnosis named it a slow card, on how many devices, with cause, cost and first/last seen; FAIL / WARN when that is beyond chance and not one device's doing.
 -- scope: fleet
+-- order: 910
 -- requires: fleet_rank_runs
 -- param: since VARCHAR = ''             -- only runs ingested at or after this time (ISO date or time); '' every run
 -- param: min_slow_runs INTEGER = 3      -- a rank is named only when slow in at least this many runs

@@ -2,6 +2,7 @@
 -- version: 1
 -- description: One card's cost across runs: per judged run where the device was present, the rank it served, whether it was a slow card, with level, cause and cost (the device slow most often when none is given).
 -- scope: fleet
+-- order: 920
 -- requires: fleet_rank_runs
 -- param: device VARCHAR = ''            -- host/device_id (as fleet-devices names it); '' the device slow in the most runs
 -- param: since VARCHAR = ''             -- only runs ingested at or after this time (ISO date or time); '' every run

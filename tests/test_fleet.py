@@ -72,10 +72,10 @@ def test_balanced_fleet_names_nothing(balanced_fleet):
 
 def test_each_guard_holds_the_verdict(bad_fleet, balanced_fleet):
     # alpha: loosened, the lucky device of the balanced fleet is named (so alpha is what held it)
-    loose = fleet_mod.fleet(balanced_fleet, {"fleet-devices": {"alpha": "0.5", "fail_alpha": "0.0"}})
+    loose = fleet_mod.fleet(balanced_fleet, {"alpha": "0.5", "fail_alpha": "0.0"})
     assert set(flagged(loose.results["fleet-devices"], "device").values()) == {"WARN"}
     # min_slow_runs: above the bad device's count it is not named, though its p-value is tiny
-    strict = fleet_mod.fleet(bad_fleet, {"fleet-devices": {"min_slow_runs": "40"}})
+    strict = fleet_mod.fleet(bad_fleet, {"min_slow_runs": "40"})
     assert flagged(strict.results["fleet-devices"], "device") == {}
     assert next(r for r in strict.results["fleet-devices"].rows if r["device"] == BAD)["p_adjusted"] < 1e-6
 
@@ -92,14 +92,14 @@ def test_fixed_placement_names_the_device_and_says_the_rank_cannot_be_told(tmp_p
 
 
 def test_trend_and_since(bad_fleet):
-    out = fleet_mod.fleet(bad_fleet, {"fleet-trend": {"device": BAD}}, names=["fleet-trend"])
+    out = fleet_mod.fleet(bad_fleet, {"device": BAD})
     rows = out.results["fleet-trend"].rows
     assert rows and all(r["device"] == BAD and r["slow"] for r in rows)
     costs = [r["cost_pct"] for r in rows]
     assert costs == sorted(costs) and costs[-1] > costs[0]  # the generated card wears out
     assert [r["slow_runs_so_far"] for r in rows] == list(range(1, len(rows) + 1))
     # --since: only the runs from the 11th hour on
-    later = fleet_mod.fleet(bad_fleet, {"fleet-ranks": {"since": "2026-11-01 18:00:00"}}, names=["fleet-ranks"])
+    later = fleet_mod.fleet(bad_fleet, {"since": "2026-11-01 18:00:00"})
     assert next(r for r in later.results["fleet-ranks"].rows if r["rank"] == HOT)["runs_present"] == 10
 
 
