@@ -12,8 +12,17 @@ from pathlib import Path
 
 import typer
 
-from .cli_common import DEFAULT_DB, DbOption, FormatOption, LimitOption, SqlDirOption, StrictOption, WideOption
-from .cli_common import check_format, screen_width
+from .cli_common import (
+    DEFAULT_DB,
+    DbOption,
+    FormatOption,
+    LimitOption,
+    SqlDirOption,
+    StrictOption,
+    WideOption,
+    check_format,
+    screen_width,
+)
 from .errors import UsageError
 
 
@@ -23,7 +32,9 @@ def _since(value: str | None) -> str:
     try:
         return datetime.fromisoformat(value).isoformat(sep=" ")
     except ValueError:
-        raise UsageError(f"--since {value!r}: expected an ISO date or time, e.g. 2026-11-01 or 2026-11-01T08:00") from None
+        raise UsageError(
+            f"--since {value!r}: expected an ISO date or time, e.g. 2026-11-01 or 2026-11-01T08:00"
+        ) from None
 
 
 def register(app: typer.Typer) -> None:

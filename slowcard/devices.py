@@ -58,7 +58,9 @@ def load_device_map(path: str | Path) -> dict[int, tuple[str | None, int | None]
                 data = json.loads(text)
             except ValueError as exc:
                 raise UsageError(f"{p}: the device map is not valid JSON ({exc})") from None
-            items = [(k, v.get("host"), v.get("device_id")) if isinstance(v, dict) else (k, None, v) for k, v in data.items()]
+            items = [
+                (k, v.get("host"), v.get("device_id")) if isinstance(v, dict) else (k, None, v) for k, v in data.items()
+            ]
             if any(not isinstance(v, dict) for v in data.values()):
                 raise ValueError('each rank maps to an object {"host": ..., "device_id": ...}')
         else:
@@ -75,7 +77,9 @@ def load_device_map(path: str | Path) -> dict[int, tuple[str | None, int | None]
             h = None if host is None or str(host).strip() == "" else str(host).strip()
             out[r] = (h, d)
     except (ValueError, TypeError) as exc:
-        raise UsageError(f"{p}: the device map holds rank,host,device_id with integer rank and device_id ({exc})") from None
+        raise UsageError(
+            f"{p}: the device map holds rank,host,device_id with integer rank and device_id ({exc})"
+        ) from None
     return out
 
 
@@ -143,8 +147,9 @@ def device_from_source(con, sid: int, fmt: str, metadata: dict, path: Path) -> t
         ).fetchall()
         if len(pids) == 1 and pids[0][0] is not None and pids[0][0] >= 0 and (not prop_ids or pids[0][0] in prop_ids):
             return int(pids[0][0]), "kernel_pid"
-        if len(prop_ids) == 1 and isinstance(next(iter(prop_ids)), int):
-            return int(next(iter(prop_ids))), "device_properties"
+        only = next(iter(prop_ids)) if len(prop_ids) == 1 else None
+        if isinstance(only, int) and not isinstance(only, bool) and only >= 0:
+            return only, "device_properties"
     ids = metadata.get("device_ids") if isinstance(metadata, dict) else None
     if isinstance(ids, list) and len(ids) == 1 and isinstance(ids[0], int):
         return ids[0], "kernel_details"

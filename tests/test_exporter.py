@@ -22,7 +22,7 @@ from sim_procs import Sims
 from slowcard import queries
 from slowcard.errors import UsageError
 from slowcard.exporter import Exporter, parse_host_port
-from slowcard.verdict import Status, evaluate
+from slowcard.verdict import evaluate
 from slowcard.watch import Step, http_get
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,7 +66,13 @@ def test_served_metrics_parse_and_follow_the_verdicts():
             {"dp_rank": 2, "latency_rising": 1, "cause": "hot DP domain", "cost_pct": 12.5},
             {"dp_rank": 1, "latency_rising": 0, "cause": "busier DP domain"},
         ]
-        exp.update(Step(ts_ns=1_800_000_000_000_000_000, windows=[{"ts_ns": 1_799_999_990_000_000_000}], results={QUERY: result(hot)}))
+        exp.update(
+            Step(
+                ts_ns=1_800_000_000_000_000_000,
+                windows=[{"ts_ns": 1_799_999_990_000_000_000}],
+                results={QUERY: result(hot)},
+            )
+        )
         got = samples(http_get(exp.url, 2.0).body)
         assert got[key("slowcard_verdict")] == 2  # the query's status: FAIL
         assert got[key("slowcard_verdict", "DP domain 2", "hot DP domain")] == 2
@@ -103,7 +109,9 @@ def test_serve_address_is_checked():
 
 @pytest.mark.skipif(PROMTOOL is None, reason=NO_PROMTOOL)
 def test_promtool_checks_and_unit_tests_the_alert_rule():
-    check = subprocess.run([PROMTOOL, "check", "rules", str(DOCS / "slowcard-alerts.yml")], capture_output=True, text=True)
+    check = subprocess.run(
+        [PROMTOOL, "check", "rules", str(DOCS / "slowcard-alerts.yml")], capture_output=True, text=True
+    )
     assert check.returncode == 0 and "SUCCESS: 3 rules found" in check.stdout, check.stdout + check.stderr
     unit = subprocess.run(
         [PROMTOOL, "test", "rules", "slowcard-alerts.test.yml"], cwd=DOCS, capture_output=True, text=True
@@ -127,10 +135,28 @@ def test_a_real_prometheus_scrapes_the_watch_and_the_rule_fires(tmp_path):
         sim_port = sims.start("--hot-engine", "3", duration=60)
         env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
         watch = subprocess.Popen(
-            [sys.executable, "-m", "slowcard", "watch", "--scrape", f"http://127.0.0.1:{sim_port}/metrics",
-             "--interval", "1s", "--duration", "50s", "--db", str(tmp_path / "live.duckdb"), "--run", "live",
-             "--serve", "127.0.0.1:0"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+            [
+                sys.executable,
+                "-m",
+                "slowcard",
+                "watch",
+                "--scrape",
+                f"http://127.0.0.1:{sim_port}/metrics",
+                "--interval",
+                "1s",
+                "--duration",
+                "50s",
+                "--db",
+                str(tmp_path / "live.duckdb"),
+                "--run",
+                "live",
+                "--serve",
+                "127.0.0.1:0",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
         )
         first: list[str] = []
         reader = threading.Thread(target=lambda: first.append(watch.stderr.readline()), daemon=True)
@@ -138,7 +164,9 @@ def test_a_real_prometheus_scrapes_the_watch_and_the_rule_fires(tmp_path):
         reader.join(30)
         m = re.search(r"on (http://127\.0\.0\.1:(\d+)/metrics)", first[0] if first else "")
         assert m, first
-        prom = Prometheus(tmp_path, [f"127.0.0.1:{m.group(2)}", f"127.0.0.1:{sim_port}"], [DOCS / "slowcard-alerts.yml"])
+        prom = Prometheus(
+            tmp_path, [f"127.0.0.1:{m.group(2)}", f"127.0.0.1:{sim_port}"], [DOCS / "slowcard-alerts.yml"]
+        )
         fail = prom.wait_for(f'slowcard_verdict{{query="{QUERY}", subject="DP domain 3"}} == 2', bound_s=40)
         assert fail and fail[0]["metric"]["cause"], "the scraped verdicts never named DP domain 3"
         # the alert rule, loaded from docs/, is evaluated on the scraped series (pending: for 2m)
@@ -146,7 +174,9 @@ def test_a_real_prometheus_scrapes_the_watch_and_the_rule_fires(tmp_path):
         assert pending and pending[0]["metric"]["alertstate"] in ("pending", "firing")
         groups = prom.api("rules")["data"]["groups"]
         assert [(r["name"], r["health"]) for g in groups for r in g["rules"]] == [
-            ("SlowcardSlowCard", "ok"), ("SlowcardSlowCardWarning", "ok"), ("SlowcardStale", "ok")
+            ("SlowcardSlowCard", "ok"),
+            ("SlowcardSlowCardWarning", "ok"),
+            ("SlowcardStale", "ok"),
         ]
         # every PromQL of the Grafana dashboard runs on the real server; the DP panels have every domain
         for expr in dashboard_exprs():

@@ -173,7 +173,9 @@ def test_real_ascend_host_from_profiler_info(realdata, tmp_db):
 
 
 def test_real_kineto_device_from_kernels_and_host_from_header(realdata, tmp_db):
-    ingest_ok(tmp_db, [realdata / "kineto" / "sampled_rank-0.json.gz", realdata / "kineto" / "sampled_rank-1.json.gz"], "gpu")
+    ingest_ok(
+        tmp_db, [realdata / "kineto" / "sampled_rank-0.json.gz", realdata / "kineto" / "sampled_rank-1.json.gz"], "gpu"
+    )
     assert identities(tmp_db, "gpu") == [(0, None, None, 0, "kernel_pid"), (1, None, None, 1, "kernel_pid")]
     ingest_ok(tmp_db, [realdata / "kineto_cpu_ep4_hot1"], "cpu")  # host_name 'vm', CPU only: no device
     assert {(h, s, d) for _, h, s, d, _ in identities(tmp_db, "cpu")} == {("vm", "trace_header", None)}
@@ -209,7 +211,10 @@ def test_device_map_fills_the_rest_and_a_bad_map_loses_nothing(tmp_db, tmp_path,
     bad.write_text('{"0": 3}')
     with pytest.raises(UsageError, match=r"bad\.json: the device map"):
         load_device_map(bad)
-    res = CliRunner().invoke(app, ["ingest", str(realdata / "kineto_cpu_ep4_hot1"), "--db", str(tmp_db), "--run", "m", "--device-map", str(bad)])
+    res = CliRunner().invoke(
+        app,
+        ["ingest", str(realdata / "kineto_cpu_ep4_hot1"), "--db", str(tmp_db), "--run", "m", "--device-map", str(bad)],
+    )
     assert res.exit_code == 2 and "bad.json" in res.output
     assert identities(tmp_db, "m") == got  # the refused map changed nothing already ingested
     csv_no_header = tmp_path / "nohead.csv"
@@ -237,3 +242,23 @@ def test_a_database_from_before_keeps_its_rows_and_gains_the_columns(tmp_db, rea
         assert con.execute("SELECT count(*) FROM run_verdicts").fetchone() == (0,)
     finally:
         con.close()
+
+
+def test_fleet_queries_are_their_own_scope(tmp_path):
+    from slowcard import queries
+    from slowcard.errors import QueryDefinitionError
+
+    run_scope, fleet_scope = queries.load_catalog(), queries.load_catalog(scope="fleet")
+    assert set(fleet_scope) == {"fleet-devices", "fleet-ranks", "fleet-trend"}
+    assert not set(run_scope) & set(fleet_scope)  # diagnose, report, compare never run them
+    q = tmp_path / "my-fleet.sql"
+    q.write_text(
+        "-- name: my-fleet\n-- version: 1\n-- description: d\n-- requires: run_verdicts\n-- verdict: none\n-- scope: fleet\nSELECT 1 AS x\n"
+    )
+    assert queries.parse_query(q).scope == "fleet"  # no $run needed
+    q.write_text(q.read_text().replace("scope: fleet", "scope: cluster"))
+    with pytest.raises(QueryDefinitionError, match="scope must be one of run, fleet"):
+        queries.parse_query(q)
+    q.write_text(q.read_text().replace("-- scope: cluster\n", ""))
+    with pytest.raises(QueryDefinitionError, match=r"must filter on the run \(use \$run\)"):
+        queries.parse_query(q)
