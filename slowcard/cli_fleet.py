@@ -88,7 +88,13 @@ def register(app: typer.Typer) -> None:
             typer.echo(to_json(out.to_dict()))
         else:
             typer.echo(
-                f"{len(out.judged)} run(s) judged now, {out.kept} judged before (stored verdicts still current)",
+                f"{len(out.judged)} run(s) judged now, {out.kept} judged before (stored verdicts still current)"
+                + (
+                    f"; {out.no_device} rank(s) of judged runs have no known device (host/device id): counted per "
+                    "rank only (ingest --device-map FILE)"
+                    if out.no_device
+                    else ""
+                ),
                 err=True,
             )
             typer.echo(render_results(results, fmt, limit, screen_width(), wide))

@@ -159,9 +159,12 @@ def device_from_source(con, sid: int, fmt: str, metadata: dict, path: Path) -> t
     return None, None
 
 
-def identify(con, run: str, device_map: dict[int, tuple[str | None, int | None]] | None = None) -> list[str]:
-    """Fill host / device_id (and where each came from) of the run's files; returns the warnings
-    (ranks whose device stays unknown, map entries for ranks the run does not have)."""
+def identify(
+    con, run: str, device_map: dict[int, tuple[str | None, int | None]] | None = None
+) -> tuple[list[str], list[str]]:
+    """Fill host / device_id (and where each came from) of the run's files; returns (notes,
+    warnings): the ranks whose device stays unknown (a fact of the input, said under the ingest
+    table), and --device-map entries for ranks the run does not have (a mistake, warned)."""
     rows = con.execute(
         "SELECT source_id, path, format, rank, host, metadata FROM sources WHERE run = ? ORDER BY source_id", [run]
     ).fetchall()
@@ -188,21 +191,23 @@ def identify(con, run: str, device_map: dict[int, tuple[str | None, int | None]]
             "UPDATE sources SET host = ?, host_source = ?, device_id = ?, device_source = ? WHERE source_id = ?",
             updates,
         )
-    warnings = []
-    missing = con.execute(
-        "SELECT list(rank ORDER BY rank) FROM rank_devices WHERE run = ? AND (host IS NULL OR device_id IS NULL)",
+    notes, warnings = [], []
+    missing, no_host, no_dev, ranks = con.execute(
+        """SELECT list(rank ORDER BY rank) FILTER (WHERE host IS NULL OR device_id IS NULL),
+                  count(*) FILTER (WHERE host IS NULL), count(*) FILTER (WHERE device_id IS NULL), count(*)
+           FROM rank_devices WHERE run = ?""",
         [run],
-    ).fetchone()[0]
+    ).fetchone()
     if missing:
         shown = ", ".join(map(str, missing[:8])) + (", …" if len(missing) > 8 else "")
-        warnings.append(
-            f"run {run!r}: no physical device (host and device id) for {len(missing)} rank(s) ({shown}): "
-            "stored as NULL; `slowcard fleet` cannot count them per device; give --device-map FILE "
-            "(rank,host,device_id)"
+        unknown = " and ".join(w for w, n in (("host", no_host), ("device id", no_dev)) if n)
+        notes.append(
+            f"device: {len(missing)} of {ranks} rank(s) ({shown}) without a {unknown} in their files: stored "
+            "as NULL, left out of `slowcard fleet`'s device counts; --device-map FILE (rank,host,device_id) names them"
         )
     if device_map:
         have = {r for (r,) in con.execute("SELECT DISTINCT rank FROM sources WHERE run = ?", [run]).fetchall()}
         extra = sorted(set(device_map) - have)
         if extra:
             warnings.append(f"run {run!r}: --device-map names rank(s) {extra[:8]} that no file of the run has")
-    return warnings
+    return notes, warnings

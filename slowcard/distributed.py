@@ -410,7 +410,9 @@ def ingest_paths_dask(
                 progress(dict(state))
             submit(ac)
         report.files = [r for r in results if r is not None]
-        report.warnings = run_checks(con, run) + devices.identify(con, run, dmap)
+        report.warnings = run_checks(con, run)
+        report.notes, extra = devices.identify(con, run, dmap)
+        report.warnings += extra
         store.refresh_materialized(con)  # the stored views follow the new files (as ingest_paths)
     finally:
         if con is not None:

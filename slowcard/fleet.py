@@ -26,12 +26,14 @@ class Fleet:
 
     judged: list[str] = field(default_factory=list)  # runs judged now
     kept: int = 0  # runs whose stored verdicts were still current
+    no_device: int = 0  # (judged run, rank) pairs whose device is unknown: not in the device counts
     results: dict = field(default_factory=dict)  # fleet query name -> Result
 
     def to_dict(self) -> dict:
         return {
             "judged_now": self.judged,
             "judged_before": self.kept,
+            "ranks_without_device": self.no_device,
             "results": [findings_mod.result_dict(r) for r in self.results.values()],
         }
 
@@ -138,6 +140,7 @@ def fleet(
     catalog = queries_mod.load_catalog(sql_dirs, scope="fleet")
     con = queries_mod.open_readonly(db)
     try:
+        out.no_device = store.scalar(con, "SELECT count(*) FROM fleet_rank_runs WHERE device IS NULL")
         for q in diagnosis_mod.ordered(catalog):
             if not (q.is_verdict or reports):
                 continue

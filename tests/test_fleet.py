@@ -169,7 +169,11 @@ def test_real_ascend_host_from_profiler_info(realdata, tmp_db):
         (0, "localhost.localdomain", "profiler_info", None, None),
         (1, "localhost.localdomain", "profiler_info", None, None),
     ]
-    assert any("no physical device" in w and "--device-map" in w for w in rep.warnings)
+    assert rep.notes == [
+        "device: 2 of 2 rank(s) (0, 1) without a device id in their files: stored as NULL, left out of "
+        "`slowcard fleet`'s device counts; --device-map FILE (rank,host,device_id) names them"
+    ]
+    assert not [w for w in rep.warnings if "device" in w]
 
 
 def test_real_kineto_device_from_kernels_and_host_from_header(realdata, tmp_db):
@@ -206,7 +210,7 @@ def test_device_map_fills_the_rest_and_a_bad_map_loses_nothing(tmp_db, tmp_path,
     assert got[:2] == [(0, "node-a", "device_map", 3, "device_map"), (1, "node-a", "device_map", 5, "device_map")]
     assert got[2] == (2, "vm", "trace_header", None, None)
     assert any("rank(s) [9]" in w for w in rep.warnings)  # a map entry no file has is said
-    assert any("2 rank(s) (2, 3)" in w for w in rep.warnings)
+    assert any("2 of 4 rank(s) (2, 3) without a device id" in n for n in rep.notes)
     bad = tmp_path / "bad.json"
     bad.write_text('{"0": 3}')
     with pytest.raises(UsageError, match=r"bad\.json: the device map"):

@@ -193,6 +193,7 @@ class IngestReport:
     db_path: str
     files: list[FileResult] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # facts of the run that are not problems (unknown devices)
 
     @property
     def failed(self) -> list[FileResult]:
@@ -517,7 +518,9 @@ def ingest_paths(
             for i in rest:
                 results[i] = one(work[i])
         report.files = [results[i] for i in range(len(work))]
-        report.warnings = run_checks(con, run) + devices_mod.identify(con, run, dmap)
+        report.warnings = run_checks(con, run)
+        report.notes, extra = devices_mod.identify(con, run, dmap)
+        report.warnings += extra
         # The stored cross-rank views (store.MATERIALIZED) follow the new files now, so that the
         # duckdb shell reads the same rows as slowcard's queries right after an ingest.
         try:
