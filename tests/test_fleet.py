@@ -266,3 +266,18 @@ def test_fleet_queries_are_their_own_scope(tmp_path):
     q.write_text(q.read_text().replace("-- scope: cluster\n", ""))
     with pytest.raises(QueryDefinitionError, match=r"must filter on the run \(use \$run\)"):
         queries.parse_query(q)
+
+
+def test_hosts_and_devices_named_by_paths(tmp_path):
+    from slowcard.devices import _device_dir, host_from_path
+
+    assert host_from_path(Path("/p/ms_service_node3-4242/batch.csv")) == ("node3", "prof_id")
+    assert host_from_path(Path("/p/ms_service_node3-4242.db")) == ("node3", "prof_id")
+    pt = tmp_path / "node5_1234_20260101120000123_ascend_pt"
+    csv = pt / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv"
+    assert host_from_path(csv) == ("node5", "ascend_pt_dir")  # no profiler_info: the folder name
+    (pt / "PROF_000001_x" / "device_6").mkdir(parents=True)
+    assert _device_dir(csv) == 6
+    (pt / "PROF_000001_x" / "device_7").mkdir()
+    assert _device_dir(csv) is None  # two devices under one root: neither is the file's
+    assert host_from_path(Path("/p/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz")) == (None, None)
