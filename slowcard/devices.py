@@ -83,6 +83,11 @@ def load_device_map(path: str | Path) -> dict[int, tuple[str | None, int | None]
     return out
 
 
+def _ranges(ranks: list[int]) -> str:
+    shown = ", ".join(map(str, ranks[:8]))
+    return shown + (", …" if len(ranks) > 8 else "")
+
+
 def _ascend_root(path: Path) -> Path | None:
     for parent in path.parents:
         if parent.name.endswith("_ascend_pt"):
@@ -206,8 +211,12 @@ def identify(
             "as NULL, left out of `slowcard fleet`'s device counts; --device-map FILE (rank,host,device_id) names them"
         )
     if device_map:
-        have = {r for (r,) in con.execute("SELECT DISTINCT rank FROM sources WHERE run = ?", [run]).fetchall()}
-        extra = sorted(set(device_map) - have)
-        if extra:
-            warnings.append(f"run {run!r}: --device-map names rank(s) {extra[:8]} that no file of the run has")
+        # a map for a whole cluster names ranks a smaller run lacks: only a map that names none of
+        # the run's ranks is a mistake worth saying (the wrong file, or ranks numbered otherwise)
+        have = {r for (r,) in con.execute("SELECT DISTINCT rank FROM rank_devices WHERE run = ?", [run]).fetchall()}
+        if have and not have & set(device_map):
+            warnings.append(
+                f"run {run!r}: --device-map names none of the run's ranks ({_ranges(sorted(have))}); "
+                "it was not used for this run"
+            )
     return notes, warnings

@@ -12,7 +12,7 @@
 -- role: verdict
 -- subject: device
 -- priority: none
--- headline: slow in {slow_runs} of {runs_judged} runs (chance: {expected_slow_runs}, p={p_adjusted}) | {reading}
+-- headline: slow_runs | runs_judged | expected_slow_runs | p_adjusted | mean_cost_pct | last_slow_run | reading
 -- summary: device {device} [{level}] slow in {slow_runs} of {runs_judged} runs where a slow card was named (expected by chance {expected_slow_runs}, p={p_adjusted}), {cause}, mean cost {mean_cost_pct}%, {reading}; next: {next_step}
 -- pass: No device is a slow card in >= {min_slow_runs} runs beyond chance (p < {alpha}).
 --
@@ -79,11 +79,9 @@ levelled AS (
                 WHEN slow_judged >= $min_slow_runs AND p_adj < $alpha THEN 'WARN' ELSE 'PASS' END AS level
     FROM judged
 )
-SELECT device, host, device_id, level,
-       runs_present, runs_judged, slow_runs, fail_runs, expected_slow_runs,
-       p_value, p_adj AS p_adjusted,
-       slow_as_ranks, cause, mean_cost_pct, total_cost_ms,
-       first_seen, last_seen, first_slow_run, last_slow_run,
+SELECT device, level, slow_runs, runs_judged, expected_slow_runs, p_adj AS p_adjusted,
+       cause, mean_cost_pct, first_slow_run, last_slow_run,
+       host, device_id, runs_present, fail_runs, p_value, slow_as_ranks, total_cost_ms, first_seen, last_seen,
        CASE WHEN slow_runs = 0 THEN 'never slow'
             WHEN NOT (slow_judged >= $min_slow_runs AND p_adj < $alpha) THEN 'within chance'
             WHEN ranks_when_slow >= 2 THEN 'the device: slow as ' || ranks_when_slow || ' different ranks'

@@ -12,7 +12,7 @@
 -- role: verdict
 -- subject: rank
 -- priority: none
--- headline: slow in {slow_runs} of {runs_judged} runs (chance: {expected_slow_runs}, p={p_adjusted}) | {reading}
+-- headline: slow_runs | runs_judged | expected_slow_runs | p_adjusted | devices_when_slow | mean_cost_pct | last_slow_run | reading
 -- summary: rank {rank} [{level}] slow in {slow_runs} of {runs_judged} runs where a slow card was named (expected by chance {expected_slow_runs}, p={p_adjusted}), {cause}, mean cost {mean_cost_pct}%, {reading}; next: {next_step}
 -- pass: No rank is a slow card in >= {min_slow_runs} runs beyond chance (p < {alpha}) on more than one device.
 --
@@ -73,11 +73,9 @@ levelled AS (
                 WHEN moves AND slow_judged >= $min_slow_runs AND p_adj < $alpha THEN 'WARN' ELSE 'PASS' END AS level
     FROM judged
 )
-SELECT rank, level,
-       runs_present, runs_judged, slow_runs, fail_runs, expected_slow_runs,
-       p_value, p_adj AS p_adjusted,
-       devices_when_slow, slow_on_devices, cause, mean_cost_pct, total_cost_ms,
-       first_seen, last_seen, first_slow_run, last_slow_run,
+SELECT rank, level, slow_runs, runs_judged, expected_slow_runs, p_adj AS p_adjusted,
+       devices_when_slow, cause, mean_cost_pct, first_slow_run, last_slow_run,
+       runs_present, fail_runs, p_value, slow_on_devices, total_cost_ms, first_seen, last_seen,
        CASE WHEN slow_runs = 0 THEN 'never slow'
             WHEN NOT (slow_judged >= $min_slow_runs AND p_adj < $alpha) THEN 'within chance'
             WHEN devices_when_slow >= 2 THEN 'the rank, wherever it lands: slow on ' || devices_when_slow || ' devices'

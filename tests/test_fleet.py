@@ -209,7 +209,7 @@ def test_device_map_fills_the_rest_and_a_bad_map_loses_nothing(tmp_db, tmp_path,
     got = identities(tmp_db, "m")
     assert got[:2] == [(0, "node-a", "device_map", 3, "device_map"), (1, "node-a", "device_map", 5, "device_map")]
     assert got[2] == (2, "vm", "trace_header", None, None)
-    assert any("rank(s) [9]" in w for w in rep.warnings)  # a map entry no file has is said
+    assert not rep.warnings  # rank 9: a cluster-wide map names ranks a smaller run lacks
     assert any("2 of 4 rank(s) (2, 3) without a device id" in n for n in rep.notes)
     bad = tmp_path / "bad.json"
     bad.write_text('{"0": 3}')
@@ -221,6 +221,14 @@ def test_device_map_fills_the_rest_and_a_bad_map_loses_nothing(tmp_db, tmp_path,
     )
     assert res.exit_code == 2 and "bad.json" in res.output
     assert identities(tmp_db, "m") == got  # the refused map changed nothing already ingested
+    other = tmp_path / "other.csv"
+    other.write_text("rank,host,device_id\n40,node-z,0\n")
+    con = store.open_db(tmp_db)
+    try:
+        rep = ingest_paths(tmp_db, [str(realdata / "kineto_cpu_ep4_hot1")], run="m", con=con, device_map=other)
+    finally:
+        con.close()
+    assert rep.warnings == ["run 'm': --device-map names none of the run's ranks (0, 1, 2, 3); it was not used for this run"]
     csv_no_header = tmp_path / "nohead.csv"
     csv_no_header.write_text("0,node-a,3\n")
     with pytest.raises(UsageError, match="rank,host,device_id"):
