@@ -52,6 +52,9 @@ def register(app: typer.Typer) -> None:
         min_slow_runs: int = typer.Option(
             3, "--min-slow-runs", min=1, help="A device or rank is named only when slow in at least this many runs."
         ),
+        html_out: Path | None = typer.Option(
+            None, "--html", help="Also write the fleet page: a devices x runs heat map and the tables (needs plotly)."
+        ),
         rejudge: bool = typer.Option(
             False, "--rejudge", help="Judge every run again (default: only runs new or changed since last time)."
         ),
@@ -82,8 +85,25 @@ def register(app: typer.Typer) -> None:
             raise UsageError(f"{db}: no such database; ingest runs first (slowcard ingest PATH --run NAME --db {db})")
         when = _since(since)
         params = {"since": when, "min_slow_runs": str(min_slow_runs), "device": trend or ""}
+        if html_out is not None:
+            from .renderers.html import _plotly
+
+            _plotly()  # plotly missing: said before the runs are judged
         out = fleet_mod.fleet(db, params, sql_dir, rejudge, reports=trend is not None)
         results = list(out.results.values())
+        if html_out is not None:
+            from .outfile import atomic_output
+            from .renderers.fleet_html import build_fleet_page
+
+            every = fleet_mod.fleet(db, {**params, "device": "*"}, sql_dir, reports=True)
+            heat = next(r for r in every.results.values() if r.spec is not None and not r.spec.is_verdict)
+            page = build_fleet_page(every.results, heat)
+            try:
+                with atomic_output(html_out) as f:
+                    f.write(page.encode("utf-8"))
+            except OSError as exc:
+                raise UsageError(f"{html_out}: cannot write the fleet page ({exc.strerror or exc})") from None
+            typer.echo(f"wrote {html_out} ({len(page) / 1e6:.1f} MB)", err=True)
         if fmt == "json":
             typer.echo(to_json(out.to_dict()))
         else:

@@ -228,7 +228,9 @@ def test_device_map_fills_the_rest_and_a_bad_map_loses_nothing(tmp_db, tmp_path,
         rep = ingest_paths(tmp_db, [str(realdata / "kineto_cpu_ep4_hot1")], run="m", con=con, device_map=other)
     finally:
         con.close()
-    assert rep.warnings == ["run 'm': --device-map names none of the run's ranks (0, 1, 2, 3); it was not used for this run"]
+    assert rep.warnings == [
+        "run 'm': --device-map names none of the run's ranks (0, 1, 2, 3); it was not used for this run"
+    ]
     csv_no_header = tmp_path / "nohead.csv"
     csv_no_header.write_text("0,node-a,3\n")
     with pytest.raises(UsageError, match="rank,host,device_id"):
@@ -289,3 +291,22 @@ def test_hosts_and_devices_named_by_paths(tmp_path):
     (pt / "PROF_000001_x" / "device_7").mkdir()
     assert _device_dir(csv) is None  # two devices under one root: neither is the file's
     assert host_from_path(Path("/p/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz")) == (None, None)
+
+
+def test_fleet_page_heat_map(bad_fleet, tmp_path):
+    pytest.importorskip("plotly", reason="the fleet page needs the report extra (plotly)")
+    from slowcard.renderers.html import figure_data
+
+    page = tmp_path / "fleet.html"
+    res = CliRunner().invoke(app, ["fleet", "--db", str(bad_fleet), "--html", str(page)])
+    assert res.exit_code == 1, res.output  # the bad device FAILs
+    (fig,) = figure_data(page.read_text())
+    assert fig["query"] == "fleet-trend@v1"
+    heat = fig["data"][0]
+    assert len(heat["y"]) == 12 and heat["x"] == [f"job{i:02d}" for i in range(20)]
+    row = dict(zip(heat["y"], heat["z"]))[BAD]
+    present = [v for v in row if v is not None]
+    assert present and all(v > 0 for v in present) and len(present) < 20  # slow wherever present, absent elsewhere
+    others = [v for d, z in zip(heat["y"], heat["z"]) if d != BAD for v in z if v is not None]
+    assert 0 < sum(v > 0 for v in others) <= 20  # only where they served rank 5
+    assert "fleet-devices" in page.read_text() and 'class="hot"' in page.read_text()
