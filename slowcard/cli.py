@@ -36,6 +36,7 @@ from .cli_common import (
     WideOption,
     check_format,
     echo_screen,
+    exit_code,
     pick_runs,
     progress_printer,
     screen_style,
@@ -200,6 +201,10 @@ def query(
     if list_:
         _print_catalog(catalog)
         raise typer.Exit(0)
+    every = queries_mod.load_catalog(sql_dir, scope=None)
+    for n in names or []:
+        if n not in catalog and n in every:
+            raise UsageError(f"{n} reads every run of the database (scope: fleet): run it with `slowcard fleet`")
     selected = [queries_mod.find(catalog, n) for n in names] if names else list(catalog.values())
     params = _parse_params(param)
     if params and len(selected) > 1:
@@ -215,11 +220,6 @@ def query(
 
     typer.echo(render_results(results, fmt, limit, screen_width(), wide))
     raise typer.Exit(exit_code(results, strict))
-
-
-def exit_code(results, strict: bool = False) -> int:
-    bad = {Status.FAIL, Status.ERROR} | ({Status.WARN} if strict else set())
-    return 1 if any(r.status in bad for r in results) else 0
 
 
 def _print_catalog(catalog, wide: bool = False):
@@ -269,7 +269,7 @@ def show(
         slowcard show ep-slow-rank | duckdb slowcard.duckdb
     """
     try:
-        q = queries_mod.find(queries_mod.load_catalog(sql_dir), name)
+        q = queries_mod.find(queries_mod.load_catalog(sql_dir, scope=None), name)  # fleet queries too
         queries_mod.check_shell_safe(q)  # what `query` refuses is not printed for the shell either
         text = (
             q.path.read_text(encoding="utf-8").rstrip() if raw else queries_mod.shell_sql(q, run, _parse_params(param))

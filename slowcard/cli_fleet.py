@@ -21,6 +21,7 @@ from .cli_common import (
     StrictOption,
     WideOption,
     check_format,
+    exit_code,
     screen_width,
 )
 from .errors import UsageError
@@ -76,7 +77,6 @@ def register(app: typer.Typer) -> None:
             slowcard fleet --db fleet.duckdb --since 2026-11-01
         """
         from . import fleet as fleet_mod
-        from .cli import exit_code
         from .render import to_json
         from .renderers.tables import render_results
 

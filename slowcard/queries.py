@@ -805,15 +805,21 @@ def shell_sql(query: Query, run: str | None = None, params: dict | None = None) 
         "SET enable_external_access = false;",
         "SET lock_configuration = true;",
     ]
-    if run is None:
-        lines.append("-- run: the database's first run (or write 'NAME')")
-    run_value = (
-        _sql_literal(run, "VARCHAR") if run is not None else "(SELECT run FROM runs ORDER BY created_at, run LIMIT 1)"
-    )
-    lines.append(f"SET VARIABLE run = {run_value};")
-    lines.append(
-        "SET VARIABLE slowcard_scope = getvariable('run');  -- views read this run only; RESET VARIABLE slowcard_scope: all"
-    )
+    if query.scope == "fleet":
+        lines.append("-- every run of the database (scope: fleet); `slowcard fleet` judges new runs first")
+    else:
+        if run is None:
+            lines.append("-- run: the database's first run (or write 'NAME')")
+        run_value = (
+            _sql_literal(run, "VARCHAR")
+            if run is not None
+            else "(SELECT run FROM runs ORDER BY created_at, run LIMIT 1)"
+        )
+        lines.append(f"SET VARIABLE run = {run_value};")
+        lines.append(
+            "SET VARIABLE slowcard_scope = getvariable('run');  -- views read this run only; "
+            "RESET VARIABLE slowcard_scope: all"
+        )
     types = {p.name: p.type for p in query.params}
     for name, value in values.items():
         lines.append(f"SET VARIABLE {name} = {_sql_literal(value, types[name])};")

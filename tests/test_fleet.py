@@ -310,3 +310,23 @@ def test_fleet_page_heat_map(bad_fleet, tmp_path):
     others = [v for d, z in zip(heat["y"], heat["z"]) if d != BAD for v in z if v is not None]
     assert 0 < sum(v > 0 for v in others) <= 20  # only where they served rank 5
     assert "fleet-devices" in page.read_text() and 'class="hot"' in page.read_text()
+
+
+def test_fleet_sql_pastes_into_the_duckdb_shell(bad_fleet):
+    import subprocess
+
+    from conftest import duckdb_cli
+
+    exe = duckdb_cli()
+    if exe is None:
+        pytest.skip("the duckdb shell (PyPI duckdb-cli) is not installed")
+    runner = CliRunner()
+    script = runner.invoke(app, ["show", "fleet-devices"])
+    assert script.exit_code == 0 and "slowcard_scope" not in script.output  # every run, not one
+    out = subprocess.run(
+        [exe, "-readonly", "-csv", str(bad_fleet)], input=script.output, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[1].startswith(f"{BAD},FAIL,")  # the same first row as `slowcard fleet`
+    res = runner.invoke(app, ["query", "fleet-devices", "--db", str(bad_fleet)])
+    assert res.exit_code == 2 and "run it with `slowcard fleet`" in res.output
