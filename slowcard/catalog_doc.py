@@ -29,7 +29,9 @@ def query_section(q: Query) -> str:
     elif q.subject:
         facts.append(("rows about", _subject(q)))
     facts += [
-        ("runs in diagnose at", str(q.order)),
+        ("runs in diagnose at", str(q.order))
+        if q.scope == "run"
+        else ("runs", "in `slowcard fleet`, over every run of the database (`scope: fleet`)"),
         ("shown in", ", ".join(f"`{s}`" for s in q.shows) or "the verdict lists only"),
     ]
     lines += [f"- {k}: {v}" for k, v in facts]

@@ -36,6 +36,7 @@ from .cli_common import (
     WideOption,
     check_format,
     echo_screen,
+    exit_code,
     pick_runs,
     progress_printer,
     screen_style,
@@ -99,6 +100,12 @@ def ingest(
     rank_map: Path | None = typer.Option(
         None, "--rank-map", help="CSV 'path,rank' or JSON {path-or-glob: rank}; overrides every other source."
     ),
+    device_map: Path | None = typer.Option(
+        None,
+        "--device-map",
+        help="CSV 'rank,host,device_id' or JSON {rank: {host, device_id}}: the physical device of each rank "
+        "where the files do not say (slowcard fleet counts slow cards per device).",
+    ),
     groups: list[Path] | None = typer.Option(
         None,
         "--groups",
@@ -137,6 +144,7 @@ def ingest(
         jobs=jobs,
         rank_pattern=rank_pattern,
         rank_map=rank_map,
+        device_map=device_map,
         groups=groups,
         progress=progress_printer(),
     )
@@ -193,6 +201,10 @@ def query(
     if list_:
         _print_catalog(catalog)
         raise typer.Exit(0)
+    every = queries_mod.load_catalog(sql_dir, scope=None)
+    for n in names or []:
+        if n not in catalog and n in every:
+            raise UsageError(f"{n} reads every run of the database (scope: fleet): run it with `slowcard fleet`")
     selected = [queries_mod.find(catalog, n) for n in names] if names else list(catalog.values())
     params = _parse_params(param)
     if params and len(selected) > 1:
@@ -208,11 +220,6 @@ def query(
 
     typer.echo(render_results(results, fmt, limit, screen_width(), wide))
     raise typer.Exit(exit_code(results, strict))
-
-
-def exit_code(results, strict: bool = False) -> int:
-    bad = {Status.FAIL, Status.ERROR} | ({Status.WARN} if strict else set())
-    return 1 if any(r.status in bad for r in results) else 0
 
 
 def _print_catalog(catalog, wide: bool = False):
@@ -236,7 +243,7 @@ def list_queries(
         slowcard list --format markdown > docs/queries.md
     """
     check_format(fmt, ("table", "markdown"))
-    catalog = queries_mod.load_catalog(sql_dir)
+    catalog = queries_mod.load_catalog(sql_dir, scope=None)  # the fleet queries too
     if fmt == "markdown":
         from .catalog_doc import catalog_markdown
 
@@ -262,7 +269,7 @@ def show(
         slowcard show ep-slow-rank | duckdb slowcard.duckdb
     """
     try:
-        q = queries_mod.find(queries_mod.load_catalog(sql_dir), name)
+        q = queries_mod.find(queries_mod.load_catalog(sql_dir, scope=None), name)  # fleet queries too
         queries_mod.check_shell_safe(q)  # what `query` refuses is not printed for the shell either
         text = (
             q.path.read_text(encoding="utf-8").rstrip() if raw else queries_mod.shell_sql(q, run, _parse_params(param))
@@ -427,6 +434,10 @@ from . import cli_plan  # noqa: E402  (plan eplb command)
 
 cli_plan.register(app)
 
+from . import cli_fleet  # noqa: E402  (fleet command)
+
+cli_fleet.register(app)
+
 
 def main():
     """Console entry point; --debug anywhere re-raises library errors with their traceback."""
@@ -510,6 +521,7 @@ _FAST_SPECS: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
             "-j": ("jobs", "int1"),
             "--rank-pattern": ("rank_pattern", "str"),
             "--rank-map": ("rank_map", "path"),
+            "--device-map": ("device_map", "path"),
             "--groups": ("groups", "paths"),
             "--taxonomy": ("taxonomy", "path"),
             "--run-per-folder": ("run_per_folder", "flag"),
@@ -549,6 +561,7 @@ _FAST_DEFAULTS: dict[str, dict] = {
         "jobs": None,
         "rank_pattern": None,
         "rank_map": None,
+        "device_map": None,
         "groups": None,
         "taxonomy": None,
         "run_per_folder": False,

@@ -236,3 +236,11 @@ class _Progress:
         if self.bar is not None:
             self.bar.stop()
         self.bar = self.task = None
+
+
+def exit_code(results, strict: bool = False) -> int:
+    """1 when a result FAILs or ERRORs (WARN too with ``strict``), else 0."""
+    from .verdict import Status
+
+    bad = {Status.FAIL, Status.ERROR} | ({Status.WARN} if strict else set())
+    return 1 if any(r.status in bad for r in results) else 0

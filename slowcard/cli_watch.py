@@ -350,6 +350,12 @@ def register(app: typer.Typer) -> None:
             None, "--webhook", help="URL that gets a JSON POST when a verdict turns FAIL or back."
         ),
         once: bool = typer.Option(False, "--once", help="Collect one window, judge, print, exit (for cron)."),
+        serve: str | None = typer.Option(
+            None,
+            "--serve",
+            help="HOST:PORT: expose the current verdicts as Prometheus metrics (slowcard_verdict, "
+            "slowcard_cost_pct) while watching; port 0: any free port.",
+        ),
         strict: bool = typer.Option(False, "--strict", help="Exit 1 on WARN too."),
         sql_dir: list[Path] | None = typer.Option(None, "--sql-dir", help="Extra folder of query files."),
         exporter: str = typer.Option(
@@ -393,6 +399,7 @@ def register(app: typer.Typer) -> None:
         from .watch import PrometheusSource, ScrapeSource, Watcher
 
         last = None
+        served = None  # the --serve exporter, stopped when the watch ends
         source: ScrapeSource | PrometheusSource
         try:
             if bool(scrape) == bool(prometheus):
@@ -456,6 +463,11 @@ def register(app: typer.Typer) -> None:
                 sql_dirs=sql_dir,
                 db_lock=capturer.db_lock if capturer else None,
             )
+            if serve:
+                from .exporter import Exporter, parse_host_port
+
+                served = Exporter(watcher.run, *parse_host_port(serve))
+                typer.echo(f"serving the verdicts as Prometheus metrics on {served.url}", err=True)
 
             def show_captures(width: int) -> None:
                 if capturer is None:
@@ -469,6 +481,8 @@ def register(app: typer.Typer) -> None:
 
             def show(step):
                 nonlocal last
+                if served is not None:
+                    served.update(step)
                 if step.results or last is None:
                     last = step  # a step that found the database busy judged nothing: keep the last verdicts
                 width = screen_width()
@@ -522,6 +536,9 @@ def register(app: typer.Typer) -> None:
         except SlowcardError as exc:
             typer.echo(safe_field(f"Error: {exc}"), err=True)
             raise typer.Exit(2) from None
+        finally:
+            if served is not None:
+                served.close()
         results = list(last.results.values()) if last else []
         bad = {"FAIL", "ERROR"} | ({"WARN"} if strict else set())
         raise typer.Exit(1 if any(r.status in bad for r in results) else 0)

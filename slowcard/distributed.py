@@ -35,7 +35,7 @@ from pathlib import Path
 
 import duckdb
 
-from . import store, tempspace
+from . import devices, store, tempspace
 from .errors import UsageError
 from .ingest import FileResult, IngestReport, ingest_file, prepare_batch, run_checks
 from .ingest.base import IngestOptions
@@ -284,6 +284,7 @@ def ingest_paths_dask(
     progress=None,
     options: IngestOptions | None = None,
     client=None,
+    device_map: str | Path | None = None,
 ) -> IngestReport:
     """Like ``slowcard.ingest.ingest_paths``, with the parsing fanned out over Dask workers.
 
@@ -305,6 +306,7 @@ def ingest_paths_dask(
         raise UsageError("give at least one file, folder or glob to ingest")
     Client, LocalCluster, as_completed = _dask()
     files, run, rmap = prepare_batch(paths, run, rank_pattern, rank_map)
+    dmap = devices.load_device_map(device_map) if device_map else None
     opts = options or IngestOptions(threads=1)
     sizes = {p: p.stat().st_size for p, _ in files}
     state = {
@@ -409,6 +411,8 @@ def ingest_paths_dask(
             submit(ac)
         report.files = [r for r in results if r is not None]
         report.warnings = run_checks(con, run)
+        report.notes, extra = devices.identify(con, run, dmap)
+        report.warnings += extra
         store.refresh_materialized(con)  # the stored views follow the new files (as ingest_paths)
     finally:
         if con is not None:

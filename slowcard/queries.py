@@ -48,7 +48,12 @@ KEYS = (
     "order",
     "shows",
     "headline",
+    "scope",
 )
+# What a query reads: one run (`$run`, the default; diagnose, report and compare run these) or
+# every run of the database (`scope: fleet`, sql/fleet-*.sql: `slowcard fleet` runs these, over
+# the slow cards stored per run; never part of one run's diagnosis).
+SCOPES = ("run", "fleet")
 ROLES = ("report", "verdict")
 # What a finding can be about: subject kind -> the label printed before its value ("DP domain 1").
 SUBJECT_KINDS = {
@@ -59,6 +64,7 @@ SUBJECT_KINDS = {
     "layer": "layer",
     "step": "step",
     "host": "host",
+    "device": "device",
     "pg": "process group",
 }
 # Subject kinds that name a rank (the ones `annotate` can mark in the merged trace).
@@ -115,6 +121,7 @@ class Query:
     order: int = DEFAULT_ORDER
     shows: tuple[str, ...] = ()
     headline: tuple[str, ...] = ()  # entries: a column name, or a phrase with {column} placeholders
+    scope: str = "run"  # run | fleet (SCOPES)
 
     @property
     def headline_columns(self) -> list[str]:
@@ -248,7 +255,11 @@ def parse_query(path: Path, text: str | None = None) -> Query:
         )
     if declared - used:
         raise QueryDefinitionError(f"{path}: parameters declared but not used: {', '.join(sorted(declared - used))}")
-    if "run" not in used:
+    scope_line, scope = one("scope", required=False)
+    scope = scope or "run"
+    if scope not in SCOPES:
+        raise QueryDefinitionError(f"{path}:{scope_line}: scope must be one of {', '.join(SCOPES)}, got {scope!r}")
+    if "run" not in used and scope == "run":
         raise QueryDefinitionError(f"{path}: the query must filter on the run (use $run)")
     _, summary = one("summary", required=False)
     _, pass_text = one("pass", required=False)
@@ -269,6 +280,7 @@ def parse_query(path: Path, text: str | None = None) -> Query:
         pass_text=pass_text,
         body=body,
         path=path,
+        scope=scope,
         **meta,
     )
 
@@ -358,8 +370,12 @@ def builtin_sql_dir() -> Path:
     return Path(__file__).resolve().parent.parent / "sql"
 
 
-def load_catalog(sql_dirs: Sequence[str | Path] | None = None, include_builtin: bool = True) -> dict[str, Query]:
-    """Every query, built-in first, then each user folder; a user query may not shadow a name."""
+def load_catalog(
+    sql_dirs: Sequence[str | Path] | None = None, include_builtin: bool = True, scope: str | None = "run"
+) -> dict[str, Query]:
+    """Every query of ``scope`` (``run``: the per-run queries diagnose runs; ``fleet``: the
+    cross-run ones; None: both), built-in first, then each user folder; a user query may not
+    shadow a name (of either scope)."""
     dirs = ([builtin_sql_dir()] if include_builtin else []) + [Path(d) for d in (sql_dirs or [])]
     catalog: dict[str, Query] = {}
     for d in dirs:
@@ -372,7 +388,7 @@ def load_catalog(sql_dirs: Sequence[str | Path] | None = None, include_builtin: 
             if q.name in catalog:
                 raise QueryDefinitionError(f"{path}: query {q.name!r} is already defined in {catalog[q.name].path}")
             catalog[q.name] = q
-    return catalog
+    return {k: q for k, q in catalog.items() if scope is None or q.scope == scope}
 
 
 def catalog_rows(catalog: dict[str, Query]) -> list[dict]:
@@ -502,8 +518,9 @@ def _relation_has_run(con, name: str) -> bool | None:
     return _once(con, ("relations",), relations).get(name)
 
 
-def _relation_rows(con, name: str, run: str) -> int | None:
-    """None when the table/view does not exist; else 1 if it has a row for the run, 0 if not."""
+def _relation_rows(con, name: str, run: str | None) -> int | None:
+    """None when the table/view does not exist; else 1 if it has a row for the run (any row: run
+    None), 0 if not."""
     has_run = _relation_has_run(con, name)
     if has_run is None:
         return None
@@ -511,7 +528,7 @@ def _relation_rows(con, name: str, run: str) -> int | None:
     def count() -> int:
         cur = scoped_cursor(con, run)
         try:
-            if has_run:
+            if has_run and run is not None:
                 return len(cur.execute(f'SELECT 1 FROM "{name}" WHERE run = ? LIMIT 1', [run]).fetchall())
             return len(cur.execute(f'SELECT 1 FROM "{name}" LIMIT 1').fetchall())
         finally:
@@ -582,20 +599,25 @@ def run_query(con, query: Query, run: str, params: dict | None = None) -> Result
                 res.status = verdict_mod.Status.ERROR
                 res.summary = f"{query.path.name}: {message}"
                 return res
+        fleet = query.scope == "fleet"
         for rel in query.requires:
-            n = _relation_rows(con, rel, run)
+            n = _relation_rows(con, rel, None if fleet else run)
             if not n:
                 res.summary = (
                     f"requires {rel}: "
-                    + ("no such table or view in this database" if n is None else f"no rows for run {run!r}")
+                    + (
+                        "no such table or view in this database"
+                        if n is None
+                        else ("no rows in this database" if fleet else f"no rows for run {run!r}")
+                    )
                 ) + _rank_conflict_note(con, run)
                 return res
         # Bind exactly the parameters the body uses (DuckDB rejects unused named parameters).
         used = set(_DOLLAR.findall(_strip_comments_and_strings(query.body)))
         bound = {k: v for k, v in {"run": run, **values}.items() if k in used}
-        # a query given a second run to compare with (before_run, as eplb-converged under
-        # `compare`) reads both: the views are not narrowed to one run then
-        scope = None if values.get("before_run") else run
+        # a fleet query reads every run; a query given a second run to compare with (before_run,
+        # as eplb-converged under `compare`) reads both: the views are not narrowed to one run then
+        scope = None if fleet or values.get("before_run") else run
         res.columns, rows = isolated_select(con, query.body, bound, scope=scope)
         res.rows = [dict(zip(res.columns, _plain(r))) for r in rows]
     except QueryAborted as exc:
@@ -786,18 +808,24 @@ def shell_sql(query: Query, run: str | None = None, params: dict | None = None) 
         "SET enable_external_access = false;",
         "SET lock_configuration = true;",
     ]
-    if run is None:
-        lines.append("-- run: the database's first run (or write 'NAME')")
-    run_value = (
-        _sql_literal(run, "VARCHAR") if run is not None else "(SELECT run FROM runs ORDER BY created_at, run LIMIT 1)"
-    )
-    lines.append(f"SET VARIABLE run = {run_value};")
-    if values.get("before_run"):  # as run_query: a query given the run before reads both runs
-        lines.append("-- the views read every run: the query compares run with before_run")
+    if query.scope == "fleet":
+        lines.append("-- every run of the database (scope: fleet); `slowcard fleet` judges new runs first")
     else:
-        lines.append(
-            "SET VARIABLE slowcard_scope = getvariable('run');  -- views read this run only; RESET VARIABLE slowcard_scope: all"
+        if run is None:
+            lines.append("-- run: the database's first run (or write 'NAME')")
+        run_value = (
+            _sql_literal(run, "VARCHAR")
+            if run is not None
+            else "(SELECT run FROM runs ORDER BY created_at, run LIMIT 1)"
         )
+        lines.append(f"SET VARIABLE run = {run_value};")
+        if values.get("before_run"):  # as run_query: a query given the run before reads both runs
+            lines.append("-- the views read every run: the query compares run with before_run")
+        else:
+            lines.append(
+                "SET VARIABLE slowcard_scope = getvariable('run');  -- views read this run only; "
+                "RESET VARIABLE slowcard_scope: all"
+            )
     types = {p.name: p.type for p in query.params}
     for name, value in values.items():
         lines.append(f"SET VARIABLE {name} = {_sql_literal(value, types[name])};")

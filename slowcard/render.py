@@ -171,4 +171,4 @@ def ingest_table(report) -> str:
     for f in report.files:
         counts[f.status] = counts.get(f.status, 0) + 1
     tail = f"run {report.run!r} in {report.db_path}: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-    return table + "\n" + tail
+    return "\n".join([table, tail, *(safe_field(n) for n in getattr(report, "notes", []))])

@@ -35,7 +35,7 @@ CREATE TABLE IF NOT EXISTS sources (
     pp_rank      INTEGER,
     ep_rank      INTEGER,
     world_size   INTEGER,
-    host         VARCHAR,
+    host         VARCHAR,            -- the machine the file was written on (NULL: no input says)
     base_time_ns BIGINT,             -- offset added to every ts (Kineto baseTimeNanoseconds), 0 if none
     rows_seen    BIGINT,             -- events / rows the reader saw
     rows_kept    BIGINT,             -- rows stored
@@ -43,8 +43,15 @@ CREATE TABLE IF NOT EXISTS sources (
     status       VARCHAR,            -- ok | salvaged | truncated | failed
     message      VARCHAR,
     metadata     JSON,               -- header keys of the file (distributedInfo, deviceProperties, …)
-    ingested_at  TIMESTAMP        -- (run, path) is unique: commit_source replaces the old row
+    ingested_at  TIMESTAMP,       -- (run, path) is unique: commit_source replaces the old row
+    device_id     INTEGER,           -- the accelerator index on `host` (NULL: no input says; never guessed)
+    host_source   VARCHAR,           -- where host came from: trace_header | file_name | profiler_info | ascend_pt_dir | prof_id | device_map
+    device_source VARCHAR            -- where device_id came from: kernel_pid | device_properties | kernel_details | prof_device_dir | device_map
 );
+-- databases made before the physical device identity (issue 45): host was there, not the rest
+ALTER TABLE sources ADD COLUMN IF NOT EXISTS device_id INTEGER;
+ALTER TABLE sources ADD COLUMN IF NOT EXISTS host_source VARCHAR;
+ALTER TABLE sources ADD COLUMN IF NOT EXISTS device_source VARCHAR;
 
 -- The sources the views read: every run, or only the run the variable slowcard_scope names
 -- (slowcard sets it on each query's own connection; unset in the duckdb shell: every run). The run
@@ -165,3 +172,62 @@ CREATE TABLE IF NOT EXISTS captures (
     notes          VARCHAR,   -- e.g. msserviceprofiler parse not run (not on PATH)
     created_at     TIMESTAMP
 );
+
+-- The slow cards each run's diagnosis named (slowcard/fleet.py judges a run once, when `slowcard
+-- fleet` first meets it or its files changed): what the fleet queries (sql/fleet-*.sql) count
+-- across runs, since a run's verdicts are otherwise computed on demand and never kept.
+CREATE TABLE IF NOT EXISTS run_verdicts (
+    run         VARCHAR PRIMARY KEY,
+    status      VARCHAR,     -- the diagnosis conclusion: FAIL | WARN | PASS | SKIP
+    query       VARCHAR,     -- the verdict that named the slow cards, e.g. ep-slow-rank@v8 (NULL: none)
+    files_stamp VARCHAR,     -- count and newest ingested_at of the run's files when judged
+    judged_at   TIMESTAMP
+);
+-- one row per slow card of a run (a card named by several rows of its verdict: the costliest)
+CREATE TABLE IF NOT EXISTS run_slow_cards (
+    run       VARCHAR,
+    rank      INTEGER,       -- the slow card's rank (NULL: the finding names a DP domain, an expert …)
+    label     VARCHAR,       -- as diagnose prints it: 'rank 3', 'DP domain 1'
+    level     VARCHAR,       -- FAIL | WARN
+    cause     VARCHAR,
+    cost_ms   DOUBLE,
+    cost_pct  DOUBLE,
+    query     VARCHAR        -- e.g. ep-slow-rank@v8
+);
+
+-- Each run's ranks on their physical devices: one row per (run, rank) with the host and device
+-- id its files name (first non-NULL in source_id order), and the device key 'host/device_id'
+-- only when both are known (a device id alone is not unique across machines).
+CREATE OR REPLACE VIEW rank_devices AS
+SELECT run, rank,
+       first(host ORDER BY source_id) FILTER (WHERE host IS NOT NULL) AS host,
+       first(device_id ORDER BY source_id) FILTER (WHERE device_id IS NOT NULL) AS device_id,
+       first(host_source ORDER BY source_id) FILTER (WHERE host IS NOT NULL) AS host_source,
+       first(device_source ORDER BY source_id) FILTER (WHERE device_id IS NOT NULL) AS device_source
+FROM sources WHERE rank IS NOT NULL
+GROUP BY run, rank;
+
+-- The fleet's base rows (sql/fleet-*.sql read it): one row per judged run x rank, with the
+-- rank's physical device, whether the run's diagnosis named it a slow card (level, cause, cost),
+-- and the run's N (ranks) and number of slow ranks: under "no card is special", a rank of the
+-- run is named with chance n_slow / n_ranks.
+CREATE OR REPLACE VIEW fleet_rank_runs AS
+WITH judged AS (
+    SELECT v.run, coalesce(r.created_at, v.judged_at) AS run_at, v.status
+    FROM run_verdicts v LEFT JOIN runs r USING (run)
+),
+per_run AS (
+    SELECT run, count(*) AS n_ranks FROM rank_devices GROUP BY run
+),
+slow AS (
+    SELECT run, count(DISTINCT rank) AS n_slow FROM run_slow_cards WHERE rank IS NOT NULL GROUP BY run
+)
+SELECT j.run, j.run_at, j.status AS run_status, p.n_ranks, coalesce(s.n_slow, 0) AS n_slow,
+       d.rank, d.host, d.device_id,
+       CASE WHEN d.host IS NOT NULL AND d.device_id IS NOT NULL THEN d.host || '/' || d.device_id END AS device,
+       c.rank IS NOT NULL AS slow, c.level, c.cause, c.cost_ms, c.cost_pct
+FROM judged j
+JOIN rank_devices d USING (run)
+JOIN per_run p USING (run)
+LEFT JOIN slow s USING (run)
+LEFT JOIN run_slow_cards c ON c.run = d.run AND c.rank = d.rank;

@@ -22,7 +22,7 @@ FINGERPRINTS = Path(__file__).resolve().parents[1] / "testdata" / "golden" / "qu
 
 
 def current_fingerprints() -> dict[str, tuple[int, str]]:
-    return {q.name: (q.version, q.fingerprint()) for q in queries.load_catalog().values()}
+    return {q.name: (q.version, q.fingerprint()) for q in queries.load_catalog(scope=None).values()}
 
 
 def recorded_fingerprints() -> dict[str, tuple[int, str]]:

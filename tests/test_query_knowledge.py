@@ -22,7 +22,7 @@ from slowcard.errors import QueryDefinitionError  # noqa: E402
 from slowcard.verdict import Status, evaluate, parse_rule, row_levels, summarise  # noqa: E402
 
 PACKAGE = Path(queries.__file__).resolve().parent
-CATALOG = queries.load_catalog()
+CATALOG = queries.load_catalog(scope=None)  # the per-run queries and the fleet ones
 
 
 def _string_literals(path: Path):

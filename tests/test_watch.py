@@ -13,7 +13,6 @@ from __future__ import annotations
 import http.server
 import json
 import math
-import shutil
 import signal
 import socket
 import subprocess
@@ -30,9 +29,10 @@ from slowcard import metrics as mx
 from slowcard import store
 from slowcard.cli import app
 from slowcard.diagnosis import diagnose
-from slowcard.watch import PrometheusSource, ScrapeSource, Watcher, http_get, parse_scrape
+from slowcard.watch import PrometheusSource, ScrapeSource, Watcher, parse_scrape
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from prom_server import NO_PROMETHEUS, PROMETHEUS, Prometheus  # noqa: E402
 from sim_procs import Sims  # noqa: E402
 from ticked_exporter import FakeClock, TickedExporter  # noqa: E402
 
@@ -464,46 +464,16 @@ def test_ctrl_c_leaves_whole_windows(sims, tmp_path):
 
 
 # --- a real Prometheus server ----------------------------------------------------------------
-PROMETHEUS = shutil.which("prometheus")
-
-
-@pytest.mark.skipif(
-    PROMETHEUS is None,
-    reason="the `prometheus` binary is not installed (Debian package prometheus; .ci/run installs it)",
-)
+@pytest.mark.skipif(PROMETHEUS is None, reason=NO_PROMETHEUS)
 def test_prometheus_backfill_then_follow_flags_the_hot_domain(sims, tmp_path):
     port = sims.start("--hot-engine", "1", "--hot-from", "0", duration=40)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        prom_port = s.getsockname()[1]
-    cfg = tmp_path / "prometheus.yml"
-    cfg.write_text(
-        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n"
-        f"  - job_name: vllm\n    static_configs:\n      - targets: ['127.0.0.1:{port}']\n"
-    )
-    prom = subprocess.Popen(
-        [
-            PROMETHEUS,
-            f"--config.file={cfg}",
-            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{prom_port}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    prom = Prometheus(tmp_path, [f"127.0.0.1:{port}"])
     try:
         deadline = time.monotonic() + 25  # until the server holds 6 scrapes of 1 s
-        scrapes = 0
-        while scrapes < 6 and time.monotonic() < deadline:
-            assert prom.poll() is None, prom.stderr.read().decode()[-500:]
+        while prom.scrapes() < 6 and time.monotonic() < deadline:
             time.sleep(0.5)
-            got = http_get(f"http://127.0.0.1:{prom_port}/api/v1/query?query=count_over_time(up[1m])", 1.0)
-            try:
-                scrapes = int(json.loads(got.body)["data"]["result"][0]["value"][1])
-            except (TypeError, ValueError, KeyError, IndexError):
-                scrapes = 0
-        assert scrapes >= 6, "the Prometheus server did not scrape the exporter"
-        source = PrometheusSource(f"http://127.0.0.1:{prom_port}", mx.Mapping(), step_s=1.0, backfill_s=60)
+        assert prom.scrapes() >= 6, "the Prometheus server did not scrape the exporter"
+        source = PrometheusSource(prom.url, mx.Mapping(), step_s=1.0, backfill_s=60)
         w = Watcher(tmp_path / "p.duckdb", "prom", source)
         first = w.step()  # backfill
         assert len({r["ts_ns"] for r in first.windows}) >= 3, [s.error for s in first.statuses]
@@ -519,9 +489,7 @@ def test_prometheus_backfill_then_follow_flags_the_hot_domain(sims, tmp_path):
         con.close()
         assert dup == 0
     finally:
-        prom.kill()
-        prom.wait(10)
-        prom.stderr.close()
+        prom.close()
 
 
 def test_a_ctrl_c_inside_a_duckdb_statement_ends_the_watch_as_a_ctrl_c():

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import duckdb
 
+from .. import devices as devices_mod
 from .. import ranks as ranks_mod
 from .. import store
 from ..errors import InputError, UsageError, is_interrupt
@@ -192,6 +193,7 @@ class IngestReport:
     db_path: str
     files: list[FileResult] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # facts of the run that are not problems (unknown devices)
 
     @property
     def failed(self) -> list[FileResult]:
@@ -413,6 +415,7 @@ def ingest_paths(
     options: IngestOptions | None = None,
     progress: ProgressFn | None = None,
     con: duckdb.DuckDBPyConnection | None = None,
+    device_map: str | Path | None = None,
 ) -> IngestReport:
     """Ingest files, folders or globs into one database under one run name.
 
@@ -423,6 +426,7 @@ def ingest_paths(
     one INSERT; each file still commits on its own.
     """
     files, run, rmap = prepare_batch(paths, run, rank_pattern, rank_map)
+    dmap = devices_mod.load_device_map(device_map) if device_map else None
     opts = options or IngestOptions()
     own = con is None
     con = con or store.open_db(db_path)
@@ -515,6 +519,8 @@ def ingest_paths(
                 results[i] = one(work[i])
         report.files = [results[i] for i in range(len(work))]
         report.warnings = run_checks(con, run)
+        report.notes, extra = devices_mod.identify(con, run, dmap)
+        report.warnings += extra
         # The stored cross-rank views (store.MATERIALIZED) follow the new files now, so that the
         # duckdb shell reads the same rows as slowcard's queries right after an ingest.
         try:

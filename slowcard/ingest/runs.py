@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import store
+from ..devices import load_device_map
 from ..errors import UsageError
 
 EXECUTORS = ("local", "dask")
@@ -65,6 +66,7 @@ def ingest_runs(
     jobs: int | None = None,
     rank_pattern: str | None = None,
     rank_map: str | Path | None = None,
+    device_map: str | Path | None = None,
     groups=None,
     progress=None,
 ) -> list:
@@ -90,6 +92,8 @@ def ingest_runs(
     batches = [(r, [*p, *group_files]) for r, p in batches]
     for batch_run, batch_paths in batches:  # usage errors before the database is created
         prepare_batch(batch_paths, batch_run, rank_pattern, rank_map)
+    if device_map:
+        load_device_map(device_map)  # a bad map is refused before any file goes in
     if taxonomy:
         con = store.open_db(db)
         try:
@@ -109,6 +113,7 @@ def ingest_runs(
                     scheduler=scheduler,
                     rank_pattern=rank_pattern,
                     rank_map=rank_map,
+                    device_map=device_map,
                     progress=progress,
                 )
             )
@@ -123,6 +128,7 @@ def ingest_runs(
                     jobs=jobs,
                     rank_pattern=rank_pattern,
                     rank_map=rank_map,
+                    device_map=device_map,
                     progress=progress,
                     con=con,
                 )
