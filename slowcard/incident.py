@@ -87,6 +87,6 @@ def by_card(story_: list[Capture], labels, run: str) -> dict[str, list[Capture]]
     out: dict[str, list[Capture]] = {}
     for c in story_:
         subject = c.row.get("subject")
-        if subject in wanted and c.row.get("watch_run") == run:
+        if isinstance(subject, str) and subject in wanted and c.row.get("watch_run") == run:
             out.setdefault(subject, []).append(c)
     return out

@@ -126,7 +126,9 @@ def test_the_verdict_table_folds_pass_info_and_skip_by_missing_input(incident_pa
     assert "requires _layer_collectives: no rows for run &#x27;live&#x27;" in verdicts
     total = int(re.search(r"SKIP=(\d+)", page).group(1))
     assert sum(needs.values()) == total  # every SKIP is in exactly one group
-    assert re.search(r'<details class="fold fold-info"><summary><span class="st st-info">INFO</span> 1 report', verdicts)
+    assert re.search(
+        r'<details class="fold fold-info"><summary><span class="st st-info">INFO</span> 1 report', verdicts
+    )
 
 
 def test_one_colour_per_domain_and_rank_across_every_figure(incident_page):
@@ -213,7 +215,11 @@ def test_a_capture_joins_only_the_card_its_alert_named():
 
 
 def test_capture_line_says_how_it_matches_and_why_it_failed():
-    ok, other, unknown = _cap(1, "DP domain 5"), _cap(2, "DP domain 5", matches=False), _cap(3, "DP domain 5", matches=None)
+    ok, other, unknown = (
+        _cap(1, "DP domain 5"),
+        _cap(2, "DP domain 5", matches=False),
+        _cap(3, "DP domain 5", matches=None),
+    )
     assert ok.match_text() == "the alerted DP domain 5"
     assert other.match_text() == "not the alerted DP domain 5: another card"
     assert unknown.match_text() == "cannot tell whether it is DP domain 5"

@@ -18,10 +18,21 @@ is printed under the figure) and each part replaced by a short note when its dat
 - ``report.dp`` / ``report.dp-windows``: the side-by-side table (``dp-report``), the domains
   ``dp-imbalance`` flags highlighted, and per-window tokens, queue wait and KV usage (``dp-batch``);
 - ``report.metrics``: live metrics over time when the run has them (``metric-timeline``: per DP
-  domain requests/s, waiting, KV usage; the instance's TTFT / e2e P99; alert windows shaded), then
-  the captures taken on its alerts (``captures`` table: each beside its alert, with the slow card
-  of its own diagnosis; their windows shaded green on the timeline);
-- every verdict with its summary and evidence rows.
+  domain requests/s, waiting, KV usage; the instance's TTFT / e2e P99; alert windows shaded; a
+  long watch arrives merged into at most ~1,500 points, the alert windows exact), then the
+  captures taken on its alerts (``captures`` table: each beside its alert, with the slow card of
+  its own diagnosis; their windows shaded green on the timeline, labelled with what they found);
+- every verdict folded as the first screen folds them (``view.Screen``): FAIL / WARN / ERROR in
+  the table with their evidence, PASS and INFO one expandable line each, the SKIPs one
+  expandable line per missing input;
+- a watched run's incident (``incident.story``): what each capture taken on an alert found is
+  shown under the alerted card's why (card, cause, cost, verdict, its match with the alert),
+  linked to the capture run's own section at the end of the page (its first screen, why,
+  figures and verdicts).
+
+Colours: each DP domain / rank number keeps one colour (``colour(n)``) in every figure (lines,
+axis labels); the slow card is drawn thick, named "◀ slow card (cause)" and listed first in the
+legend, and its axis label is bold; the instance-level lines are grey and dashed.
 
 Every string that can come from a trace (names, summaries, row values) is passed through
 ``html.escape`` before it reaches the page or a figure; the figure JSON is embedded in
@@ -654,7 +665,8 @@ def _why_section(why: list[dict], joins: dict | None = None) -> str:
         if caps:
             out.append(
                 f'<div class="capture-join"><p class="label">the capture{"s" if len(caps) > 1 else ""} taken on '
-                f"its alert</p><ul>" + "".join(f'<li class="capture-verdict">{_capture_line(c)}</li>' for c in caps)
+                f"its alert</p><ul>"
+                + "".join(f'<li class="capture-verdict">{_capture_line(c)}</li>' for c in caps)
                 + "</ul></div>"
             )
         if card["note"]:
@@ -784,7 +796,9 @@ def _captures_section(story: list) -> str:
         alert = f"{row['query']}" + (f": {row['subject']}" if row.get("subject") else "")
         alert += f" ({row['alert_cause']})" if row.get("alert_cause") else ""
         if row["status"] == "ok":
-            verdict = f"{row.get('verdict_status') or '-'} {row.get('verdict_query') or ''}: {row.get('headline') or ''}"
+            verdict = (
+                f"{row.get('verdict_status') or '-'} {row.get('verdict_query') or ''}: {row.get('headline') or ''}"
+            )
             m = row.get("matches_alert")
             link = "-" if m is None else ("the alerted domain" if m else "another card than the alert's")
         else:
@@ -802,7 +816,11 @@ def _captures_section(story: list) -> str:
                     "-" if row.get("window_s") is None else f"{row['window_s']:.1f} s",
                 )
             )
-            + (f'<td><a href="#{c.anchor}">{esc(row["run"])}</a></td>' if c.diag is not None else f"<td>{esc(row.get('run') or '-')}</td>")
+            + (
+                f'<td><a href="#{c.anchor}">{esc(row["run"])}</a></td>'
+                if c.diag is not None
+                else f"<td>{esc(row.get('run') or '-')}</td>"
+            )
             + "".join(f"<td>{esc(v)}</td>" for v in (verdict, link, row.get("notes") or ""))
             + "</tr>"
         )
