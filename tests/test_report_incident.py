@@ -228,3 +228,34 @@ def test_capture_line_says_how_it_matches_and_why_it_failed():
     assert "timeout: no new file in /p within 120 s" in line and "href" not in line  # no run: no link
     line = report._capture_line(ok)  # not diagnosed here (c.diag None): the headline, no link
     assert "href" not in line and "<i>the alerted DP domain 5</i>" in line
+
+
+def test_story_diagnoses_only_the_newest_captures_that_have_a_run(tmp_path):
+    """Each diagnosed capture is a whole diagnosis in the page: the newest ``most`` that ended ok
+    with a run of their own; a failed one, one of another watched run, and the run itself, none."""
+    from slowcard import store
+
+    db = tmp_path / "caps.duckdb"
+    con = store.open_db(db)
+    try:
+        store.ensure_run(con, "live", None)
+        for cid, status, run, watch_run in (
+            (1, "ok", "capture-1", "live"),
+            (2, "ok", "capture-2", "live"),
+            (3, "timeout", None, "live"),
+            (4, "ok", "capture-4", "live"),
+            (5, "ok", "capture-5", "other"),
+        ):
+            con.execute(
+                "INSERT INTO captures (capture_id, watch_run, query, subject, backend, status, run) "
+                "VALUES (?, ?, 'dp-metrics-imbalance', 'DP domain 1', 'vllm', ?, ?)",
+                [cid, watch_run, status, run],
+            )
+        got = incident.story(con, "live", most=2)
+        mine = incident.story(con, "capture-4")  # a capture run's own page: its row, not diagnosed again
+    finally:
+        con.close()
+    assert [c.capture_id for c in got] == [1, 2, 3, 4]
+    assert [c.capture_id for c in got if c.diag is not None] == [2, 4]
+    assert got[1].diag.run == "capture-2" and got[1].anchor == "capture-run-2"
+    assert [(c.capture_id, c.diag) for c in mine] == [(4, None)]
