@@ -885,11 +885,12 @@ def _metrics_section(F: _Figures, results: dict, make_subplots, story: list | No
     alerts = _alert_spans(inst)
     for x0, x1, what in alerts:
         fig.add_vrect(x0=x0, x1=x1, fillcolor="#d62728", opacity=0.12, line_width=0, layer="below", row="all", col=1)
-        fig.add_annotation(
+        fig.add_annotation(  # inside the top row: above it sits that row's title
             x=(x0 + x1) / 2,
-            y=1.02,
+            y=1.0,
             xref="x",
-            yref="paper",
+            yref="y domain",
+            yanchor="top",
             showarrow=False,
             text=html.escape(f"FAIL: {what}"),
             font=dict(color="#d62728", size=11),
@@ -911,12 +912,14 @@ def _metrics_section(F: _Figures, results: dict, make_subplots, story: list | No
             taken.append(f'<a href="#{c.anchor}">capture {row_["capture_id"]}: {esc(found)}</a>')
         fig.add_annotation(
             x=(x0 + x1) / 2,
-            y=-0.06,
+            y=0.88,
             xref="x",
-            yref="paper",
+            yref="y domain",
+            yanchor="top",
             showarrow=False,
             text=label,
             font=dict(color="#2ca02c", size=11),
+            bgcolor="rgba(255,255,255,0.7)",
         )
     fig.update_xaxes(title_text="seconds since the first window", row=4, col=1)
     fig.update_layout(title="Live metrics (slowcard watch), per window")
