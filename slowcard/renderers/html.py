@@ -885,6 +885,8 @@ def _metrics_section(F: _Figures, results: dict, make_subplots, story: list | No
     alerts = _alert_spans(inst)
     for x0, x1, what in alerts:
         fig.add_vrect(x0=x0, x1=x1, fillcolor="#d62728", opacity=0.12, line_width=0, layer="below", row="all", col=1)
+        # and a line at its start: a 30 s alert in a day-long timeline is narrower than a pixel
+        fig.add_vline(x=x0, line=dict(color="#d62728", width=1), opacity=0.5, layer="below", row="all", col=1)
         fig.add_annotation(  # inside the top row: above it sits that row's title
             x=(x0 + x1) / 2,
             y=1.0,
@@ -904,6 +906,7 @@ def _metrics_section(F: _Figures, results: dict, make_subplots, story: list | No
         zero_ns = first["ts_ns"] - (_f(first["since_start_s"]) or 0.0) * 1e9
         x0, x1 = (row_["started_ns"] - zero_ns) / 1e9, (row_["stopped_ns"] - zero_ns) / 1e9
         fig.add_vrect(x0=x0, x1=x1, fillcolor="#2ca02c", opacity=0.18, line_width=0, layer="below", row="all", col=1)
+        fig.add_vline(x=x0, line=dict(color="#2ca02c", width=1), opacity=0.6, layer="below", row="all", col=1)
         card = c.card()
         found = f"{card.card} {card.causes}" if card is not None else (row_.get("slow_card") or row_["status"])
         label = html.escape(f"capture {row_['capture_id']}: {found}")
