@@ -188,7 +188,7 @@ def test_generated_report_has_every_part(gen):
     hot_rows = re.findall(r'<tr class="hot"><td>(\d+)</td>', page)
     assert hot_rows == ["1"]
     ts = _fig(page, "dp-batch@v")
-    names = {t["name"] for t in ts["data"]}
+    names = {t["name"].split(" ◀")[0] for t in ts["data"]}  # the slow card's name carries its mark
     assert names == {"DP 0", "DP 1", "DP 2", "DP 3"} and len(ts["data"]) == 12
     # the conclusion is shown on top
     assert page.index('class="conclusion"') < page.index("<h2>MoE time per rank</h2>")
@@ -272,10 +272,10 @@ def test_report_live_metrics_section_marks_the_alert_windows(live, real):
     page = live["page"]
     assert "<h2>Live metrics</h2>" in page
     fig = _fig(page, "metric-timeline@v")
-    names = {t.get("name") for t in fig["data"]}
+    names = {t.get("name").split(" ◀")[0] for t in fig["data"]}  # the slow card's name carries its mark
     assert {"DP 0", "DP 1", "DP 2", "DP 3", "instance TTFT P99"} <= names
-    req = [t for t in fig["data"] if t.get("name") == "DP 2"][0]
-    others = [t for t in fig["data"] if t.get("name") == "DP 0"][0]
+    req = [t for t in fig["data"] if t.get("legendgroup") == "dp2"][0]
+    others = [t for t in fig["data"] if t.get("legendgroup") == "dp0"][0]
     assert max(req["y"]) > 2 * max(others["y"])  # the hot domain stands out in requests/s
     shaded = [sh for sh in fig["layout"].get("shapes", []) if sh.get("fillcolor") == "#d62728"]
     assert shaded and all(sh["x1"] > sh["x0"] for sh in shaded)  # the alert windows

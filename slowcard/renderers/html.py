@@ -18,10 +18,21 @@ is printed under the figure) and each part replaced by a short note when its dat
 - ``report.dp`` / ``report.dp-windows``: the side-by-side table (``dp-report``), the domains
   ``dp-imbalance`` flags highlighted, and per-window tokens, queue wait and KV usage (``dp-batch``);
 - ``report.metrics``: live metrics over time when the run has them (``metric-timeline``: per DP
-  domain requests/s, waiting, KV usage; the instance's TTFT / e2e P99; alert windows shaded), then
-  the captures taken on its alerts (``captures`` table: each beside its alert, with the slow card
-  of its own diagnosis; their windows shaded green on the timeline);
-- every verdict with its summary and evidence rows.
+  domain requests/s, waiting, KV usage; the instance's TTFT / e2e P99; alert windows shaded; a
+  long watch arrives merged into at most ~1,500 points, the alert windows exact), then the
+  captures taken on its alerts (``captures`` table: each beside its alert, with the slow card of
+  its own diagnosis; their windows shaded green on the timeline, labelled with what they found);
+- every verdict folded as the first screen folds them (``view.Screen``): FAIL / WARN / ERROR in
+  the table with their evidence, PASS and INFO one expandable line each, the SKIPs one
+  expandable line per missing input;
+- a watched run's incident (``incident.story``): what each capture taken on an alert found is
+  shown under the alerted card's why (card, cause, cost, verdict, its match with the alert),
+  linked to the capture run's own section at the end of the page (its first screen, why,
+  figures and verdicts).
+
+Colours: each DP domain / rank number keeps one colour (``colour(n)``) in every figure (lines,
+axis labels); the slow card is drawn thick, named "◀ slow card (cause)" and listed first in the
+legend, and its axis label is bold; the instance-level lines are grey and dashed.
 
 Every string that can come from a trace (names, summaries, row values) is passed through
 ``html.escape`` before it reaches the page or a figure; the figure JSON is embedded in
@@ -39,6 +50,7 @@ import math
 from decimal import Decimal
 
 from .. import findings as findings_mod
+from .. import incident as incident_mod
 from .. import queries as queries_mod
 from .. import why as why_mod
 from .._version import __version__
@@ -61,6 +73,27 @@ _PARTS = (
     ("overlap_ms", "two or more at once", "#bcbd22"),
     ("other_ms", "other", "#8c8c8c"),
 )
+
+# One colour per DP domain / rank number, the same in every figure of the page (DP n and rank n
+# share it: vLLM DP + EP with TP 1 runs one rank per DP engine). No red (alerts, the slow-card
+# marks), green (captures) or grey (the instance) among them; beyond 10 the colours repeat.
+PALETTE = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#17becf",
+    "#bcbd22",
+    "#393b79",
+    "#e7ba52",
+    "#7b4173",
+)
+# Instance-level lines (not one domain's): neutral, dashed.
+INSTANCE_LINES = {"ttft_p99_ms": ("#7f7f7f", "dash"), "e2e_p99_ms": ("#404040", "dot")}
+SLOW_WIDTH, LINE_WIDTH = 4.0, 1.5
+# Points per line above which a figure draws lines without markers.
+MARKERS_UP_TO = 300
 
 
 def _plotly():
@@ -178,6 +211,27 @@ class _Figures:
         )
 
 
+def colour(n) -> str:
+    """The colour of DP domain / rank ``n`` in every figure."""
+    return PALETTE[int(n) % len(PALETTE)]
+
+
+def _tick(label: str, n, slow: str | None) -> str:
+    """An axis label in its rank / domain colour; the slow card's in bold, marked."""
+    text = html.escape(label) + (f" ◀ slow card ({html.escape(slow)})" if slow else "")
+    return f'<span style="color:{colour(n)}">{"<b>" + text + "</b>" if slow else text}</span>'
+
+
+def slow_domains(results: dict) -> dict[int, str]:
+    """DP domain -> cause: the slow cards that are DP domains."""
+    out: dict[int, str] = {}
+    for f in findings_mod.slow_cards(results):
+        for kind, value in f.subject:
+            if kind == "dp_rank" and value is not None:
+                out.setdefault(int(value), f.causes or f.cause or "slow")
+    return out
+
+
 def _slow_ranks(results: dict) -> dict[int, str]:
     """rank -> cause: the slow cards that are ranks, from the verdicts shown on the MoE figure."""
     return {rank: f.cause or "slow" for rank, f in findings_mod.slow_ranks(results, "report.moe").items()}
@@ -237,6 +291,10 @@ def _moe_section(F: _Figures, results: dict, slow: dict) -> str:
                 ay=-40,
                 font=dict(color="#d62728"),
             )
+    if all(r.get("rank") is not None for r in rows):
+        fig.update_xaxes(
+            tickvals=x, ticktext=[_tick(x[i], r["rank"], slow.get(int(r["rank"]))) for i, r in enumerate(rows)]
+        )
     fig.update_layout(
         barmode="group",
         bargap=0.25,
@@ -262,8 +320,8 @@ def _heat_columns(rows):
     return layers, [f"L{l}" for l in layers], True
 
 
-def _wait_section(F: _Figures, results: dict, make_subplots) -> str:
-    body = _wait_figure(F, results, make_subplots)
+def _wait_section(F: _Figures, results: dict, make_subplots, slow: dict) -> str:
+    body = _wait_figure(F, results, make_subplots, slow)
     sg = _data(results, "report.collectives")
     if _usable(sg):
         cols = [
@@ -285,7 +343,7 @@ def _wait_section(F: _Figures, results: dict, make_subplots) -> str:
     return body
 
 
-def _wait_figure(F: _Figures, results: dict, make_subplots) -> str:
+def _wait_figure(F: _Figures, results: dict, make_subplots, slow: dict) -> str:
     head = "<h2>Waiting at collectives, per rank</h2>"
     res = _data(results, "report.waits")
     go = F.go
@@ -334,6 +392,8 @@ def _wait_figure(F: _Figures, results: dict, make_subplots) -> str:
             col=1,
         )
         fig.update_yaxes(autorange="reversed")
+        if None not in ranks:
+            fig.update_yaxes(tickvals=y, ticktext=[_tick(y[i], k, slow.get(int(k))) for i, k in enumerate(ranks)])
         fig.update_layout(title=("rank x layer (summed over steps)" if folded else "rank x (step, layer)"))
         note = (
             "<p>The slow card is the row that is pale on top (it hardly waits) and dark below "
@@ -356,6 +416,9 @@ def _wait_figure(F: _Figures, results: dict, make_subplots) -> str:
             )
         )
         fig.update_yaxes(autorange="reversed")
+        fig.update_yaxes(
+            tickvals=[_rank_label(k) for k in ranks], ticktext=[_tick(_rank_label(k), k, slow.get(k)) for k in ranks]
+        )
         fig.update_layout(title="wait inside each matched collective (us), in time order", xaxis_type="category")
         skipped = f" ({_ref(res)} {html.escape(res.status)}: {esc(res.summary)})" if res is not None else ""
         return (
@@ -485,22 +548,10 @@ def _dp_section(F: _Figures, results: dict, make_subplots) -> str:
         vertical_spacing=0.07,
         subplot_titles=("tokens (input + output of requests arriving)", "queue wait p99 (ms)", "KV-cache usage (mean)"),
     )
-    palette = (
-        "#1f77b4",
-        "#ff7f0e",
-        "#2ca02c",
-        "#d62728",
-        "#9467bd",
-        "#8c564b",
-        "#e377c2",
-        "#7f7f7f",
-        "#bcbd22",
-        "#17becf",
-    )
-    for n, dp in enumerate(sorted({r["dp_rank"] for r in wrows})):
+    slow = slow_domains(results)
+    for dp in sorted({r["dp_rank"] for r in wrows}):
         rs = sorted((r for r in wrows if r["dp_rank"] == dp), key=lambda r: r["window_start_s"])
         x = [_f(r["window_start_s"]) for r in rs]
-        color = palette[n % len(palette)]
         tokens = [
             None
             if r.get("input_tokens") is None and r.get("output_tokens") is None
@@ -512,22 +563,24 @@ def _dp_section(F: _Figures, results: dict, make_subplots) -> str:
             (2, [_f(r.get("queue_wait_p99_ms")) for r in rs]),
             (3, [_f(r.get("kv_usage_mean")) for r in rs]),
         ):
-            fig.add_trace(
-                go.Scatter(
-                    x=x,
-                    y=y,
-                    mode="lines+markers",
-                    name=f"DP {dp}",
-                    legendgroup=f"dp{dp}",
-                    showlegend=row == 1,
-                    line=dict(color=color, width=3 if dp in hot else 1.5),
-                ),
-                row=row,
-                col=1,
-            )
+            fig.add_trace(_domain_line(go, dp, x, y, slow.get(dp), legend=row == 1), row=row, col=1)
     fig.update_xaxes(title_text="seconds since the first batch", row=3, col=1)
     fig.update_layout(title=f"per window of {esc(ts.params.get('window_s'))} s")
     return out + F.block(fig, _ref(ts), 720)
+
+
+def _domain_line(go, dp, x, y, slow: str | None, legend: bool):
+    """One DP domain's line: its colour; the slow card's thick, named so and first in the legend."""
+    return go.Scatter(
+        x=x,
+        y=y,
+        mode="lines+markers" if len(x) <= MARKERS_UP_TO else "lines",
+        name=f"DP {dp}" + (f" ◀ slow card ({html.escape(slow)})" if slow else ""),
+        legendgroup=f"dp{dp}",
+        legendrank=1 if slow else 1000 + int(dp),
+        showlegend=legend,
+        line=dict(color=colour(dp), width=SLOW_WIDTH if slow else LINE_WIDTH),
+    )
 
 
 def _status_span(status: str) -> str:
@@ -545,18 +598,47 @@ def _table(cols, rows, limit: int | None = None, highlight=None) -> str:
     return f'<div class="tbl"><table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>{more}'
 
 
-def _verdicts_section(results: dict) -> str:
-    items = sorted(results.values(), key=lambda r: (severity(r.status), r.query))
-    out = [
-        "<h2>Verdicts</h2>",
-        '<table class="verdicts"><thead><tr><th>query</th><th>status</th><th>summary</th></tr></thead><tbody>',
-    ]
-    for r in items:
+def _verdicts_section(results: dict, sc) -> str:
+    """Every verdict, folded as the first screen folds them (``view.Screen``): FAIL, WARN and
+    ERROR in the table with their evidence; PASS and INFO each one expandable line; the SKIPs
+    one expandable line per missing input, each with its queries and their reasons."""
+    loud = sorted(
+        (r for r in results.values() if r.status not in (Status.PASS, Status.INFO, Status.SKIP)),
+        key=lambda r: (severity(r.status), r.query),
+    )
+    out = ["<h2>Verdicts</h2>"]
+    if loud:
         out.append(
-            f"<tr><td><code>{_ref(r)}</code></td><td>{_status_span(r.status)}</td><td>{esc(r.summary)}</td></tr>"
+            '<table class="verdicts"><thead><tr><th>query</th><th>status</th><th>summary</th></tr></thead><tbody>'
+            + "".join(_verdict_row(r) for r in loud)
+            + "</tbody></table>"
         )
-    out.append("</tbody></table>")
-    for r in items:
+    else:
+        out.append("<p>No verdict is FAIL, WARN or ERROR.</p>")
+
+    def fold(kind: str, summary: str, names: list[str], reasons: list[str] | None = None) -> str:
+        rows = "".join(
+            _verdict_row(results[n], reasons[i] if reasons else None) for i, n in enumerate(names) if n in results
+        )
+        return (
+            f'<details class="fold fold-{kind}"><summary>{summary}</summary>'
+            f'<table class="verdicts"><tbody>{rows}</tbody></table></details>'
+        )
+
+    if sc.passed:
+        out.append(fold("pass", f"{_status_span('PASS')} {len(sc.passed)} verdict(s) found nothing", sc.passed))
+    if sc.info:
+        out.append(fold("info", f"{_status_span('INFO')} {len(sc.info)} report(s)", sc.info))
+    for g in sc.skips:
+        out.append(
+            fold(
+                "skip",
+                f"{_status_span('SKIP')} {len(g.queries)}, missing input: <b>{esc(g.need)}</b>",
+                g.queries,
+                g.reasons,
+            )
+        )
+    for r in loud:
         if Status(r.status).flags and r.rows:
             out.append(
                 f"<details open><summary>evidence of <code>{_ref(r)}</code> {_status_span(r.status)} "
@@ -567,14 +649,31 @@ def _verdicts_section(results: dict) -> str:
     return "\n".join(out)
 
 
-def _why_section(why: list[dict]) -> str:
-    """Per slow card, the rows of the why queries about its ranks (why.explain); nothing when
-    no verdict names a slow card."""
+def _verdict_row(r, summary: str | None = None) -> str:
+    text = r.summary if summary is None else summary
+    return f"<tr><td><code>{_ref(r)}</code></td><td>{_status_span(r.status)}</td><td>{esc(text)}</td></tr>"
+
+
+def _why_section(why: list[dict], joins: dict | None = None) -> str:
+    """Per slow card, the rows of the why queries about its ranks (why.explain), and what the
+    captures taken on its alert found (``incident.by_card``); nothing when no verdict names a
+    slow card."""
     out = []
     for card in why:
+        caps = (joins or {}).get(card["card"], [])
         out.append(f'<h2 class="why">Why is {esc(card["card"])} slow? ({esc(card["cause"] or card["query"])})</h2>')
+        if caps:
+            out.append(
+                f'<div class="capture-join"><p class="label">the capture{"s" if len(caps) > 1 else ""} taken on '
+                f"its alert</p><ul>"
+                + "".join(f'<li class="capture-verdict">{_capture_line(c)}</li>' for c in caps)
+                + "</ul></div>"
+            )
         if card["note"]:
-            out.append(f'<p class="skip">{esc(card["note"])}</p>')
+            note = card["note"]
+            if caps and not card["ranks"]:
+                note = f"this run holds no trace of {card['card']}'s ranks; the capture above does"
+            out.append(f'<p class="skip">{esc(note)}</p>')
         for part in card["parts"]:
             ref = html.escape(part["query"])
             if not part["rows"]:
@@ -585,10 +684,42 @@ def _why_section(why: list[dict]) -> str:
     return "\n".join(out)
 
 
-def screen_section(sc) -> str:
+def _when(ns) -> str:
+    return _dt.datetime.fromtimestamp(ns / 1e9).strftime("%H:%M:%S") if ns else "-"
+
+
+def _capture_line(c) -> str:
+    """One capture of an alerted card: when, what its own diagnosis found (card, cause, cost,
+    the verdict), how that matches the alert, and a link to its run's section."""
+    row = c.row
+    head = f"capture {esc(row['capture_id'])} at {esc(_when(row.get('started_ns') or row.get('alert_ts_ns')))}"
+    if row.get("window_s") is not None:
+        head += f" ({esc(row['window_s'])} s, {esc(row.get('backend'))})"
+    if row.get("status") != "ok":
+        return f"{head}: {esc(row.get('status'))}: {esc(row.get('reason') or '')}"
+    card = c.card()
+    if card is not None:
+        cost = card.cost()
+        found = (
+            f"{_status_span(card.level)} <b>{esc(card.card)}</b> — {esc(card.causes)}"
+            + (f" costs {esc(cost)}" if cost else "")
+            + f' <code class="from">{esc(card.query)}</code>'
+        )
+    else:
+        found = f"{_status_span(row.get('verdict_status') or 'SKIP')} {esc(row.get('headline') or '')}"
+    link = (
+        f' <a class="capture-link" href="#{c.anchor}">run {esc(row.get("run"))}: its diagnosis ↓</a>'
+        if c.diag is not None
+        else ""
+    )
+    return f"{head}: {found}; <i>{esc(c.match_text())}</i>.{link}"
+
+
+def screen_section(sc, joins: dict | None = None) -> str:
     """The first screen (``view.Screen``) at the top of the page, as the terminal shows it: the
-    headline, each slow card with its cause, cost, evidence, why and next step, the findings, the
-    folded lists and the totals."""
+    headline, each slow card with its cause, cost, evidence, why and next step (and what the
+    captures taken on its alert found, ``joins``: card label -> incident.Capture), the findings,
+    the folded lists and the totals."""
     from .terminal import header_line
 
     kind = {"PASS": " ok", "SKIP": " skip"}.get(sc.status, "")
@@ -606,9 +737,11 @@ def screen_section(sc) -> str:
         )
         if card.evidence:
             out.append('<ul class="evidence">' + "".join(f"<li>{esc(e)}</li>" for e in card.evidence) + "</ul>")
-        why = [esc(w) for w in card.why]
+        caps = (joins or {}).get(card.card, [])
+        why = [f'<span class="capture-verdict">{_capture_line(c)}</span>' for c in caps]
+        why += [esc(w) for w in card.why]
         why += [f"<code>{esc(q)}</code> {_status_span(st)}" for q, st in card.why_quiet]
-        if card.why_note:
+        if card.why_note and not caps:
             why.append(esc(card.why_note))
         if why:
             out.append('<p class="label">why</p><ul class="why">' + "".join(f"<li>{w}</li>" for w in why) + "</ul>")
@@ -652,63 +785,61 @@ def screen_section(sc) -> str:
     return "\n".join(out)
 
 
-def watch_captures(con, run: str) -> list[dict]:
-    """The captures taken on the alerts of watched run ``run``, or the capture that ``run`` is
-    (``captures`` table), oldest first."""
-    import duckdb
-
-    try:
-        cur = con.execute("SELECT * FROM captures WHERE watch_run = ? OR run = ? ORDER BY capture_id", [run, run])
-    except duckdb.Error:
-        return []  # a database written before the captures table: none
-    cols = [d[0] for d in cur.description]
-    return [dict(zip(cols, r)) for r in cur.fetchall()]
-
-
-def _captures_section(captures: list[dict]) -> str:
-    """Each capture beside the alert that caused it: its status (or why it failed) and the slow
-    card its own diagnosis names."""
-    if not captures:
+def _captures_section(story: list) -> str:
+    """Each capture beside the alert that caused it: its status (or why it failed), the slow
+    card its own diagnosis names, and a link to that diagnosis in this page."""
+    if not story:
         return ""
     rows = []
-    for c in captures:
-        alert = f"{c['query']}" + (f": {c['subject']}" if c.get("subject") else "")
-        alert += f" ({c['alert_cause']})" if c.get("alert_cause") else ""
-        when = _dt.datetime.fromtimestamp(c["alert_ts_ns"] / 1e9).strftime("%H:%M:%S") if c.get("alert_ts_ns") else "-"
-        if c["status"] == "ok":
-            verdict = f"{c.get('verdict_status') or '-'} {c.get('verdict_query') or ''}: {c.get('headline') or ''}"
-            m = c.get("matches_alert")
+    for c in story:
+        row = c.row
+        alert = f"{row['query']}" + (f": {row['subject']}" if row.get("subject") else "")
+        alert += f" ({row['alert_cause']})" if row.get("alert_cause") else ""
+        if row["status"] == "ok":
+            verdict = (
+                f"{row.get('verdict_status') or '-'} {row.get('verdict_query') or ''}: {row.get('headline') or ''}"
+            )
+            m = row.get("matches_alert")
             link = "-" if m is None else ("the alerted domain" if m else "another card than the alert's")
         else:
-            verdict, link = c.get("reason") or "", "-"
+            verdict, link = row.get("reason") or "", "-"
         rows.append(
-            [
-                c["capture_id"],
-                when,
-                alert,
-                c["backend"],
-                c["status"],
-                "-" if c.get("window_s") is None else f"{c['window_s']:.1f} s",
-                c.get("run") or "-",
-                verdict,
-                link,
-                c.get("notes") or "",
-            ]
+            "<tr>"
+            + "".join(
+                f"<td>{esc(v)}</td>"
+                for v in (
+                    row["capture_id"],
+                    _when(row.get("alert_ts_ns")),
+                    alert,
+                    row["backend"],
+                    row["status"],
+                    "-" if row.get("window_s") is None else f"{row['window_s']:.1f} s",
+                )
+            )
+            + (
+                f'<td><a href="#{c.anchor}">{esc(row["run"])}</a></td>'
+                if c.diag is not None
+                else f"<td>{esc(row.get('run') or '-')}</td>"
+            )
+            + "".join(f"<td>{esc(v)}</td>" for v in (verdict, link, row.get("notes") or ""))
+            + "</tr>"
         )
     cols = ["capture", "alert at", "alert", "backend", "status", "window", "run", "capture's verdict", "names", "notes"]
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
     return (
         "<h2>Captures on alert</h2><p>Each profile capture taken when a watched verdict turned FAIL "
         "(<code>slowcard watch --capture</code>), its files ingested as the run shown and diagnosed "
-        "(<code>slowcard diagnose --run RUN</code> for the whole answer); shaded green on the timeline above.</p>"
-        + _table(cols, [dict(zip(cols, r)) for r in rows])
+        "(the newest ones drawn below, each in a section of its own); shaded green on the timeline above.</p>"
+        f'<div class="tbl"><table><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>'
     )
 
 
-def _metrics_section(F: _Figures, results: dict, make_subplots, captures: list[dict] | None = None) -> str:
+def _metrics_section(F: _Figures, results: dict, make_subplots, story: list | None = None) -> str:
     """Live metrics over time (``report.metrics``: per DP domain requests/s, waiting requests and
     KV usage, the instance's TTFT and e2e P99), the windows in which a watched verdict was FAIL
-    shaded, and the captures taken on its alerts (green); nothing when the run has no metric
-    windows."""
+    shaded, and the captures taken on its alerts (green, labelled with what each found);
+    nothing when the run has no metric windows. A long watch arrives merged into fewer points
+    by the query (its ``windows`` column), the alert windows whole."""
     res = _data(results, "report.metrics")
     if not _usable(res):
         return ""
@@ -726,31 +857,27 @@ def _metrics_section(F: _Figures, results: dict, make_subplots, captures: list[d
             "instance first-token (TTFT) and end-to-end P99 (ms)",
         ),
     )
+    slow = slow_domains(results)
     domains = sorted({r["dp_rank"] for r in rows if r.get("dp_rank") is not None})
     for dp in domains:
         rs = [r for r in rows if r.get("dp_rank") == dp]
         x = [_f(r["since_start_s"]) for r in rs]
         for row, col in ((1, "requests_per_s"), (2, "waiting"), (3, "kv_usage")):
             fig.add_trace(
-                go.Scatter(
-                    x=x,
-                    y=[_f(r.get(col)) for r in rs],
-                    mode="lines+markers",
-                    name=f"DP {dp}",
-                    legendgroup=f"dp{dp}",
-                    showlegend=row == 1,
-                ),
-                row=row,
-                col=1,
+                _domain_line(go, dp, x, [_f(r.get(col)) for r in rs], slow.get(dp), legend=row == 1), row=row, col=1
             )
     inst = [r for r in rows if r.get("dp_rank") is None]
     for col, label in (("ttft_p99_ms", "TTFT P99"), ("e2e_p99_ms", "e2e P99")):
+        line_colour, dash = INSTANCE_LINES[col]
         fig.add_trace(
             go.Scatter(
                 x=[_f(r["since_start_s"]) for r in inst],
                 y=[_f(r.get(col)) for r in inst],
-                mode="lines+markers",
+                mode="lines+markers" if len(inst) <= MARKERS_UP_TO else "lines",
                 name=f"instance {label}",
+                legendrank=2000,
+                line=dict(color=line_colour, dash=dash, width=LINE_WIDTH),
+                marker=dict(color=line_colour),
             ),
             row=4,
             col=1,
@@ -758,38 +885,69 @@ def _metrics_section(F: _Figures, results: dict, make_subplots, captures: list[d
     alerts = _alert_spans(inst)
     for x0, x1, what in alerts:
         fig.add_vrect(x0=x0, x1=x1, fillcolor="#d62728", opacity=0.12, line_width=0, layer="below", row="all", col=1)
-        fig.add_annotation(
+        # and a line at its start: a 30 s alert in a day-long timeline is narrower than a pixel
+        fig.add_vline(x=x0, line=dict(color="#d62728", width=1), opacity=0.5, layer="below", row="all", col=1)
+        fig.add_annotation(  # inside the top row: above it sits that row's title
             x=(x0 + x1) / 2,
-            y=1.02,
+            y=1.0,
             xref="x",
-            yref="paper",
+            yref="y domain",
+            yanchor="top",
             showarrow=False,
             text=html.escape(f"FAIL: {what}"),
             font=dict(color="#d62728", size=11),
         )
     first = next((r for r in rows if r.get("since_start_s") is not None and r.get("ts_ns") is not None), None)
-    for c in captures or []:
-        if first is None or c.get("started_ns") is None or c.get("stopped_ns") is None:
+    taken: list[str] = []
+    for c in story or []:
+        row_ = c.row
+        if first is None or row_.get("started_ns") is None or row_.get("stopped_ns") is None:
             continue
         zero_ns = first["ts_ns"] - (_f(first["since_start_s"]) or 0.0) * 1e9
-        x0, x1 = (c["started_ns"] - zero_ns) / 1e9, (c["stopped_ns"] - zero_ns) / 1e9
+        x0, x1 = (row_["started_ns"] - zero_ns) / 1e9, (row_["stopped_ns"] - zero_ns) / 1e9
         fig.add_vrect(x0=x0, x1=x1, fillcolor="#2ca02c", opacity=0.18, line_width=0, layer="below", row="all", col=1)
+        fig.add_vline(x=x0, line=dict(color="#2ca02c", width=1), opacity=0.6, layer="below", row="all", col=1)
+        card = c.card()
+        found = f"{card.card} {card.causes}" if card is not None else (row_.get("slow_card") or row_["status"])
+        label = html.escape(f"capture {row_['capture_id']}: {found}")
+        if c.diag is not None:
+            # plotly drops links to the page itself when it is opened from a file: linked in the note
+            taken.append(f'<a href="#{c.anchor}">capture {row_["capture_id"]}: {esc(found)}</a>')
         fig.add_annotation(
             x=(x0 + x1) / 2,
-            y=-0.06,
+            y=0.88,
             xref="x",
-            yref="paper",
+            yref="y domain",
+            yanchor="top",
             showarrow=False,
-            text=html.escape(f"capture {c['capture_id']}: {c['status']}"),
+            text=label,
             font=dict(color="#2ca02c", size=11),
+            bgcolor="rgba(255,255,255,0.7)",
         )
     fig.update_xaxes(title_text="seconds since the first window", row=4, col=1)
     fig.update_layout(title="Live metrics (slowcard watch), per window")
+    n_windows = sum(int(r.get("windows") or 1) for r in inst) if inst else len({r["ts_ns"] for r in rows})
+    n_points = len({r["ts_ns"] for r in rows})
+    merged = (
+        f" drawn as {n_points} points (quiet windows merged: rates averaged, gauges and P99s at their peak; "
+        "alert windows exact)"
+        if n_points < n_windows
+        else ""
+    )
     note = (
-        f"<p>{len(domains)} DP domain(s), {len({r['ts_ns'] for r in rows})} window(s)"
+        f"<p>{len(domains)} DP domain(s), {n_windows} window(s){merged}"
         + (f"; {len(alerts)} alert period(s) shaded (a watched verdict FAIL)" if alerts else "; no alert")
+        + (
+            "; the slow card's line is thick and first in the legend, the instance lines grey and dashed"
+            if slow
+            else "; the instance lines grey and dashed"
+        )
         + ".</p>"
     )
+    if taken:
+        note += (
+            '<p class="captures-taken">Captures (shaded green, their diagnosis below): ' + "; ".join(taken) + ".</p>"
+        )
     return "<h2>Live metrics</h2>" + note + F.block(fig, _ref(res), 900)
 
 
@@ -826,13 +984,23 @@ table{border-collapse:collapse;font-size:.85em;margin:6px 0}td,th{border:1px sol
 .st-fail,.st-error{background:#d62728;color:#fff}.st-warn{background:#ffbf00}.st-pass{background:#2ca02c;color:#fff}
 .st-info{background:#ddd}.st-skip{background:#eee;color:#777}
 details{margin:8px 0}.more{color:#888;font-size:.85em}.fig{width:100%}
+details.fold{margin:2px 0}details.fold summary{cursor:pointer}details.fold table{margin-left:18px}
+.capture-join{border-left:4px solid #2ca02c;background:#f3fff3;padding:4px 12px;margin:6px 0}
+.capture-verdict{display:inline}section.capture-run{border-top:3px solid #2ca02c;margin-top:3em}
 """
 
+# Draws every figure; once all are drawn, the body says how many and when (ms since the page
+# began loading): what a headless browser reads to know the page is complete.
 _LOADER = """
+var drawn = [];
 document.querySelectorAll('script.figure-data').forEach(function (s) {
   var fig = JSON.parse(s.textContent);
-  Plotly.newPlot(s.getAttribute('data-target'), fig.data, fig.layout,
-                 {responsive: true, displaylogo: false});
+  drawn.push(Plotly.newPlot(s.getAttribute('data-target'), fig.data, fig.layout,
+                            {responsive: true, displaylogo: false}));
+});
+Promise.all(drawn).then(function () {
+  document.body.setAttribute('data-figures-drawn', String(drawn.length));
+  document.body.setAttribute('data-drawn-ms', String(Math.round(performance.now())));
 });
 """
 
@@ -843,7 +1011,9 @@ def build_report(con, run: str, results: dict, *, conclusion: dict | None = None
     ``results`` maps query name -> Result (e.g. ``Diagnosis.results``); queries the report needs
     and ``results`` lacks are run here with default parameters. The page opens with the first
     screen of the diagnosis (``view.screen``) of ``conclusion`` (the diagnosis conclusion dict;
-    without one, the conclusion of ``results``). Raises UsageError when plotly is missing.
+    without one, the conclusion of ``results``). A watched run's page also holds its captures
+    (``incident.story``): what each found under the alerted card's "why", and the newest
+    capture runs' own diagnoses in sections of their own. Raises UsageError when plotly is missing.
     """
     go, make_subplots, offline = _plotly()
     from ..diagnosis import Diagnosis, conclude
@@ -854,20 +1024,21 @@ def build_report(con, run: str, results: dict, *, conclusion: dict | None = None
     sc = screen(
         Diagnosis(run=run, results=results, conclusion=conclusion or conclude(results), why=why), run_inputs(con, run)
     )
-    slow = _slow_ranks(results)
-    captures = watch_captures(con, run)
+    story = incident_mod.story(con, run, catalog)
+    joins = incident_mod.by_card(story, [c.card for c in sc.cards], run)
     F = _Figures(go)
     sections = [
-        screen_section(sc),
-        _why_section(why),
-        _moe_section(F, results, slow),
-        _wait_section(F, results, make_subplots),
-        _expert_section(F, results),
-        _dp_section(F, results, make_subplots),
-        _metrics_section(F, results, make_subplots, captures),
-        _captures_section(captures),
-        _verdicts_section(results),
+        screen_section(sc, joins),
+        _why_section(why, joins),
+        # a watched run: its metrics and captures first (its trace figures are mostly empty)
+        _metrics_section(F, results, make_subplots, story),
+        _captures_section(story),
+        *_figure_sections(F, results, make_subplots),
+        _verdicts_section(results, sc),
     ]
+    for c in reversed(story):  # the newest capture first
+        if c.diag is not None:
+            sections.append(_capture_run_section(F, con, c, make_subplots))
     when = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
     return "\n".join(
         [
@@ -880,12 +1051,47 @@ def build_report(con, run: str, results: dict, *, conclusion: dict | None = None
             "</head><body>",
             f"<h1>slowcard report: run <code>{html.escape(run)}</code></h1>",
             f'<p class="meta">slowcard {html.escape(__version__)}, generated {when}. Each figure names the '
-            "query behind it (<code>name@version</code>); <code>slowcard show NAME</code> prints its SQL.</p>",
+            "query behind it (<code>name@version</code>); <code>slowcard show NAME</code> prints its SQL. "
+            "Each DP domain and rank keeps one colour in every figure; the slow card is marked.</p>",
             *sections,
             f"<script>{_LOADER}</script>",
             "</body></html>",
         ]
     )
+
+
+def _figure_sections(F: _Figures, results: dict, make_subplots) -> list[str]:
+    """The figures of a run's traces and service data: MoE time, waits, experts, DP domains."""
+    slow = _slow_ranks(results)
+    return [
+        _moe_section(F, results, slow),
+        _wait_section(F, results, make_subplots, slow),
+        _expert_section(F, results),
+        _dp_section(F, results, make_subplots),
+    ]
+
+
+def _capture_run_section(F: _Figures, con, c, make_subplots) -> str:
+    """A capture run's own diagnosis, in the watched run's page: its first screen, why, figures
+    and verdicts, under the anchor the alerted card's "why" links to."""
+    from ..view import run_inputs, screen
+
+    diag, row = c.diag, c.row
+    sc = screen(diag, run_inputs(con, diag.run))
+    alert = f"{row['query']}" + (f": {row['subject']}" if row.get("subject") else "")
+    parts = [
+        f'<section class="capture-run" id="{c.anchor}">',
+        f"<h2>Capture {esc(row['capture_id'])}: run <code>{esc(diag.run)}</code></h2>",
+        f'<p class="meta">taken at {esc(_when(row.get("started_ns")))} for {esc(row.get("window_s"))} s on the alert '
+        f"{esc(alert)}; its slow card is <i>{esc(c.match_text())}</i>. "
+        f"<code>slowcard report --run {esc(diag.run)}</code> draws it alone.</p>",
+        screen_section(sc),
+        _why_section(diag.why),
+        *_figure_sections(F, diag.results, make_subplots),
+        _verdicts_section(diag.results, sc),
+        "</section>",
+    ]
+    return "\n".join(parts)
 
 
 def figure_data(page: str) -> list[dict]:
