@@ -2,7 +2,8 @@
 
 Runs from tests/synth_straggler.py (lock-step Kineto CPU traces, exact timings plus a 2 % seeded
 jitter): rank 1 slow in attention (MoE normal), sleeping before its all-to-all send, or slow in
-one CPU op; a mix of two causes; balanced runs; near misses at 1.05x.
+one CPU op; a mix of two causes; balanced runs; near misses at 1.05x. GPU runs from
+tests/real_gpu_ep.py (the device lane): a host late before its MoE launches.
 """
 
 from __future__ import annotations
@@ -144,3 +145,38 @@ def test_a_rank_rarely_last_is_not_reported(db):
     # rank 1 arrives last at 15 of its 24 collectives (the all-to-alls, and some all-reduces by jitter)
     assert rows(db, "slow_attention", min_last_share=0.5)
     assert rows(db, "slow_attention", min_last_share=0.9) == []
+
+
+@pytest.fixture(scope="module")
+def gpu_db(tmp_path_factory):
+    """GPU runs from the real vLLM decode step (tests/real_gpu_ep.py: real kernels per rank,
+    DeepEP low-latency kernels around the expert GEMMs), 4 ranks, 2 steps: rank 2's host late by
+    1 ms before each MoE dispatch launch, and the same run (same noise) without it."""
+    import real_gpu_ep as rg
+
+    d = tmp_path_factory.mktemp("straggler_gpu")
+    path = d / "g.duckdb"
+    for run, effects in (("late", {2: rg.Effect(late_us=1000)}), ("even", {})):
+        rg.write_run(d / run, ranks=4, steps=2, seed=1, effects=effects)
+        rep = ingest_paths(path, [d / run], run=run)
+        assert all(f.status == "ok" for f in rep.files), run
+    return path
+
+
+def test_gpu_a_late_host_is_the_device_idle_gap_of_its_segments(gpu_db):
+    """On a device trace the segments are the device lane's (the union of its streams): rank 2's
+    device idles waiting for its host's launches, so the named item is the device gap, with the
+    advice to look at the host, and the kernels themselves are at the peers' pace (ratio ~1)."""
+    rs = rows(gpu_db, "late")
+    assert {r["rank"] for r in rs} == {2}, rs
+    top = rs[0]
+    assert (top["item_kind"], top["item"]) == ("gap", "device idle (no kernel on any stream)")
+    assert top["cause"] == top["item"] and top["ratio"] > 10
+    assert "waits for its host" in top["reading"]
+    kernels = [r for r in rs if r["item_kind"] == "kernel"]
+    assert kernels and all(0.9 < r["ratio"] < 1.1 for r in kernels), kernels
+    assert top["cost_ms"] > 10
+
+
+def test_guard_gpu_the_same_run_without_the_late_host_names_nothing(gpu_db):
+    assert rows(gpu_db, "even") == []
