@@ -1,5 +1,5 @@
 -- name: why-straggler
--- version: 2
+-- version: 3
 -- description: Why is the straggler late: each rank's own time between two collectives (its segment) against its peers' in the same collectives, split by module, annotation, op / kernel and host gaps; names the item that carries the rank's lateness (its ratio to the peers' median and its share) and what a fix saves.
 -- requires: collective_waits
 -- param: top_n INTEGER = 3                -- items shown per late rank (the named one first)
@@ -15,7 +15,7 @@
 -- order: 205
 -- shows: why
 -- headline: {item} ({item_kind}) {ratio}x the peers' median, {share_pct} % of rank {rank}'s lateness | cause: {cause} (top items: {coverage}) | late by {lateness_ms} ms over {segments} segments (above the peers' median in {late_pct} %) | a fix saves {cost_ms} ms (its lead at the {last_collectives} collectives it arrived last at)
--- summary: rank {rank} is late by {lateness_ms} ms over {segments} segments: {item} ({item_kind}) {ratio}x the peers' median = {share_pct}% of its lateness; cause {cause} (top items: {coverage}); a fix saves {cost_ms} ms; check: {reading}
+-- summary: rank {rank} is late by {lateness_ms} ms over {segments} segments: {item} ({item_kind}) {ratio}x the peers' median = {share_pct}% of its lateness; cause {cause} (top items: {coverage}); a fix saves {cost_ms} ms; check: {reading} ({items_from})
 --
 -- A rank the others wait for at collectives (straggler-rank) is late because of something it
 -- does between collectives, in its MoE layers or not (attention, a host sleep, a tokenizer, a
@@ -235,17 +235,27 @@ rows AS (
     LEFT JOIN cost c USING (rank)
     WHERE o.pos <= $top_n
 ),
+-- What the items could be read from (issue 42 item 4): a trace without nn.Module ranges (no
+-- with_modules / with_stack in torch.profiler, an Ascend trace) falls back to annotations, ops and
+-- gaps, and says so: a named op may then sit inside a module the trace does not show.
+basis AS (
+    SELECT CASE WHEN list_contains(kinds, 'module') THEN 'items: ' || array_to_string(kinds, ', ')
+                ELSE 'no nn.Module ranges in this trace: items are ' || array_to_string(kinds, ', ')
+                     || ' (profile with with_modules=True, or with_stack=True, to see modules)' END AS items_from
+    FROM (SELECT list(DISTINCT item_kind ORDER BY list_position(['module', 'annotation', 'python', 'op', 'kernel', 'call', 'gap'], item_kind)) AS kinds
+          FROM items)
+),
 enough AS (
     SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM segs)
                 THEN 'no collective that every rank of its group reaches after an earlier one: a segment runs from a rank''s previous collective to its arrival at the next'
            END AS skip_reason
 )
 SELECT rank, item, item_kind, ratio, share_pct, cause, coverage, excess_us, own_us, peers_median_us, instances,
-       lateness_ms, segments, late_pct, last_collectives, cost_ms, others_wait_ms, reading, pos,
+       lateness_ms, segments, late_pct, last_collectives, cost_ms, others_wait_ms, reading, pos, basis.items_from,
        NULL::VARCHAR AS skip_reason
-FROM rows, enough
+FROM rows, enough, basis
 WHERE enough.skip_reason IS NULL
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, skip_reason
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, skip_reason
 FROM enough WHERE skip_reason IS NOT NULL
 ORDER BY rank NULLS FIRST, pos

@@ -180,3 +180,13 @@ def test_gpu_a_late_host_is_the_device_idle_gap_of_its_segments(gpu_db):
 
 def test_guard_gpu_the_same_run_without_the_late_host_names_nothing(gpu_db):
     assert rows(gpu_db, "even") == []
+
+
+def test_items_say_what_the_trace_could_be_read_from(db, gpu_db):
+    """With nn.Module ranges (the CPU runs) the items list them; the GPU trace has none, and the
+    rows say the reading falls back to kernels and gaps, and how to record modules."""
+    cpu = first(db, "slow_attention")
+    assert cpu["items_from"].startswith("items: module, "), cpu["items_from"]
+    gpu = rows(gpu_db, "late")[0]
+    assert gpu["items_from"].startswith("no nn.Module ranges in this trace: items are kernel, gap"), gpu["items_from"]
+    assert "with_modules=True" in gpu["items_from"]
