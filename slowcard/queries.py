@@ -723,6 +723,14 @@ def open_readonly(db_path: str | Path):
     except duckdb.Error as exc:
         con.close()
         raise UsageError(f"SLOWCARD_QUERY_MEMORY: {str(exc).splitlines()[0]}") from None
+    # The Parquet files of the Dask path (slowcard/lake.py) are the database's own rows: those
+    # registered files, and nothing else, stay readable (a query is one SELECT: it cannot write).
+    try:
+        lake_paths = [r[0] for r in con.execute("SELECT path FROM lake_files ORDER BY path").fetchall()]
+    except duckdb.CatalogException:  # a database of a version before the lake
+        lake_paths = []
+    if lake_paths:
+        con.execute("SET allowed_paths = ?", [lake_paths])
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
     return con
