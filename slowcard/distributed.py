@@ -194,7 +194,7 @@ def ingest_one_file(
                         target.parent.mkdir(parents=True, exist_ok=True)
                         (n,) = store.one_row(
                             con,
-                            f"COPY (SELECT * REPLACE ({int(sid)}::INTEGER AS source_id) FROM \"{table}\") "
+                            f'COPY (SELECT * REPLACE ({int(sid)}::INTEGER AS source_id) FROM "{table}") '
                             f"TO '{_sql_str(str(target))}' (FORMAT parquet)",
                         )
                         out["lake"].append((table, str(target), int(n)))

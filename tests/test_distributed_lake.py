@@ -233,6 +233,4 @@ def test_killed_coordinator_leaves_nothing_half_registered(tmp_path):
     assert len(rep.files) == 4 and all(f.status == "ok" for f in rep.files)
     assert _lake_on_disk(db) == _registered(db)
     assert len(_rows(db, "SELECT * FROM sources")) == 4
-    assert json.dumps(_rows(db, "SELECT count(*) FROM events")) == json.dumps(
-        [(sum(f.rows_kept for f in rep.files),)]
-    )
+    assert json.dumps(_rows(db, "SELECT count(*) FROM events")) == json.dumps([(sum(f.rows_kept for f in rep.files),)])
