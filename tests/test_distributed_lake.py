@@ -138,21 +138,40 @@ def test_128_ranks_same_rows_and_verdicts(tmp_path, client):
 
 
 def test_duckdb_shell_reads_the_lake(tmp_path, client):
+    """The plain shell reads the views over the lake; a `slowcard show --db` script keeps the
+    query sandbox and still reads them; without --db the sandbox refuses the lake's files."""
     exe = duckdb_cli()
     if exe is None:
         pytest.skip("the duckdb shell is not installed (pip install duckdb-cli)")
-    synth_kineto.write_ep_run(tmp_path / "in", ranks=2, steps=1, layers=2)
+    synth_kineto.write_ep_run(tmp_path / "in", scenario="token_skew", slow_rank=2, ranks=4, steps=3, layers=4)
     db = tmp_path / "dask.duckdb"
     ingest_paths_dask(db, [tmp_path / "in"], run="r", client=client)
     want = _rows(db, "SELECT count(*) FROM events")[0][0]
-    out = subprocess.run(
-        [exe, "-readonly", "-csv", "-noheader", str(db), "-c", "SELECT count(*) FROM events"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+
+    def shell(script: str | None, *args: str):
+        return subprocess.run(
+            [exe, "-readonly", "-csv", *args, str(db)],
+            input=script,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    out = shell(None, "-noheader", "-c", "SELECT count(*) FROM events")
     assert out.returncode == 0, out.stderr
     assert int(out.stdout.strip()) == want > 0
+
+    def show(*extra: str) -> str:
+        cmd = [sys.executable, "-m", "slowcard", "show", "ep-slow-rank", "--run", "r", *extra]
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
+        assert res.returncode == 0, res.stderr
+        return res.stdout
+
+    with_db = shell(show("--db", str(db)))
+    assert with_db.returncode == 0, with_db.stderr
+    assert "token-skew" in with_db.stdout and ",2," in with_db.stdout  # rank 2 named, as slowcard query does
+    without = shell(show())
+    assert "file system operations are disabled" in (without.stderr + without.stdout)
 
 
 def test_killed_worker_registers_nothing(tmp_path, monkeypatch):
