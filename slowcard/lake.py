@@ -54,8 +54,9 @@ def _columns(con, table: str) -> list[tuple[str, str]]:
     return [
         (r[0], r[1])
         for r in con.execute(
-            "SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = 'main' "
-            "AND table_name = ? ORDER BY ordinal_position",
+            # duckdb_columns(), not information_schema: half the cost, and this runs per registration
+            "SELECT column_name, data_type FROM duckdb_columns() WHERE schema_name = 'main' "
+            "AND table_name = ? ORDER BY column_index",
             [table],
         ).fetchall()
     ]
