@@ -523,8 +523,13 @@ def main(argv=None) -> int:
     # the wall seconds of a serial step carry the other load's waits, the CPU seconds do not
     wa, wb = line_fit([(small_mb, sp["worker_cpu"] / sp["files"]), (big_file_mb, bsp["worker_cpu"] / bsp["files"])])
     ra, rb = line_fit([(small_mb, sp["register_cpu"] / sp["files"]), (big_file_mb, bsp["register_cpu"] / bsp["files"])])
-    # the end-of-run refresh of the stored cross-rank views, per uncompressed MB of the run
-    fa, fb = line_fit([(small_mb * sp["files"], sp["refresh_cpu"]), (big_mb, bsp["refresh_cpu"])])
+    # The end-of-run refresh of the stored cross-rank views reads the op-class rows (not the MB:
+    # a run of fewer, larger ranks has fewer per MB): CPU seconds per op-class row, the larger of
+    # the two runs', times the op-class rows per MB of the --compare files.
+    refresh_per_row = max(
+        sp["refresh_cpu"] / max(1, sp["op_class_rows"]), bsp["refresh_cpu"] / max(1, bsp["op_class_rows"])
+    )
+    rows_per_mb = sp["op_class_rows"] / (small_mb * sp["files"])
     clamped = [
         n
         for n, v in (
@@ -534,12 +539,10 @@ def main(argv=None) -> int:
             ("worker b", wb),
             ("registration a", ra),
             ("registration b", rb),
-            ("refresh a", fa),
-            ("refresh b", fb),
         )
         if v < 0
     ]
-    la, lb, wa, wb, ra, rb, fa, fb = (max(0.0, v) for v in (la, lb, wa, wb, ra, rb, fa, fb))
+    la, lb, wa, wb, ra, rb = (max(0.0, v) for v in (la, lb, wa, wb, ra, rb))
     reg_k = spk["register_cpu"] / spk["files"]  # per file, with --preregistered files already in the view
     qa = [r["q"]["wall_s"] / max(1, r["q"]["events"]) * 1e6 for r in rows]
     total_s = time.perf_counter() - t_start
@@ -547,7 +550,7 @@ def main(argv=None) -> int:
     say(
         f"  per-file fits: local {la:.3f} s + {lb:.4f} s/MB; worker {wa:.3f} s + {wb:.4f} s/MB; "
         f"registration {ra:.3f} s + {rb:.5f} s/MB ({reg_k:.3f} s/file at {a.preregistered} registered); "
-        f"refresh {fa:.2f} s + {fb:.5f} s/MB"
+        f"refresh {refresh_per_row * 1e6:.2f} µs per op-class row, {rows_per_mb:,.0f} rows/MB"
     )
 
     # ----------------------------------------------------------------- the README section
@@ -682,14 +685,17 @@ def main(argv=None) -> int:
         f"{(bsp['register_cpu'] / bsp['files']) / (sp['register_cpu'] / sp['files']):.2f}x as much to register "
         "(no row is copied: the cost is the commit and the view rewrite, which grows with the files "
         "registered, not with their size). The refresh of the stored cross-rank views at the end of the "
-        f"run: {fa:.2f} s + {fb:.5f} s/MB of the run."
+        f"run reads the op-class rows (from the lake): {sp['refresh_cpu'] / max(1, sp['op_class_rows']) * 1e6:.2f} "
+        f"and {bsp['refresh_cpu'] / max(1, bsp['op_class_rows']) * 1e6:.2f} µs CPU per op-class row in the two "
+        f"runs ({sp['op_class_rows']:,} and {bsp['op_class_rows']:,} rows; {rows_per_mb:,.0f} per MB in the "
+        f"{a.compare}-rank files)."
         + (f" Fit coefficients clamped to 0 (negative from noise): {', '.join(clamped)}." if clamped else "")
     )
     w("")
     gb = 1000.0
     per_w = wa + wb * gb
     per_r = max(reg_k, ra + rb * gb)
-    refresh_tb = fa + fb * 1024 * gb
+    refresh_tb = refresh_per_row * rows_per_mb * 1024 * gb
     start_s = dk["startup_s"] + dk["warmup_s"]
     w("### Projection: 1,024 ranks x 1 GB")
     w("")
@@ -700,8 +706,9 @@ def main(argv=None) -> int:
         "as fast as this box's, busy only with its file (CPU seconds taken as wall seconds); the shared file system keeps up (reading 1 TB of traces, writing the "
         "Parquet); the coordinator registers serially on one core while the workers run; the refresh "
         "(one core's CPU seconds: DuckDB spreads it over the coordinator's cores, so an upper bound) "
-        "grows linearly with the run's MB (extrapolated ~"
-        f"{1024 * gb / max(1e-9, small_mb * sp['files']):,.0f}x past the measured run: an estimate). "
+        f"grows linearly with the op-class rows, {rows_per_mb:,.0f} per MB as in the {a.compare}-rank files "
+        f"(extrapolated ~{1024 * gb / max(1e-9, small_mb * sp['files']):,.0f}x past the measured run: an "
+        "estimate, not a measurement). "
         f"Wall time = {start_s:.0f} s start-up + max(ceil(1024 / N) x {fmt_s(per_w)}, 1024 x {per_r:.3f} s) + "
         f"{fmt_s(refresh_tb)} refresh:"
     )
