@@ -253,3 +253,33 @@ def test_killed_coordinator_leaves_nothing_half_registered(tmp_path):
     assert _lake_on_disk(db) == _registered(db)
     assert len(_rows(db, "SELECT * FROM sources")) == 4
     assert json.dumps(_rows(db, "SELECT count(*) FROM events")) == json.dumps([(sum(f.rows_kept for f in rep.files),)])
+
+
+def test_user_taxonomy_reaches_the_workers_and_a_later_one_the_lake(tmp_path, client):
+    """A user taxonomy row loaded before the Dask ingest classifies on the workers as it does
+    locally; one loaded after it re-derives the op classes of the lake's files too (the workers'
+    op-class Parquet follows the old taxonomy: it is unregistered and derived again)."""
+    synth_kineto.write_ep_run(tmp_path / "in", scenario="token_skew", slow_rank=1, ranks=2, steps=1, layers=2)
+    first = tmp_path / "first.csv"
+    first.write_text("pattern,op_class,coll_kind,priority\n^decode_step,step,,1\n")
+    later = tmp_path / "later.csv"
+    later.write_text("pattern,op_class,coll_kind,priority\ngroupedmatmul|gmm,compute,,1\n")
+    dbs = {"local": tmp_path / "local.duckdb", "dask": tmp_path / "dask.duckdb"}
+    for db in dbs.values():
+        con = store.open_db(db)
+        store.load_user_taxonomy(con, first)
+        con.close()
+    ingest_paths(dbs["local"], [tmp_path / "in"], run="r")
+    ingest_paths_dask(dbs["dask"], [tmp_path / "in"], run="r", client=client)
+    sql = "SELECT * EXCLUDE (source_id) FROM op_classes"
+    by_user = "SELECT count(*) FROM op_classes WHERE pattern = '^decode_step'"
+    assert _rows(dbs["dask"], sql) == _rows(dbs["local"], sql)
+    assert _rows(dbs["dask"], by_user)[0][0] > 0  # the user row did classify on the workers
+    for db in dbs.values():
+        con = store.open_db(db)
+        store.load_user_taxonomy(con, later)
+        con.close()
+    assert _rows(dbs["dask"], sql) == _rows(dbs["local"], sql)
+    assert _rows(dbs["dask"], "SELECT count(*) FROM op_classes WHERE pattern = 'groupedmatmul|gmm'")[0][0] > 0
+    # the derived rows are in the database now; the lake keeps the event rows only
+    assert {r[0] for r in _rows(dbs["dask"], "SELECT DISTINCT table_name FROM lake_files")} == {"event_rows"}
