@@ -25,7 +25,7 @@ Requirements of a real cluster: every worker sees the input files at the same pa
 coordinator (the stored ``path`` and the rank resolution use it), ``shared_dir`` is a folder
 every worker and the coordinator can reach (NFS, a shared volume), and the workers run the same
 slowcard version (checked: another schema fails the file with a message). The lake is part of
-the database: keep ``<db>.lake`` (or ``<shared_dir>/<db name>.lake``) where it was written.
+the database: keep ``<db>.lake`` (or ``<shared_dir>/<db name>-<id>.lake``) where it was written.
 
 ``dask[distributed]`` is an optional extra (``pip install -e .[dask]``), imported only here and
 only when called.
@@ -290,6 +290,19 @@ def _register(con, run: str, size: int, out: dict, columns: dict[str, list[str]]
     return res
 
 
+def _lake_dir(con, db_path: Path, shared_dir: str | Path | None) -> Path:
+    """Where this database's workers write their Parquet: ``<db>.lake`` beside the database, or
+    in ``shared_dir`` ``<db name>-<id>.lake`` with an id of this database (kept in ``meta``), so
+    that two databases of the same name sharing a folder never take (or clean) each other's."""
+    if not shared_dir:
+        return (db_path.resolve().parent / f"{db_path.name}.lake").resolve()
+    row = con.execute("SELECT value FROM meta WHERE key = 'lake_id'").fetchone()
+    lake_id = row[0] if row else uuid.uuid4().hex[:12]
+    if row is None:
+        con.execute("INSERT INTO meta VALUES ('lake_id', ?)", [lake_id])
+    return (Path(shared_dir) / f"{db_path.name}-{lake_id}.lake").resolve()
+
+
 def _committed(con, sid: int) -> bool:
     return con.execute("SELECT 1 FROM sources WHERE source_id = ?", [sid]).fetchone() is not None
 
@@ -340,7 +353,8 @@ def ingest_paths_dask(
             dashboard) and closes it at the end.
         shared_dir: a folder every worker and this process can reach; a private sub-folder is
             created in it for the Parquet staging and removed at the end, and the lake (the
-            event rows' Parquet, read in place: part of the database) is ``<db name>.lake`` in it.
+            event rows' Parquet, read in place: part of the database) is
+            ``<db name>-<id>.lake`` in it (the id is the database's own, kept in ``meta``).
             Default: the database's folder.
         options: per-file reader options; default one DuckDB thread per Dask task (a worker
             runs as many tasks at once as it has threads, so the threads add up to its cores).
@@ -386,7 +400,7 @@ def ingest_paths_dask(
             for t in store.row_tables(con)
             if t not in NOT_STAGED and t not in lake.LAKE_TABLES
         }
-        lake_dir = (base / f"{db_path.name}.lake").resolve()
+        lake_dir = _lake_dir(con, db_path, shared_dir)
         try:
             lake_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:

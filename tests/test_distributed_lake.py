@@ -283,3 +283,19 @@ def test_user_taxonomy_reaches_the_workers_and_a_later_one_the_lake(tmp_path, cl
     assert _rows(dbs["dask"], "SELECT count(*) FROM op_classes WHERE pattern = 'groupedmatmul|gmm'")[0][0] > 0
     # the derived rows are in the database now; the lake keeps the event rows only
     assert {r[0] for r in _rows(dbs["dask"], "SELECT DISTINCT table_name FROM lake_files")} == {"event_rows"}
+
+
+def test_two_databases_of_one_name_share_a_folder(tmp_path, client):
+    """Two databases named alike, one --shared-dir: each has a lake of its own there, and the
+    second's cleanup of unregistered Parquet never touches the first's files."""
+    synth_kineto.write_ep_run(tmp_path / "in", ranks=2, steps=1, layers=2)
+    shared = tmp_path / "shared"
+    dbs = [tmp_path / "a" / "x.duckdb", tmp_path / "b" / "x.duckdb"]
+    for db in dbs:
+        db.parent.mkdir()
+        ingest_paths_dask(db, [tmp_path / "in"], run="r", client=client, shared_dir=shared)
+    assert len(list(shared.iterdir())) == 2
+    want = _rows(dbs[1], "SELECT count(*) FROM events")
+    assert want[0][0] > 0 and _rows(dbs[0], "SELECT count(*) FROM events") == want
+    for db in dbs:
+        assert all(Path(p).is_file() for p in _registered(db))
