@@ -737,12 +737,15 @@ def main(argv=None) -> int:
     )
     w("")
     knee = per_w / per_r if per_r > 0 else float("inf")
+    # the per-file fit can lose its slope to the small files' fixed costs: never below the big files' rate
+    local_gb = max(la + lb * gb, bg["files_s"] / bg["files"] / big_file_mb * gb)
     knee_fit = per_w / per_r_fit if per_r_fit > 0 else float("inf")
     w(
         f"The coordinator becomes the bound only past about {knee:,.0f} workers (pessimistic case, the "
         f"fitted slope taken as real: {per_r_fit:.3f} s per 1 GB file, {fmt_s(1024 * per_r_fit)} for 1,024, the "
         f"bound past about {knee_fit:,.0f} workers). Local path on this box "
-        f"(jobs=1 fit {la:.3f} s + {lb:.4f} s/MB): {fmt_s(1024 * (la + lb * gb))}; ep-slow-rank on such a run, "
+        f"(jobs=1, {local_gb:.1f} s per GB: the larger of the fit and the big files' own rate): "
+        f"{fmt_s(1024 * local_gb)}; ep-slow-rank on such a run, "
         f"extrapolated linearly from the largest copied run ({qa[-1]:.1f} µs per event, "
         f"{last['ing']['events'] / last['mb']:,.0f} events per MB): "
         f"{fmt_s(qa[-1] * 1e-6 * 1024 * gb * last['ing']['events'] / last['mb'])} (far outside the measured "
