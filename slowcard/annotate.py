@@ -458,7 +458,7 @@ def write_annotated(
         """
         SELECT s.source_id, s.rank, coalesce(s.host, '') AS host, s.path
         FROM sources s
-        WHERE s.run = ? AND s.source_id IN (SELECT DISTINCT source_id FROM event_rows WHERE ph <> 'M')
+        WHERE s.run = ? AND s.source_id IN (SELECT DISTINCT source_id FROM event_rows_all WHERE ph <> 'M')
         ORDER BY s.rank NULLS LAST, s.source_id""",
         [run],
     ).fetchall()
@@ -481,7 +481,7 @@ def write_annotated(
         con.executemany("INSERT INTO _ann_src VALUES (?, ?, ?)", [(s, src_off[s], src_pid[s]) for s in src_pid])
         t0, t1 = con.execute("""
             SELECT min(e.ts_ns - a.off_ns), max(e.ts_ns + greatest(coalesce(e.dur_ns, 0), 0) - a.off_ns)
-            FROM event_rows e JOIN _ann_src a USING (source_id)
+            FROM event_rows_all e JOIN _ann_src a USING (source_id)
             WHERE e.ph <> 'M' AND e.ts_ns IS NOT NULL""").fetchone()
         stats.t0_ns, stats.span_us = t0, _us(t1 - t0)
         threads = _thread_table(con, srcs)
@@ -538,16 +538,16 @@ def _thread_table(con, srcs) -> _Threads:
     threads = _Threads()
     rows = con.execute("""
         WITH t AS (
-            SELECT source_id, pid, tid FROM event_rows
+            SELECT source_id, pid, tid FROM event_rows_all
             WHERE source_id IN (SELECT source_id FROM _ann_src) AND ph <> 'M' AND ts_ns IS NOT NULL
             GROUP BY ALL
         ),
-        pn AS (SELECT source_id, pid, min(args ->> 'name') AS pname FROM event_rows
+        pn AS (SELECT source_id, pid, min(args ->> 'name') AS pname FROM event_rows_all
                WHERE ph = 'M' AND name = 'process_name' GROUP BY ALL),
         tn AS (SELECT source_id, pid, tid,
                       min(args ->> 'name') FILTER (WHERE name = 'thread_name') AS tname,
                       min(TRY_CAST(args ->> 'sort_index' AS BIGINT)) FILTER (WHERE name = 'thread_sort_index') AS sidx
-               FROM event_rows WHERE ph = 'M' AND name IN ('thread_name', 'thread_sort_index') GROUP BY ALL)
+               FROM event_rows_all WHERE ph = 'M' AND name IN ('thread_name', 'thread_sort_index') GROUP BY ALL)
         SELECT t.source_id, t.pid, t.tid, pn.pname, tn.tname, a.out_pid
         FROM t JOIN _ann_src a USING (source_id)
         LEFT JOIN pn ON pn.source_id = t.source_id AND pn.pid IS NOT DISTINCT FROM t.pid
@@ -592,7 +592,7 @@ def _write_events(con, w: _Writer, t0: int, threads: _Threads, markers: list, ma
         WITH e AS (
             SELECT e.*, e.ts_ns - a.off_ns - $t0 AS t_ns, greatest(coalesce(e.dur_ns, 0), 0) AS d_ns,
                    th.tkey, th.out_pid, th.out_tid
-            FROM event_rows e
+            FROM event_rows_all e
             JOIN _ann_src a USING (source_id)
             JOIN _ann_threads th ON th.source_id = e.source_id AND th.pid IS NOT DISTINCT FROM e.pid
                                 AND th.tid IS NOT DISTINCT FROM e.tid

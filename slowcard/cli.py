@@ -261,6 +261,9 @@ def show(
     ),
     raw: bool = typer.Option(False, "--raw", help="The query file as it is ($parameters unbound)."),
     sql_dir: list[Path] | None = typer.Option(None, "--sql-dir", help="Extra folder of query files."),
+    db: Path | None = typer.Option(
+        None, "--db", help="The database the script is for: its Parquet files (Dask ingest) stay readable."
+    ),
 ):
     """Print a query as a script for the duckdb shell: parameters become SET VARIABLE lines
     (defaults, or --run / -p), so it runs as printed.
@@ -271,8 +274,21 @@ def show(
     try:
         q = queries_mod.find(queries_mod.load_catalog(sql_dir, scope=None), name)  # fleet queries too
         queries_mod.check_shell_safe(q)  # what `query` refuses is not printed for the shell either
+        allowed: list[str] = []
+        if db is not None and not raw:
+            from . import store
+
+            if not db.exists():
+                raise UsageError(f"{db}: no such database; give --db the database the script is for")
+            con = store.open_db(db, read_only=True)
+            try:
+                allowed = queries_mod.lake_paths(con)
+            finally:
+                con.close()
         text = (
-            q.path.read_text(encoding="utf-8").rstrip() if raw else queries_mod.shell_sql(q, run, _parse_params(param))
+            q.path.read_text(encoding="utf-8").rstrip()
+            if raw
+            else queries_mod.shell_sql(q, run, _parse_params(param), allowed)
         )
     except SlowcardError as exc:
         _fail(str(exc), 2)

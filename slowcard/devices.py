@@ -147,7 +147,7 @@ def device_from_source(con, sid: int, fmt: str, metadata: dict, path: Path) -> t
     if fmt in ("kineto", "ascend_trace"):
         cats = ", ".join(f"'{c}'" for c in DEVICE_EVENT_CATS)
         pids = con.execute(
-            f"SELECT DISTINCT TRY_CAST(pid AS INTEGER) FROM event_rows WHERE source_id = ? AND cat IN ({cats}) LIMIT 3",
+            f"SELECT DISTINCT TRY_CAST(pid AS INTEGER) FROM event_rows_all WHERE source_id = ? AND cat IN ({cats}) LIMIT 3",
             [sid],
         ).fetchall()
         if len(pids) == 1 and pids[0][0] is not None and pids[0][0] >= 0 and (not prop_ids or pids[0][0] in prop_ids):

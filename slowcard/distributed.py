@@ -1,22 +1,31 @@
-"""Ingest past one machine: parse each file on a Dask worker, register the rows centrally.
+"""Ingest past one machine: parse each file on a Dask worker, register its Parquet centrally.
 
 Owns: shipping files to ``dask.distributed`` workers, the Parquet staging folder, and the
-registration of staged rows in the database. Parsing is the cost and it is per file, so each
-file is one task: the worker ingests that ONE file with the ordinary local code
-(``slowcard.ingest.ingest_file``, same readers, same rank resolution on the real path) into a
-private temporary DuckDB, writes every per-file row table to Parquet under a folder all workers
-and the coordinator can reach, and returns a small dict (the file's summary, its ``sources`` row
-and drops, and the Parquet paths). The coordinator, as results arrive, copies each file's Parquet
-into the database under a fresh source id and publishes it with ``store.commit_source``: the
-same one-commit-per-file rule, the same replacement on re-ingest, the same derived
-``op_class_rows``, so every query runs unchanged. No file's rows pass through Python on the
-coordinator (DuckDB reads the Parquet directly), and at most a few files per worker thread are
-staged at any time.
+registration of each file in the database. Parsing is the cost and it is per file, so each file
+is one task: the worker ingests that ONE file with the ordinary local code
+(``slowcard.ingest.ingest_file``, same readers, same rank resolution on the real path, the
+coordinator's operator taxonomy) into a private temporary DuckDB, where its commit also derives
+the per-file rows the queries read (op classes, all-to-all splits). The worker then writes the
+file's event rows and those derived rows as Parquet into the lake (``slowcard/lake.py``:
+``<db>.lake/<table>/run=…/rank=…/``), under the source id the coordinator gave the task, stages
+the few small tables that remain (drops, groups, metrics …) as Parquet too, and returns a small
+dict. The coordinator registers each file with ``store.commit_source`` in one transaction: the
+``sources`` row, the small staged tables, and the lake files (rows of ``lake_files``; the views
+``<table>_all`` now read them). The event rows are never copied: the coordinator's cost per file
+does not grow with the file, so adding workers shortens the job (bench/README.md, Scale). The
+stored cross-rank views (moe_layer_facts, collectives …) are refreshed once at the end, reading
+the workers' op-class Parquet in place.
+
+Atomicity is the local path's: a file appears whole or not at all (its registration is one
+commit); a task whose worker dies, or that fails, registers nothing and its Parquet is deleted;
+a coordinator killed mid-run leaves pending ids (removed at the next write-open) and unregistered
+Parquet files (removed by the next Dask ingest into the database), never half a file.
 
 Requirements of a real cluster: every worker sees the input files at the same paths as the
 coordinator (the stored ``path`` and the rank resolution use it), ``shared_dir`` is a folder
 every worker and the coordinator can reach (NFS, a shared volume), and the workers run the same
-slowcard version (checked: a different schema fails the file with a message).
+slowcard version (checked: another schema fails the file with a message). The lake is part of
+the database: keep ``<db>.lake`` (or ``<shared_dir>/<db name>-<id>.lake``) where it was written.
 
 ``dask[distributed]`` is an optional extra (``pip install -e .[dask]``), imported only here and
 only when called.
@@ -35,15 +44,15 @@ from pathlib import Path
 
 import duckdb
 
-from . import devices, store, tempspace
+from . import devices, lake, store, taxonomy, tempspace
 from .errors import UsageError
 from .ingest import FileResult, IngestReport, ingest_file, prepare_batch, run_checks
 from .ingest.base import IngestOptions
 
 INSTALL_HINT = "pip install -e .[dask]"
-# Tables never staged: derived rows (rebuilt by commit_source from the view), the pending-id
-# bookkeeping, and the drops (they travel in the result dict and commit_source writes them).
-NOT_STAGED = frozenset({table for table, _macro in store.DERIVED} | {"pending_sources", "source_drops"})
+# Tables never staged: the pending-id bookkeeping, and the drops (they travel in the result dict
+# and commit_source writes them). The tables of lake.LAKE_TABLES go to the lake, not the stage.
+NOT_STAGED = frozenset({"pending_sources", "source_drops"})
 # Files in flight per worker thread: enough to keep every thread busy while the coordinator
 # registers, few enough that the Parquet staging folder holds only a handful of files.
 IN_FLIGHT_PER_THREAD = 2
@@ -77,9 +86,10 @@ def _dask():
 # worker side
 
 
-def _template_db(stage_dir: str) -> Path:
+def _template_db(stage_dir: str, user_taxonomy: list[tuple]) -> Path:
     """This process's empty schema-applied database for one ingest call (keyed by its staging
-    folder, so that concurrent ingests on a shared cluster never remove each other's)."""
+    folder, so that concurrent ingests on a shared cluster never remove each other's), holding
+    the coordinator's user taxonomy rows: the op classes derived here are the coordinator's."""
     key = (store.ddl_fingerprint(), stage_dir)
     path = _TEMPLATE.get(key)
     if path is None or not path.exists():
@@ -87,10 +97,9 @@ def _template_db(stage_dir: str) -> Path:
         path = folder / "template.duckdb"
         con = store.open_db(path)
         try:
-            # The worker's op_class_rows are never staged: the coordinator derives them with its
-            # own taxonomy (which may hold --taxonomy user rows). Without taxonomy rows the
-            # derivation that ingest_file's commit runs here finds nothing and costs nothing.
-            con.execute("DELETE FROM op_taxonomy")
+            con.execute("DELETE FROM op_taxonomy WHERE origin = 'user'")
+            if user_taxonomy:
+                taxonomy.replace_user_rows(con, [tuple(r) for r in user_taxonomy])
         finally:
             con.close()
         _TEMPLATE[key] = path
@@ -132,15 +141,27 @@ def ingest_one_file(
     rank_pattern: str | None,
     rank_map,
     stage_dir: str,
+    sid: int,
+    lake_dir: str,
+    user_taxonomy: list[tuple] = (),  # type: ignore[assignment]
 ) -> dict:
-    """Task body (runs on a worker): ingest one file into a private temporary database and stage
-    its rows as Parquet in ``stage_dir``. Returns the small dict the coordinator registers."""
+    """Task body (runs on a worker): ingest one file into a private temporary database, write its
+    event and derived rows to the lake under source id ``sid`` and stage its other rows as Parquet
+    in ``stage_dir``. Returns the small dict the coordinator registers."""
     t0 = time.perf_counter()
     work = tempspace.make_dir("worker")
-    out: dict = {"source": None, "row_drops": [], "cell_drops": [], "parquet": {}, "columns": {}}
+    out: dict = {
+        "source": None,
+        "row_drops": [],
+        "cell_drops": [],
+        "parquet": {},
+        "columns": {},
+        "lake": [],
+        "ddl_fingerprint": store.ddl_fingerprint(),
+    }
     try:
         db = work / "file.duckdb"
-        shutil.copyfile(_template_db(stage_dir), db)
+        shutil.copyfile(_template_db(stage_dir, list(user_taxonomy)), db)
         con = store.open_db(db)
         try:
             limit = _worker_memory_limit()
@@ -154,18 +175,30 @@ def ingest_one_file(
             rows = cur.fetchall()
             if rows:
                 out["source"] = dict(zip([d[0] for d in cur.description], rows[0]))
-                sid = out["source"]["source_id"]
+                own_sid = out["source"]["source_id"]  # in the private database
                 for scope in ("row", "cell"):
                     out[f"{scope}_drops"] = [
                         tuple(r)
                         for r in con.execute(
                             "SELECT reason, position, n_rows FROM source_drops WHERE source_id = ? AND scope = ?",
-                            [sid, scope],
+                            [own_sid, scope],
                         ).fetchall()
                     ]
                 token = uuid.uuid4().hex
                 for table in _staged_tables(con):
                     if not con.execute(f'SELECT 1 FROM "{table}" LIMIT 1').fetchall():
+                        continue
+                    if table in lake.LAKE_TABLES:
+                        rank = out["source"]["rank"]
+                        target = lake.file_path(lake_dir, table, out["source"]["run"], rank, sid, token)
+                        target.parent.mkdir(parents=True, exist_ok=True)
+                        (n,) = store.one_row(
+                            con,
+                            f'COPY (SELECT * REPLACE ({int(sid)}::INTEGER AS source_id) FROM "{table}") '
+                            f"TO '{_sql_str(str(target))}' (FORMAT parquet)",
+                        )
+                        out["lake"].append((table, str(target), int(n)))
+                        store.fault_point("lake-" + Path(path).name)  # crash tests: a worker dies here
                         continue
                     target = Path(stage_dir) / f"{token}-{table}.parquet"
                     con.execute(f"COPY \"{table}\" TO '{_sql_str(str(target))}' (FORMAT parquet)")
@@ -208,28 +241,25 @@ def _record(src: dict) -> store.SourceRecord:
     return store.SourceRecord(metadata=meta, **kw)
 
 
-def _register(con, run: str, size: int, out: dict, columns: dict[str, list[str]]) -> FileResult:
-    """Copy one staged file into the database and publish it (one commit)."""
+def _register(con, run: str, size: int, out: dict, columns: dict[str, list[str]], sid: int) -> FileResult:
+    """Register one file under its pending id ``sid``: copy its small staged tables in and publish
+    it with its lake files (one commit). Nothing is registered when the worker found nothing to
+    keep, or ran another schema; the caller then discards ``sid`` and deletes the lake files."""
     res = FileResult(**out["result"])
     src = out["source"]
     if src is None:  # failed or skipped on the worker: nothing to register
         return res
     t0 = time.perf_counter()
-    # Workers on another machine may run another slowcard version: their staged tables must have
-    # exactly this database's columns (names; DuckDB casts the types on insert).
-    for table, cols in sorted(out["columns"].items()):
-        mine = columns.get(table)
-        if mine is None or sorted(mine) != sorted(cols):
-            res.status, res.rows_kept, res.rows_dropped, res.rank, res.rank_source = "failed", 0, 0, None, None
-            what = (
-                "has no such table" if mine is None else f"has columns {sorted(set(mine) ^ set(cols))} on one side only"
-            )
-            res.message = (
-                f"{res.path}: the Dask worker staged {table!r} but this database {what}; "
-                "install the same slowcard version on every worker"
-            )
-            return res
-    sid = store.new_source_id(con)
+    # Workers on another machine may run another slowcard version: the rows they wrote must be of
+    # this database's schema (the lake files are read in place, under this schema's views).
+    theirs = out.get("ddl_fingerprint")
+    if theirs != store.ddl_fingerprint() or any(columns.get(t) is None for t in out["columns"]):
+        res.status, res.rows_kept, res.rows_dropped, res.rank, res.rank_source = "failed", 0, 0, None, None
+        res.message = (
+            f"{res.path}: the Dask worker runs another slowcard schema ({theirs}, this database "
+            f"{store.ddl_fingerprint()}); install the same slowcard version on every worker"
+        )
+        return res
     try:
         with store.discard_on_error(con, sid):
             for table, pq in sorted(out["parquet"].items()):
@@ -240,7 +270,17 @@ def _register(con, run: str, size: int, out: dict, columns: dict[str, list[str]]
                     {"sid": sid, "pq": pq},
                 )
             store.commit_source(
-                con, sid, run, res.path, size, src["fingerprint"], _record(src), out["row_drops"], out["cell_drops"]
+                con,
+                sid,
+                run,
+                res.path,
+                size,
+                src["fingerprint"],
+                _record(src),
+                out["row_drops"],
+                out["cell_drops"],
+                derive=False,  # the worker derived them: they are among the lake files
+                lake_files=[tuple(x) for x in out["lake"]],
             )
     except duckdb.Error as exc:
         res.status, res.rows_kept, res.rows_dropped = "failed", 0, 0
@@ -248,6 +288,23 @@ def _register(con, run: str, size: int, out: dict, columns: dict[str, list[str]]
         res.message = f"{res.path}: the database refused the rows ({str(exc).splitlines()[0]})"
     res.seconds += time.perf_counter() - t0
     return res
+
+
+def _lake_dir(con, db_path: Path, shared_dir: str | Path | None) -> Path:
+    """Where this database's workers write their Parquet: ``<db>.lake`` beside the database, or
+    in ``shared_dir`` ``<db name>-<id>.lake`` with an id of this database (kept in ``meta``), so
+    that two databases of the same name sharing a folder never take (or clean) each other's."""
+    if not shared_dir:
+        return (db_path.resolve().parent / f"{db_path.name}.lake").resolve()
+    row = con.execute("SELECT value FROM meta WHERE key = 'lake_id'").fetchone()
+    lake_id = row[0] if row else uuid.uuid4().hex[:12]
+    if row is None:
+        con.execute("INSERT INTO meta VALUES ('lake_id', ?)", [lake_id])
+    return (Path(shared_dir) / f"{db_path.name}-{lake_id}.lake").resolve()
+
+
+def _committed(con, sid: int) -> bool:
+    return con.execute("SELECT 1 FROM sources WHERE source_id = ?", [sid]).fetchone() is not None
 
 
 def _failed(path: Path, size: int, exc: BaseException) -> FileResult:
@@ -264,12 +321,15 @@ def _failed(path: Path, size: int, exc: BaseException) -> FileResult:
     )
 
 
-def _unlink_staged(out: dict | None) -> None:
+def _unlink_staged(out: dict | None, registered: bool) -> None:
+    """The staged copies go in any case; the lake files too unless the file was registered."""
     for pq in (out or {}).get("parquet", {}).values():
         try:
             os.unlink(pq)
         except OSError:
             pass
+    if not registered:
+        lake.delete_files(p for _t, p, _n in (out or {}).get("lake", []))
 
 
 def ingest_paths_dask(
@@ -293,8 +353,10 @@ def ingest_paths_dask(
             ``LocalCluster`` of ``n_workers`` single-threaded processes on 127.0.0.1 (no
             dashboard) and closes it at the end.
         shared_dir: a folder every worker and this process can reach; a private sub-folder is
-            created in it for the Parquet staging and removed at the end. Default: a hidden
-            temporary folder next to the database.
+            created in it for the Parquet staging and removed at the end, and the lake (the
+            event rows' Parquet, read in place: part of the database) is
+            ``<db name>-<id>.lake`` in it (the id is the database's own, kept in ``meta``).
+            Default: the database's folder.
         options: per-file reader options; default one DuckDB thread per Dask task (a worker
             runs as many tasks at once as it has threads, so the threads add up to its cores).
         client: an existing ``dask.distributed.Client`` to use (neither created nor closed).
@@ -335,7 +397,24 @@ def ingest_paths_dask(
     try:
         con = store.open_db(db_path)
         store.ensure_run(con, run, str(Path(paths[0]).resolve()))
-        columns = {t: _table_columns(con, t) for t in store.row_tables(con) if t not in NOT_STAGED}
+        columns = {
+            t: _table_columns(con, t)
+            for t in store.row_tables(con)
+            if t not in NOT_STAGED and t not in lake.LAKE_TABLES
+        }
+        lake_dir = _lake_dir(con, db_path, shared_dir)
+        try:
+            lake_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(
+                f"{lake_dir}: cannot create the Parquet lake folder ({exc}); "
+                "give --shared-dir a writable folder every worker can reach"
+            ) from None
+        # Parquet of an earlier ingest killed before its registration committed: no view reads it.
+        lake.remove_unregistered(con, lake_dir)
+        user_taxonomy = con.execute(
+            "SELECT pattern, op_class, coll_kind, priority FROM op_taxonomy WHERE origin = 'user' ORDER BY ALL"
+        ).fetchall()
         if client is None:
             if scheduler:
                 try:
@@ -360,7 +439,7 @@ def ingest_paths_dask(
         threads = sum(w.get("nthreads", 1) for w in client.scheduler_info()["workers"].values()) or n_workers
         window = max(2, IN_FLIGHT_PER_THREAD * threads)
 
-        by_key: dict[str, tuple[int, Path, int]] = {}
+        by_key: dict[str, tuple[int, Path, int, int]] = {}
         results: list[FileResult | None] = [None] * len(files)
         todo = iter(enumerate(files))
 
@@ -369,6 +448,9 @@ def ingest_paths_dask(
             if item is None:
                 return None
             i, (p, explicit) = item
+            # The id is handed out (pending) before the task runs: the worker writes it into the
+            # lake files, so registering them is a row in lake_files, not a rewrite.
+            sid = store.new_source_id(con)
             fut = client.submit(
                 ingest_one_file,
                 str(p),
@@ -379,10 +461,13 @@ def ingest_paths_dask(
                 rank_pattern,
                 rmap,
                 str(stage),
+                sid,
+                str(lake_dir),
+                user_taxonomy,
                 pure=False,
                 key=f"slowcard-ingest-{uuid.uuid4().hex}",
             )
-            by_key[fut.key] = (i, p, sizes[p])
+            by_key[fut.key] = (i, p, sizes[p], sid)
             if ac is not None:
                 ac.add(fut)
             return fut
@@ -390,16 +475,22 @@ def ingest_paths_dask(
         first = [f for f in (submit() for _ in range(window)) if f is not None]
         ac = as_completed(first)
         for fut in ac:
-            i, p, size = by_key.pop(fut.key)
+            i, p, size, sid = by_key.pop(fut.key)
             out = None
+            registered = False
             try:
                 out = fut.result()
             except Exception as exc:  # the task raised or its worker died: this file fails, the rest go on
                 res = _failed(p, size, exc)
             else:
-                res = _register(con, run, size, out, columns)
+                res = _register(con, run, size, out, columns, sid)
             finally:
-                _unlink_staged(out)
+                registered = _committed(con, sid)
+                if not registered:
+                    store.discard_source(con, sid)
+                    if out is None:  # the worker died: what it wrote is found by its source id
+                        lake.remove_unregistered(con, lake_dir, [sid])
+                _unlink_staged(out, registered)
                 fut.release()
             results[i] = res
             state["files_done"] += 1

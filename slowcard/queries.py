@@ -748,9 +748,23 @@ def open_readonly(db_path: str | Path):
     except duckdb.Error as exc:
         con.close()
         raise UsageError(f"SLOWCARD_QUERY_MEMORY: {str(exc).splitlines()[0]}") from None
+    # The Parquet files of the Dask path (slowcard/lake.py) are the database's own rows: those
+    # registered files, and nothing else, stay readable (a query is one SELECT: it cannot write).
+    paths = lake_paths(con)
+    if paths:
+        con.execute("SET allowed_paths = ?", [paths])
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
     return con
+
+
+def lake_paths(con) -> list[str]:
+    """The Parquet files a database reads in place (``lake_files``; none in a database of a
+    version before the lake)."""
+    try:
+        return [r[0] for r in con.execute("SELECT path FROM lake_files ORDER BY path").fetchall()]
+    except duckdb.CatalogException:
+        return []
 
 
 def _sql_literal(value, typ: str) -> str:
@@ -790,11 +804,14 @@ def check_shell_safe(query: Query) -> None:
         raise UsageError(f"{query.path}: {why}; `slowcard query` refuses this query, so `show` does not print it")
 
 
-def shell_sql(query: Query, run: str | None = None, params: dict | None = None) -> str:
+def shell_sql(
+    query: Query, run: str | None = None, params: dict | None = None, allowed_paths: Sequence[str] = ()
+) -> str:
     """The query as a script for the `duckdb` shell: its header as comments, one ``SET VARIABLE``
     per parameter (defaults overlaid with ``params``; ``run`` the given run, else the database's
     first run), and the body with each ``$name`` read by ``getvariable('name')``. Piped into
-    ``duckdb DB`` it prints the query's rows; edit a SET line to try another value."""
+    ``duckdb DB`` it prints the query's rows; edit a SET line to try another value.
+    ``allowed_paths``: the database's lake files (``lake_paths``), left readable in the sandbox."""
     check_shell_safe(query)
     values = bind_params(query, params)
     head = query.path.read_text(encoding="utf-8").splitlines()
@@ -805,6 +822,12 @@ def shell_sql(query: Query, run: str | None = None, params: dict | None = None) 
         f"-- For the duckdb shell: slowcard show {query.name} | duckdb slowcard.duckdb",
         "-- (parameters are variables: change a value below to try another)",
         "-- the sandbox of `slowcard query`: no file access, settings locked",
+        *(
+            ["-- but the database's own Parquet files (Dask ingest, lake_files)"]
+            + ["SET allowed_paths = [" + ", ".join(_sql_literal(p, "VARCHAR") for p in allowed_paths) + "];"]
+            if allowed_paths
+            else []
+        ),
         "SET enable_external_access = false;",
         "SET lock_configuration = true;",
     ]

@@ -140,6 +140,20 @@ CREATE TABLE IF NOT EXISTS a2a_split_rows (
     recv_tokens BIGINT     -- sum of "Out split size" (or Concrete Inputs[3]) of one all-to-all; NULL: unknown
 );
 
+-- Parquet files of the Dask path read in place (slowcard/lake.py): a worker writes a file's
+-- event rows and the rows derived from them as Parquet beside the database; the coordinator
+-- registers them here in the file's commit instead of copying the rows in. Each table of
+-- lake.LAKE_TABLES is read through the view <table>_all: the table's own rows UNION ALL its
+-- registered files (the view is rewritten with the file list at each registration).
+CREATE TABLE IF NOT EXISTS lake_files (
+    source_id  INTEGER,
+    table_name VARCHAR,     -- which table's rows the file holds
+    path       VARCHAR,     -- absolute path of the Parquet file
+    n_rows     BIGINT
+);
+CREATE OR REPLACE VIEW op_class_rows_all AS SELECT * FROM op_class_rows;
+CREATE OR REPLACE VIEW a2a_split_rows_all AS SELECT * FROM a2a_split_rows;
+
 -- Captures on alert (slowcard/capture.py, `slowcard watch --capture`, `slowcard capture`): one
 -- row per profile capture, written when it starts (status 'running') and updated when it ends;
 -- the capture's files are ingested as run `capture-<capture_id>`.

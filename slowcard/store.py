@@ -26,7 +26,7 @@ from typing import Any
 
 import duckdb
 
-from . import taxonomy, tempspace
+from . import lake, taxonomy, tempspace
 from .errors import DatabaseBusy, UsageError
 
 SCHEMA_VERSION = "1"
@@ -271,6 +271,7 @@ def apply_schema(con: duckdb.DuckDBPyConnection) -> None:
                 m = _CREATE_VIEW.match(stmt.query)
                 if m and m.group(1) in MATERIALIZED:
                     _materialize_view(con, m.group(1))
+        lake.rebuild_views(con)  # the DDL wrote the views <table>_all over the tables alone
         taxonomy.load_builtin(con)
         rebuild_derived(con)
         con.execute(
@@ -496,6 +497,9 @@ DERIVED = (("op_class_rows", "_op_classes_for"), ("a2a_split_rows", "_a2a_splits
 def rebuild_derived(con) -> None:
     """Recompute the derived rows of every file (after a taxonomy or view change)."""
     files = con.execute("SELECT 1 FROM sources LIMIT 1").fetchone() is not None
+    # Derived rows the Dask workers wrote to the lake follow the old taxonomy: they are forgotten
+    # (their files go at the next Dask ingest's cleanup) and derived again in the database.
+    lake.unregister(con, tables=[table for table, _macro in DERIVED])
     con.execute("DELETE FROM _name_classes")
     if files:
         classify_new_names(con, None)
@@ -832,6 +836,7 @@ def row_tables(con) -> list[str]:
                WHERE c.column_name = 'source_id' AND t.table_type = 'BASE TABLE'
                  AND c.table_name <> 'sources' AND c.table_schema = 'main'
                  AND NOT starts_with(c.table_name, '_mat_')  -- stored views: refreshed per run
+                 AND c.table_name <> 'lake_files'  -- the lake's registry: lake.unregister
                ORDER BY 1"""
         ).fetchall()
     ]
@@ -952,19 +957,24 @@ def commit_source(
     drops: list[tuple[str, str, int]],
     cell_drops: Sequence[tuple[str, str, int]] = (),
     derive: bool = True,
+    lake_files: Sequence[tuple[str, str, int]] = (),
 ) -> None:
     """Publish a file's rows in one short transaction: the previous ingest of the same (run, path),
     if any, disappears and this one appears, or (on any error) nothing changes. ``derive``: write
-    its derived rows here (False: derive_rows already wrote them under its pending id)."""
+    its derived rows here (False: derive_rows already wrote them under its pending id, or they
+    are in ``lake_files``). ``lake_files``: (table, path, rows) of the file's rows written as
+    Parquet (slowcard/lake.py), registered in this same transaction."""
     # names and messages that hold a file's name: as the database stores them (db_text)
     run, path = db_text(run), db_text(path)
     texts = {k: db_text(v) for k, v in vars(rec).items() if isinstance(v, str)}
     rec = SourceRecord(**{**vars(rec), **texts})
     drops = [(db_text(r), p if p is None else db_text(str(p)), n) for r, p, n in drops]
     cell_drops = [(db_text(r), p if p is None else db_text(str(p)), n) for r, p, n in cell_drops]
+    replaced: list[str] = []
     con.execute("BEGIN")
     try:
         for (old,) in con.execute("SELECT source_id FROM sources WHERE run = ? AND path = ?", [run, path]).fetchall():
+            replaced += lake.unregister(con, sids=[old])
             for table in row_tables(con):
                 con.execute(f'DELETE FROM "{table}" WHERE source_id = ?', [old])
             con.execute("DELETE FROM source_drops WHERE source_id = ?", [old])
@@ -1007,14 +1017,18 @@ def commit_source(
         # derived them already, under the still pending id, passes derived=False).
         if derive:
             derive_rows(con, [sid])
+        lake.register(con, sid, lake_files)
         con.execute("DELETE FROM pending_sources WHERE source_id = ?", [sid])
         fault_point("commit")
+        if lake_files:
+            fault_point("lake_commit")
     except BaseException:
         con.execute("ROLLBACK")
         raise
     # outside the handler: a commit that fails (disk full) has already ended the transaction,
     # and its own message is the one to report
     con.execute("COMMIT")
+    lake.delete_files(replaced)  # the replaced ingest's Parquet: no view reads it any more
     fault_point("committed")
 
 

@@ -198,8 +198,21 @@ def test_same_verdict(dbs):
     )
 
 
+def _lake_files_on_disk(shared: Path) -> set[str]:
+    return {str(p) for p in shared.rglob("*.parquet")}
+
+
+def _lake_files_registered(db) -> set[str]:
+    return {r[0] for r in _rows(db, "SELECT path FROM lake_files")}
+
+
 def test_staging_and_worker_temp_removed(dbs):
-    assert dbs["shared"].is_dir() and list(dbs["shared"].iterdir()) == []
+    # the shared folder keeps the lake only (the event rows read in place), no staging
+    assert dbs["shared"].is_dir()
+    [lake] = [p.name for p in dbs["shared"].iterdir()]
+    assert lake.startswith("dask.duckdb-") and lake.endswith(".lake")
+    on_disk = _lake_files_on_disk(dbs["shared"])
+    assert on_disk and on_disk == _lake_files_registered(dbs["dask"][0])
     assert dbs["leftovers"] == set()
     assert not list(Path(dbs["dask"][0]).parent.glob(".slowcard-dask-*"))
 
@@ -217,8 +230,8 @@ def test_reingest_through_scheduler_replaces(dbs, inputs, cluster):
     every file's rows: no duplicate sources, events or derived rows."""
     db = dbs["dask"][0]
     count_sql = (
-        "SELECT (SELECT count(*) FROM sources), (SELECT count(*) FROM event_rows), "
-        "(SELECT count(*) FROM op_class_rows), (SELECT count(*) FROM source_drops), "
+        "SELECT (SELECT count(*) FROM sources), (SELECT count(*) FROM event_rows_all), "
+        "(SELECT count(*) FROM op_class_rows_all), (SELECT count(*) FROM source_drops), "
         "(SELECT list(source_id ORDER BY source_id) FROM sources)"
     )
     before = _rows(db, count_sql)[0]
@@ -230,6 +243,10 @@ def test_reingest_through_scheduler_replaces(dbs, inputs, cluster):
     assert not set(after[4]) & set(before[4])  # every file was published under a new id
     sql = "SELECT * EXCLUDE (source_id) FROM events"
     assert _rows(db, sql) == _rows(dbs["local"][0], sql)
+    # without a shared folder the lake is beside the database; the replaced files' Parquet (in
+    # the first ingest's lake) is gone, the new files are all registered
+    assert _lake_files_on_disk(dbs["shared"]) == set()
+    assert _lake_files_on_disk(Path(db).parent / "dask.duckdb.lake") == _lake_files_registered(db)
 
 
 def test_bad_scheduler_is_a_usage_error(inputs, tmp_path, monkeypatch):

@@ -15,6 +15,8 @@ CREATE TABLE IF NOT EXISTS event_rows (
     id        VARCHAR,   -- flow / async id
     args      JSON
 );
+-- event_rows and the Parquet files of the Dask path (slowcard/lake.py); every reader reads this.
+CREATE OR REPLACE VIEW event_rows_all AS SELECT * FROM event_rows;
 
 -- The view users and queries read: run and rank come from `sources`.
 CREATE OR REPLACE VIEW events AS
@@ -22,4 +24,4 @@ SELECT s.run, s.rank, e.source_id, e.ph, e.cat, e.name, e.pid, e.tid,
        e.ts_ns, e.dur_ns, e.ts_ns + coalesce(e.dur_ns, 0) AS end_ns,
        e.ts_ns / 1000.0 AS ts_us, e.dur_ns / 1000.0 AS dur_us,
        e.id, e.args
-FROM event_rows e JOIN scoped_sources s USING (source_id);
+FROM event_rows_all e JOIN scoped_sources s USING (source_id);

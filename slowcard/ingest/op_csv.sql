@@ -29,6 +29,8 @@ CREATE TABLE IF NOT EXISTS op_rows (
     output_formats   VARCHAR,
     extra            JSON       -- every other column {header name: text}; PMU columns vary with aic_metrics
 );
+-- op_rows and the Parquet files of the Dask path (slowcard/lake.py); every reader reads this.
+CREATE OR REPLACE VIEW op_rows_all AS SELECT * FROM op_rows;
 
 -- The view users and queries read: run and rank come from `sources`.
 -- gmm_tokens: tokens one GroupedMatmul call processed, by msprof-analyze's ep_load_balance rule
@@ -60,6 +62,6 @@ FROM (
                      OR regexp_matches(r.name, '(^|_)groupedmatmul(_|$)', 'i')
                 THEN list_filter(string_split(trim(r.input_shapes, '"'), ';'), lambda p: trim(p) <> '')
            END AS gmm_parts
-    FROM op_rows r
+    FROM op_rows_all r
 ) o
 JOIN scoped_sources s USING (source_id);

@@ -22,10 +22,10 @@ CREATE OR REPLACE MACRO _in_files(source_id, sids) AS
 
 -- The operation names of files (every file: sids NULL).
 CREATE OR REPLACE MACRO _names_of(sids) AS TABLE
-SELECT DISTINCT name FROM event_rows
+SELECT DISTINCT name FROM event_rows_all
 WHERE ph = 'X' AND name IS NOT NULL AND _in_files(source_id, sids)
 UNION
-SELECT DISTINCT name FROM op_rows WHERE name IS NOT NULL AND _in_files(source_id, sids);
+SELECT DISTINCT name FROM op_rows_all WHERE name IS NOT NULL AND _in_files(source_id, sids);
 
 -- The rule, for a list of names (the matched ones, with the row that won): a commit passes only
 -- the names no earlier file had (store.classify_new_names), so it pays the matching for those only
@@ -102,7 +102,7 @@ e AS (
     -- is most of the cost of classifying a large trace
     SELECT *, CASE WHEN cat = 'kernel' AND contains(args, 'Collective name')
                    THEN json_extract_string(args, '$."Collective name"') END AS coll_name
-    FROM event_rows
+    FROM event_rows_all
     WHERE ph = 'X' AND dur_ns IS NOT NULL AND ts_ns IS NOT NULL AND _in_files(source_id, sids)
 ),
 classified AS (
@@ -122,7 +122,7 @@ corr AS (  -- correlation ids of the classified kernels only (a handful of JSON 
 ),
 flows AS (
     SELECT source_id, TRY_CAST(id AS BIGINT) AS correlation, min(ts_ns) AS launch_ns
-    FROM event_rows
+    FROM event_rows_all
     WHERE ph = 's' AND cat = 'ac2g' AND _in_files(source_id, sids)
       AND source_id IN (SELECT source_id FROM corr)
       -- the flows of the classified kernels only (a 300 MB trace: 2,350 of its 171,550 flows
@@ -131,14 +131,14 @@ flows AS (
     GROUP BY ALL
 ),
 flow_sources AS (  -- files with any flow event (those never need the runtime fallback)
-    SELECT DISTINCT source_id FROM event_rows
+    SELECT DISTINCT source_id FROM event_rows_all
     WHERE ph = 's' AND cat = 'ac2g' AND _in_files(source_id, sids)
       AND source_id IN (SELECT source_id FROM corr)
 ),
 runtime AS (  -- traces without flow events: the launch call names the same correlation
     SELECT source_id, TRY_CAST(regexp_extract(args, '"correlation":\s*(\d+)', 1) AS BIGINT) AS correlation,
            min(ts_ns) AS launch_ns
-    FROM event_rows
+    FROM event_rows_all
     WHERE ph = 'X' AND cat IN ('cuda_runtime', 'cuda_driver') AND _in_files(source_id, sids)
       -- one semi join, empty when the file has flows: DuckDB then skips this scan (with NOT IN
       -- it read the args of every runtime event: 0.15 s on a 300 MB trace, for no row)
@@ -201,7 +201,7 @@ CREATE OR REPLACE VIEW _op_classes_live AS SELECT * FROM _op_classes_for(NULL);
 -- What queries read: the materialised classification, with run / rank / host from `sources`.
 CREATE OR REPLACE VIEW op_classes AS
 SELECT s.run, s.rank, s.host, c.*
-FROM op_class_rows c JOIN scoped_sources s USING (source_id);
+FROM op_class_rows_all c JOIN scoped_sources s USING (source_id);
 
 -- Tokens each all-to-all delivers to this rank (sum of its output split sizes), from the
 -- c10d::alltoall_base_ / record_param_comms CPU ops or a kernel carrying the split sizes.
@@ -219,7 +219,7 @@ SELECT e.source_id, e.ts_ns,
            CASE WHEN e.name IN ('c10d::alltoall_base_', 'record_param_comms')
                 THEN TRY_CAST(json_extract_string(e.args, '$."Concrete Inputs"[3]') AS BIGINT[]) END)) AS BIGINT)
            AS recv_tokens
-FROM event_rows e
+FROM event_rows_all e
 WHERE e.ph = 'X' AND _in_files(e.source_id, sids) AND e.name IS NOT NULL
   AND (e.name IN ('c10d::alltoall_base_', 'record_param_comms')
        OR (e.cat = 'kernel' AND contains(e.args, 'Out split size')));

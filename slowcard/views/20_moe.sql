@@ -255,7 +255,7 @@ GROUP BY run, rank, source_id;
 CREATE OR REPLACE VIEW _a2a_splits AS
 WITH s AS (
     SELECT a.source_id, a.ts_ns, a.recv_tokens, e.device_moe
-    FROM a2a_split_rows a JOIN _ep_sources e USING (source_id)
+    FROM a2a_split_rows_all a JOIN _ep_sources e USING (source_id)
 ),
 dev AS (
     SELECT source_id, ts_ns, launch_ns FROM op_classes
