@@ -425,9 +425,7 @@ last_counts AS (
 stragglers AS (
     SELECT peer_group, rank FROM last_counts
     WHERE m > 0 AND k > m / n
-      AND list_sum(list_transform(range(k, m + 1),
-                                  lambda j: exp(lgamma(m + 1) - lgamma(j + 1) - lgamma(m - j + 1) + j * ln(1.0 / n) + (m - j) * ln(1 - 1.0 / n))))
-          <= $alpha / (SELECT n FROM n_ranks)
+      AND _binomial_upper_p(k, m, 1.0 / n) <= $alpha / (SELECT n FROM n_ranks)
 ),
 -- The pace-setter of a group with two or more slow ranks: the one with the most excess of its own.
 pace AS (

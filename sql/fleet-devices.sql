@@ -56,13 +56,9 @@ per_device AS (
 ),
 -- upper binomial tail P(X >= slow_judged) for X ~ Bin(runs_judged, chance)
 tail AS (
-    SELECT d.device,
-           least(1.0, sum(exp(lgamma(d.runs_judged + 1) - lgamma(g.j + 1) - lgamma(d.runs_judged - g.j + 1)
-                              + g.j * ln(d.chance) + (d.runs_judged - g.j) * ln(1 - d.chance)))) AS p_value
-    FROM per_device d,
-         LATERAL (SELECT unnest(generate_series(d.slow_judged, d.runs_judged)) AS j) g
-    WHERE d.runs_judged > 0 AND d.slow_judged > 0
-    GROUP BY d.device
+    SELECT device, _binomial_upper_p(slow_judged, runs_judged, chance) AS p_value
+    FROM per_device
+    WHERE runs_judged > 0 AND slow_judged > 0
 ),
 tested AS (
     SELECT count(*) AS n_devices FROM per_device WHERE runs_judged > 0

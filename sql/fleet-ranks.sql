@@ -49,13 +49,9 @@ per_rank AS (
 ),
 -- upper binomial tail P(X >= slow_judged) for X ~ Bin(runs_judged, chance)
 tail AS (
-    SELECT r.rank,
-           least(1.0, sum(exp(lgamma(r.runs_judged + 1) - lgamma(g.j + 1) - lgamma(r.runs_judged - g.j + 1)
-                              + g.j * ln(r.chance) + (r.runs_judged - g.j) * ln(1 - r.chance)))) AS p_value
-    FROM per_rank r,
-         LATERAL (SELECT unnest(generate_series(r.slow_judged, r.runs_judged)) AS j) g
-    WHERE r.runs_judged > 0 AND r.slow_judged > 0
-    GROUP BY r.rank
+    SELECT rank, _binomial_upper_p(slow_judged, runs_judged, chance) AS p_value
+    FROM per_rank
+    WHERE runs_judged > 0 AND slow_judged > 0
 ),
 tested AS (
     SELECT count(*) AS n_ranks FROM per_rank WHERE runs_judged > 0

@@ -18,3 +18,10 @@ CREATE OR REPLACE MACRO _normal_upper_p(z) AS
 -- (a rank on top in every instance that varies) u goes to 0 and the formula alone breaks down.
 CREATE OR REPLACE MACRO _saddlepoint_upper_p(w, u) AS
     least(exp(-w * w / 2), 1.0, greatest(0.0, _normal_upper_p(w) + exp(-w * w / 2) / sqrt(2 * pi()) * (1 / u - 1 / w)));
+
+-- Upper binomial tail P(X >= k) for X ~ Binomial(n, p), 0 < p < 1, summed exactly from lgamma
+-- (how often something happened against how often chance would make it: a rank last at k of n
+-- collectives, a device slow in k of the n runs it was in).
+CREATE OR REPLACE MACRO _binomial_upper_p(k, n, p) AS
+    least(1.0, coalesce(list_sum(list_transform(range(k::BIGINT, n::BIGINT + 1),
+        lambda j: exp(lgamma(n + 1) - lgamma(j + 1) - lgamma(n - j + 1) + j * ln(p) + (n - j) * ln(1 - p)))), 0.0));
