@@ -33,6 +33,7 @@ import re
 from pathlib import Path
 
 from .errors import UsageError
+from .ranks import ascend_pt_root
 
 HOST_PID_TRACE = re.compile(r"^(?P<host>[A-Za-z0-9][A-Za-z0-9.-]*)_(?P<pid>\d+)\.\d+\.pt\.trace\.json(?:\.gz)?\Z")
 WORKER = re.compile(r"^(?P<host>[A-Za-z0-9][A-Za-z0-9.-]*)_(?P<pid>\d+)\Z")
@@ -88,16 +89,6 @@ def _ranges(ranks: list[int]) -> str:
     return shown + (", …" if len(ranks) > 8 else "")
 
 
-def _ascend_root(path: Path) -> Path | None:
-    for parent in path.parents:
-        if parent.name.endswith("_ascend_pt"):
-            return parent
-    for parent in path.parents:
-        if parent.name == "ASCEND_PROFILER_OUTPUT":
-            return parent.parent
-    return None
-
-
 def _worker_host(root: Path) -> str | None:
     """The host of ``_worker_name`` (``HOST_PID``) in the root's one profiler_info file."""
     infos = sorted(root.glob("profiler_info*.json"))
@@ -117,7 +108,7 @@ def host_from_path(path: Path) -> tuple[str | None, str | None]:
     m = HOST_PID_TRACE.match(path.name)
     if m:
         return m["host"], "file_name"
-    root = _ascend_root(path)
+    root = ascend_pt_root(path)
     if root is not None:
         host = _worker_host(root)
         if host:
@@ -133,7 +124,7 @@ def host_from_path(path: Path) -> tuple[str | None, str | None]:
 
 
 def _device_dir(path: Path) -> int | None:
-    root = _ascend_root(path)
+    root = ascend_pt_root(path)
     if root is None:
         return None
     found = {int(m.group(1)) for d in root.glob("PROF_*/device_*") if (m := DEVICE_DIR.match(d.name))}

@@ -94,7 +94,7 @@ def _from_map(path: Path, rank_map: list[tuple[str, int]]) -> int | None:
     return None
 
 
-def _ascend_pt_root(path: Path) -> Path | None:
+def ascend_pt_root(path: Path) -> Path | None:
     """The profiler's output root of a file: the enclosing ``*_ascend_pt`` folder, else the folder
     holding ``ASCEND_PROFILER_OUTPUT`` (renamed roots, e.g. ``test_rank_0/``), else None."""
     for parent in path.parents:
@@ -147,7 +147,7 @@ def resolve(
     if isinstance(hints.get("rank"), int):
         info.rank, info.source = hints["rank"], "distributedInfo"
         return info
-    root = _ascend_pt_root(path)
+    root = ascend_pt_root(path)
     if root is not None:
         r = _from_profiler_info(root)
         if r is not None:

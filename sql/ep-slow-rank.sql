@@ -235,8 +235,9 @@ cgf_inst AS (   -- per instance and tilt, on the centred excess (shifted by its 
     SELECT peer_group, step, layer, occurrence, q, k, t,
            t * any_value(mean_d) + t * any_value(dc_max) + ln(avg(exp(t * (dc - dc_max)))) AS k0,
            any_value(mean_d) + sum(dc * exp(t * (dc - dc_max))) / sum(exp(t * (dc - dc_max))) AS k1,
-           sum(dc * dc * exp(t * (dc - dc_max))) / sum(exp(t * (dc - dc_max)))
-             - pow(sum(dc * exp(t * (dc - dc_max))) / sum(exp(t * (dc - dc_max))), 2) AS k2
+           -- (a variance: never below 0, which rounding can reach where one value dominates)
+           greatest(0.0, sum(dc * dc * exp(t * (dc - dc_max))) / sum(exp(t * (dc - dc_max)))
+                         - pow(sum(dc * exp(t * (dc - dc_max))) / sum(exp(t * (dc - dc_max))), 2)) AS k2
     FROM (SELECT d.*, g.k, g.z / s.sd AS t FROM d_inst d JOIN sd_all s USING (peer_group, q) CROSS JOIN tilt g)
     GROUP BY peer_group, step, layer, occurrence, q, k, t
 ),
@@ -273,6 +274,8 @@ tilted AS (   -- the grid point below the sum (K' grows with t), and the sum's t
 tested AS (
     SELECT rank, peer_group, q, scope, n_scope, k_above, sum_d, p_sign,
            CASE WHEN tilt_k IS NULL THEN p_normal
+                -- no spread left at that tilt (the edge of the support): the Chernoff bound alone
+                WHEN cg2 <= 0 THEN least(1.0, exp(-greatest(0.0, th * s_at - cg)))
                 ELSE _saddlepoint_upper_p(sqrt(greatest(0.0, 2 * (th * s_at - (cg + cg1 * (th - t) + cg2 * pow(th - t, 2) / 2)))),
                                           th * sqrt(cg2))
            END AS p_perm

@@ -99,6 +99,31 @@ def app():
     return a
 
 
+@pytest.fixture(scope="module")
+def cluster():
+    """An external two-worker Dask LocalCluster on loopback (test_distributed*.py), closed even when
+    a test fails; its HTTP ports are 0: another suite's cluster may run beside it."""
+    import logging
+
+    pytest.importorskip("distributed", reason="dask.distributed is an optional extra: pip install -e .[dask]")
+    from dask.distributed import LocalCluster
+
+    import slowcard.distributed
+
+    c = LocalCluster(
+        n_workers=2,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        silence_logs=logging.ERROR,
+        **slowcard.distributed.LOCAL_CLUSTER_HTTP,
+    )
+    try:
+        yield c
+    finally:
+        c.close()
+
+
 @pytest.fixture(scope="session")
 def _template_db(tmp_path_factory) -> Path:
     """One database with the schema applied; copying it is much cheaper than applying the DDL."""

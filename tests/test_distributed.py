@@ -4,7 +4,6 @@ database as a plain local ingest, row for row, and the same verdicts."""
 from __future__ import annotations
 
 import json
-import logging
 import socket
 import sys
 from pathlib import Path
@@ -58,25 +57,6 @@ def inputs(tmp_path_factory):
 
 def _rank_map(inputs):
     return inputs[0].parent / "ranks.json"
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    """An external two-worker LocalCluster on loopback, closed even when a test fails."""
-    from dask.distributed import LocalCluster
-
-    c = LocalCluster(
-        n_workers=2,
-        threads_per_worker=1,
-        processes=True,
-        host="127.0.0.1",
-        silence_logs=logging.ERROR,
-        **slowcard.distributed.LOCAL_CLUSTER_HTTP,  # port 0: another suite's cluster may run beside it
-    )
-    try:
-        yield c
-    finally:
-        c.close()
 
 
 def _temp_leftovers(tmp: Path) -> set[str]:

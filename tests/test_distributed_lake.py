@@ -44,24 +44,6 @@ TABLES = [
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    from dask.distributed import LocalCluster
-
-    c = LocalCluster(
-        n_workers=2,
-        threads_per_worker=1,
-        processes=True,
-        host="127.0.0.1",
-        silence_logs=logging.ERROR,
-        **slowcard.distributed.LOCAL_CLUSTER_HTTP,
-    )
-    try:
-        yield c
-    finally:
-        c.close()
-
-
-@pytest.fixture(scope="module")
 def client(cluster):
     from dask.distributed import Client
 
