@@ -1,5 +1,5 @@
 -- name: straggler-rank
--- version: 3
+-- version: 4
 -- description: The straggler: a rank that arrives last at a clear share of the matched collectives, so the others wait for it (the per-rank numbers of rank-waits, flagged ranks only).
 -- requires: collective_waits
 -- param: min_last_share DOUBLE = 0.5    -- a rank arriving last at this share of collectives is a straggler
@@ -10,8 +10,8 @@
 -- priority: 70
 -- order: 65
 -- shows: report.moe, annotate
--- headline: arrived last at {last_pct} % of {collectives} collectives with ranks {peers} in {groups} | waited {total_wait_ms} ms itself (mean arrival lag {mean_arrival_lag_us} us)
--- summary: rank {rank} arrived last at {last_pct}% of {collectives} collectives with ranks {peers} in {groups}, waited {total_wait_ms} ms
+-- headline: arrived last at {last_pct} % of {collectives} collectives with ranks {peers} in {groups} | its fix saves {cost_ms} ms ({cost_pct} % of the profiled time: its lead at the collectives it arrived last at; the others waited {others_wait_ms} ms for it) | waited {total_wait_ms} ms itself (mean arrival lag {mean_arrival_lag_us} us)
+-- summary: rank {rank} arrived last at {last_pct}% of {collectives} collectives with ranks {peers} in {groups}: its fix saves {cost_ms} ms = {cost_pct}% of the profiled time (its lead at the collectives it arrived last at; the others waited {others_wait_ms} ms for it); waited {total_wait_ms} ms itself
 -- pass: No rank arrives last at >= {min_last_share} of the matched collectives.
 --
 -- Split from rank-waits v1 (whose WARN this was): arriving last only counts when the skew is
@@ -26,6 +26,11 @@
 -- its collectives, e.g. attention kernels, host / launch, data loading, a co-located job), not only to
 -- ep-slow-rank and moe-breakdown, which PASS when its lateness is outside its MoE work. The
 -- verdict is v2's.
+-- v4 (issue 42 item 2): the straggler carries a cost, what its fix saves: the sum, over the
+-- collectives it arrived last at, of its lead over the next-latest rank (the others would have
+-- started that much earlier; why-straggler's cost_ms and ep-slow-rank's replay of one rank),
+-- in ms and in % of the profiled time (the median rank's span from its first to its last matched
+-- collective); others_wait_ms = the same x (ranks - 1). The verdict is v3's.
 
 WITH c AS (
     SELECT *, arrived_last AND arrival_skew_ns > 0.05 * median_dur_ns AS last_clear
@@ -52,6 +57,18 @@ rank_pgs AS (
     FROM (SELECT DISTINCT rank, pg FROM c) d JOIN pg_kinds k USING (pg)
     GROUP BY d.rank
 ),
+-- the last arriver's lead over the next-latest rank, per collective
+lead AS (
+    SELECT rank, n_ranks,
+           CASE WHEN arrived_last
+                THEN start_adj_ns - max(start_adj_ns) FILTER (WHERE NOT arrived_last) OVER (PARTITION BY pg, coll_kind, instance) END AS lead_ns
+    FROM c
+),
+cost AS (
+    SELECT rank, coalesce(sum(greatest(lead_ns, 0)), 0) AS cost_ns, coalesce(sum(greatest(lead_ns, 0) * (n_ranks - 1)), 0) AS others_wait_ns
+    FROM lead GROUP BY rank
+),
+span AS (SELECT median(span_ns) AS span_ns FROM (SELECT rank, max(ts_ns) - min(ts_ns) AS span_ns FROM c GROUP BY rank)),
 per_rank AS (
     SELECT rank, count(*) AS collectives,
            round(sum(wait_ns) / 1e6, 3) AS total_wait_ms,
@@ -62,9 +79,12 @@ per_rank AS (
     FROM c
     GROUP BY rank
 )
-SELECT rank, collectives, total_wait_ms, mean_arrival_lag_us, last_pct, straggler, g.peers, g.groups,
+SELECT rank, collectives, round(k.cost_ns / 1e6, 3) AS cost_ms,
+       round(100.0 * k.cost_ns / nullif((SELECT span_ns FROM span), 0), 1) AS cost_pct,
+       round(k.others_wait_ns / 1e6, 3) AS others_wait_ms,
+       total_wait_ms, mean_arrival_lag_us, last_pct, straggler, g.peers, g.groups,
        'straggler' AS cause,
        'the others wait for this rank at collectives: read why-straggler''s item (what it does longer between collectives: attention kernels, host / launch, data loading, a co-located job); inside its MoE layers, ep-slow-rank' AS next_step
-FROM per_rank LEFT JOIN rank_pgs g USING (rank)
+FROM per_rank LEFT JOIN rank_pgs g USING (rank) LEFT JOIN cost k USING (rank)
 WHERE straggler
 ORDER BY last_pct DESC, rank

@@ -190,3 +190,24 @@ def test_items_say_what_the_trace_could_be_read_from(db, gpu_db):
     gpu = rows(gpu_db, "late")[0]
     assert gpu["items_from"].startswith("no nn.Module ranges in this trace: items are kernel, gap"), gpu["items_from"]
     assert "with_modules=True" in gpu["items_from"]
+
+
+def test_the_straggler_card_carries_what_its_fix_saves(db, gpu_db):
+    """straggler-rank v4 (issue 42 item 2): the card's cost is its lead at the collectives it
+    arrived last at, the number why-straggler reports as what a fix saves, and on the GPU run the
+    saving ep-slow-rank's replay finds for the same host-bound rank (within 2 %)."""
+    con = queries.open_readonly(db)
+    try:
+        (card,) = queries.run_query(con, CATALOG["straggler-rank"], "slow_attention").rows
+    finally:
+        con.close()
+    assert card["rank"] == 1 and card["cost_ms"] == first(db, "slow_attention")["cost_ms"] > 0
+    assert 0 < card["cost_pct"] < 100 and card["others_wait_ms"] == pytest.approx(3 * card["cost_ms"], rel=1e-3)
+    con = queries.open_readonly(gpu_db)
+    try:
+        (gcard,) = queries.run_query(con, CATALOG["straggler-rank"], "late").rows
+        (ep,) = queries.run_query(con, CATALOG["ep-slow-rank"], "late").rows
+    finally:
+        con.close()
+    assert (gcard["rank"], ep["rank"], ep["cause"]) == (2, 2, "host-bound")
+    assert gcard["cost_ms"] == pytest.approx(ep["cost_ms"], rel=0.02)
