@@ -99,6 +99,26 @@ def app():
     return a
 
 
+# `python -c PEAK_RSS_CHILD ARGS...` runs `slowcard ARGS...` and writes its peak resident memory
+# to stderr as "maxrss_kb=N". The peak is VmHWM, the high-water mark of the process's own address
+# space: ru_maxrss also counts the pages it shared with its parent before exec, so a child of a
+# pytest worker that had grown to 2 GB (a full CI run) read 2 GB whatever it used itself.
+PEAK_RSS_CHILD = """
+import resource, runpy, sys
+sys.argv = ["slowcard"] + sys.argv[1:]
+try:
+    runpy.run_module("slowcard", run_name="__main__")
+finally:
+    kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    try:
+        with open("/proc/self/status") as fh:
+            kb = next(int(line.split()[1]) for line in fh if line.startswith("VmHWM:"))
+    except (OSError, StopIteration):
+        pass
+    sys.stderr.write("maxrss_kb=%d\\n" % kb)
+"""
+
+
 @pytest.fixture(scope="module")
 def cluster():
     """An external two-worker Dask LocalCluster on loopback (test_distributed*.py), closed even when

@@ -14,6 +14,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 import synth_kineto  # noqa: E402
+from conftest import PEAK_RSS_CHILD  # noqa: E402
 
 from slowcard import store  # noqa: E402
 
@@ -664,14 +665,7 @@ def test_6_huge_world_size_is_reported_without_building_every_rank(tmp_path):
     assert "world_size is 1000000000 but 999999999 ranks are missing (0, 1, 2, 4, 5" in res.stderr
 
 
-_MAXRSS = """
-import resource, runpy, sys
-sys.argv = ["slowcard"] + sys.argv[1:]
-try:
-    runpy.run_module("slowcard", run_name="__main__")
-finally:
-    sys.stderr.write("maxrss_kb=%d\\n" % resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
-"""
+_MAXRSS = PEAK_RSS_CHILD  # peak RSS of the child itself (conftest)
 
 
 def _bomb(path: Path, filler: bytes, inside_string: bool, mb: int = 256) -> None:

@@ -21,6 +21,7 @@ import duckdb
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+from conftest import PEAK_RSS_CHILD  # noqa: E402
 from hostile_endpoint import HostileEndpoint  # noqa: E402
 
 from slowcard import metrics as mx  # noqa: E402
@@ -150,14 +151,7 @@ def test_3_distinct_timestamps_make_at_most_the_asked_steps(srv, mode):
     assert all(s.ok for s in statuses)
 
 
-_MAXRSS = """
-import resource, runpy, sys
-sys.argv = ["slowcard"] + sys.argv[1:]
-try:
-    runpy.run_module("slowcard", run_name="__main__")
-finally:
-    sys.stderr.write("maxrss_kb=%d\\n" % resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
-"""
+_MAXRSS = PEAK_RSS_CHILD  # peak RSS of the child itself (conftest)
 
 
 def _maxrss_mb(res) -> float:
