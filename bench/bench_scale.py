@@ -285,28 +285,60 @@ def child_split(a) -> dict:
     }
 
 
+# The queries timed over the lake and over the copied database: the cross-rank verdicts (they read
+# the stored per-rank / per-collective tables) and two that read raw events (why-op-diff: every
+# rank's operators in the compared units; why-straggler: what ran in each segment).
+LAKE_QUERIES = ("ep-slow-rank", "straggler-rank", "moe-breakdown", "sync-gaps", "why-op-diff", "why-straggler")
+
+
 def child_query(a) -> dict:
     from slowcard import queries
 
+    names = [q for q in (a.queries or "ep-slow-rank").split(",") if q]
     con = queries.open_readonly(a.db)
     try:
-        q = queries.load_catalog()["ep-slow-rank"]
-        t0 = time.perf_counter()
-        res = queries.run_query(con, q, "bench")
-        wall = time.perf_counter() - t0
+        catalog = queries.load_catalog()
+        each = {}
+        for name in names:
+            t0 = time.perf_counter()
+            res = queries.run_query(con, catalog[name], "bench")
+            each[name] = {
+                "wall_s": time.perf_counter() - t0,
+                "status": res.status,
+                "summary": res.summary,
+                "rows": [sorted((k, str(v)) for k, v in r.items()) for r in res.rows],
+            }
         n_ev = con.execute("SELECT count(*) FROM events WHERE run = 'bench'").fetchone()[0]
     finally:
         con.close()
     self_mb, _ = _rss_mb()
-    ranks = [r.get("rank") for r in res.rows]
+    first = each[names[0]]
     return {
-        "wall_s": wall,
-        "status": res.status,
-        "ranks": ranks,
-        "summary": res.summary,
+        "wall_s": first["wall_s"],
+        "status": first["status"],
+        "ranks": [dict(r).get("rank") for r in first["rows"]],
+        "summary": first["summary"],
+        "each": each,
         "events": n_ev,
         "rss_mb": self_mb,
     }
+
+
+def child_refresh(a) -> dict:
+    """The end-of-ingest refresh of the stored cross-rank views, again, on a database built by an
+    ingest (copied) or by the Dask path's halves (lake): its stamps cleared, every run refilled."""
+    from slowcard import store
+
+    con = store.open_db(a.db)
+    try:
+        con.execute("DELETE FROM _mat_stamps")
+        t, c = time.perf_counter(), time.process_time()
+        store.refresh_materialized(con)
+        wall, cpu = time.perf_counter() - t, time.process_time() - c
+        rows = con.execute("SELECT count(*) FROM op_class_rows_all").fetchone()[0]  # table + lake
+    finally:
+        con.close()
+    return {"refresh_s": wall, "refresh_cpu": cpu, "op_class_rows": rows}
 
 
 def run_child(kind: str, **kw) -> dict:
@@ -416,12 +448,16 @@ def main(argv=None) -> int:
         default=1024,
         help="files already registered when the coordinator's registration is timed again",
     )
+    ap.add_argument(
+        "--lake-sizes", default="128,512", help="rank counts (of --sizes) whose queries are timed over the lake too"
+    )
     ap.add_argument("--readme", type=Path, default=HERE / "README.md")
     ap.add_argument("--no-readme", action="store_true")
     ap.add_argument("--keep", action="store_true", help="keep bench/out/scale")
     ap.add_argument("--note", default="", help="a line written under the table (e.g. machine load)")
     # child mode
-    ap.add_argument("--child", choices=["ingest", "dask", "query", "split"])
+    ap.add_argument("--child", choices=["ingest", "dask", "query", "split", "refresh"])
+    ap.add_argument("--queries", default="")
     ap.add_argument("--limit", type=int, default=10**9)
     ap.add_argument("--db")
     ap.add_argument("--path")
@@ -429,7 +465,13 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
 
     if a.child:
-        out = {"ingest": child_ingest, "dask": child_dask, "query": child_query, "split": child_split}[a.child](a)
+        out = {
+            "ingest": child_ingest,
+            "dask": child_dask,
+            "query": child_query,
+            "split": child_split,
+            "refresh": child_refresh,
+        }[a.child](a)
         print(json.dumps(out))
         return 0
 
@@ -454,9 +496,10 @@ def main(argv=None) -> int:
         say(f"  generated {n} ranks: {mb:.0f} MB uncompressed in {time.perf_counter() - t:.0f} s")
         db = fresh_db(OUT / f"r{n}.duckdb")
         ing = run_child("ingest", db=db, path=d, jobs=1)
-        q = run_child("query", db=db)
+        q = run_child("query", db=db, queries=",".join(LAKE_QUERIES))
         db_mb = db.stat().st_size / 1e6
-        rows.append(dict(ranks=n, mb=mb, gz_mb=ing["bytes"] / 1e6, ing=ing, q=q, db_mb=db_mb))
+        rf = run_child("refresh", db=db)
+        rows.append(dict(ranks=n, mb=mb, gz_mb=ing["bytes"] / 1e6, ing=ing, q=q, db_mb=db_mb, rf=rf))
         say(
             f"  {n:4d} ranks: {ing['events']:>9,} events, ingest {ing['wall_s']:.1f} s "
             f"({ing['events'] / ing['wall_s']:,.0f} ev/s, {ing['files_s'] / ing['files']:.3f} s/file, "
@@ -496,6 +539,26 @@ def main(argv=None) -> int:
         f"({spk['register_s']:.2f} s with {a.preregistered} files already registered), refresh {sp['refresh_s']:.2f} s"
     )
 
+    # Queries over the lake (the Dask path's database: the event tables are views over the workers'
+    # Parquet) against the copied database of the same files, at --lake-sizes: the lake built by
+    # the two halves of the Dask path in one process (no cluster: the database is the same).
+    lakes = []
+    for n in [n for n in (int(x) for x in a.lake_sizes.split(",") if x) if n in mb_of]:
+        copied = next(r for r in rows if r["ranks"] == n)
+        ldb = fresh_db(OUT / f"lake{n}.duckdb")
+        built = run_child("split", db=ldb, path=OUT / f"r{n}", preregistered=0)
+        lq = run_child("query", db=ldb, queries=",".join(LAKE_QUERIES))
+        same_rows = all(lq["each"][k]["rows"] == copied["q"]["each"][k]["rows"] for k in LAKE_QUERIES)
+        lakes.append(dict(ranks=n, built=built, q=lq, copied=copied, same=same_rows))
+        say(
+            f"  lake {n} ranks: "
+            + ", ".join(
+                f"{k} {lq['each'][k]['wall_s']:.2f} s (copied {copied['q']['each'][k]['wall_s']:.2f} s)"
+                for k in LAKE_QUERIES
+            )
+            + f"; same rows: {same_rows}; refresh {built['refresh_cpu']:.2f} s CPU ({built['op_class_rows']:,} rows)"
+        )
+
     # a few large ranks: per-file cost apart from per-MB cost
     dbig = OUT / "big"
     t = time.perf_counter()
@@ -524,11 +587,13 @@ def main(argv=None) -> int:
     wa, wb = line_fit([(small_mb, sp["worker_cpu"] / sp["files"]), (big_file_mb, bsp["worker_cpu"] / bsp["files"])])
     ra, rb = line_fit([(small_mb, sp["register_cpu"] / sp["files"]), (big_file_mb, bsp["register_cpu"] / bsp["files"])])
     # The end-of-run refresh of the stored cross-rank views reads the op-class rows (not the MB:
-    # a run of fewer, larger ranks has fewer per MB): CPU seconds per op-class row, the larger of
-    # the two runs', times the op-class rows per MB of the --compare files.
-    refresh_per_row = max(
-        sp["refresh_cpu"] / max(1, sp["op_class_rows"]), bsp["refresh_cpu"] / max(1, bsp["op_class_rows"])
-    )
+    # a run of fewer, larger ranks has fewer per MB): CPU seconds = a + b x op-class rows, fitted
+    # over the refreshes measured on lake databases (the Dask path's: read from the Parquet) and
+    # apart over the copied ones (read from the tables).
+    lake_pts = [(x["op_class_rows"], x["refresh_cpu"]) for x in [sp, bsp] + [lk["built"] for lk in lakes]]
+    copied_pts = [(r["rf"]["op_class_rows"], r["rf"]["refresh_cpu"]) for r in rows]
+    fa, fb = line_fit(lake_pts)
+    ca, cb = line_fit(copied_pts)
     rows_per_mb = sp["op_class_rows"] / (small_mb * sp["files"])
     clamped = [
         n
@@ -550,7 +615,8 @@ def main(argv=None) -> int:
     say(
         f"  per-file fits: local {la:.3f} s + {lb:.4f} s/MB; worker {wa:.3f} s + {wb:.4f} s/MB; "
         f"registration {ra:.3f} s + {rb:.5f} s/MB ({reg_k:.3f} s/file at {a.preregistered} registered); "
-        f"refresh {refresh_per_row * 1e6:.2f} µs per op-class row, {rows_per_mb:,.0f} rows/MB"
+        f"refresh {fa:.2f} s + {fb * 1e6:.3f} µs per op-class row (lake; copied {ca:.2f} s + {cb * 1e6:.3f} µs), "
+        f"{rows_per_mb:,.0f} rows/MB"
     )
 
     # ----------------------------------------------------------------- the README section
@@ -700,7 +766,8 @@ def main(argv=None) -> int:
     # the fitted slope is shown as the pessimistic case.
     per_r = max(reg_k, sp["register_cpu"] / sp["files"], bsp["register_cpu"] / bsp["files"])
     per_r_fit = ra + rb * gb
-    refresh_tb = refresh_per_row * rows_per_mb * 1024 * gb
+    refresh_tb = max(fa, 0.0) + max(fb, 0.0) * rows_per_mb * 1024 * gb
+    largest_rows = max(p[0] for p in lake_pts)
     start_s = dk["startup_s"] + dk["warmup_s"]
     w("### Projection: 1,024 ranks x 1 GB")
     w("")
@@ -727,15 +794,48 @@ def main(argv=None) -> int:
         )
     w("")
     w(
-        "Then the refresh of the stored cross-rank views, once, on the coordinator: NOT measured at this "
-        f"size. An upper bound from these runs: {refresh_per_row * 1e6:.1f} µs CPU per op-class row (the larger "
-        f"of the two) x {rows_per_mb:,.0f} rows per MB x 1,024 GB = {fmt_s(refresh_tb)} on one core; it "
-        "is an overestimate, since at these sizes the refresh is mostly its fixed cost (planning the stored "
-        "views), here counted as if it were per row, and DuckDB spreads the rest over the coordinator's "
-        "cores. Computing the per-rank parts of the stored views on the workers (the issue's per-rank "
-        "aggregates) is what would take it off the coordinator; not done."
+        "Then the refresh of the stored cross-rank views, once, on the coordinator, projected from its "
+        f"fit over the lake databases above (CPU seconds = {fa:.2f} s + {fb * 1e6:.3f} µs x op-class rows, "
+        f"measured up to {largest_rows:,} rows): {rows_per_mb:,.0f} op-class rows per MB x 1,024 GB = "
+        f"{rows_per_mb * 1024 * gb / 1e6:,.0f} M rows -> {fmt_s(refresh_tb)} on one core "
+        f"({rows_per_mb * 1024 * gb / max(1, largest_rows):,.0f}x past the largest run measured: a linear "
+        "extrapolation, and DuckDB spreads the refresh over the coordinator's cores where it has them). "
+        f"With 128 workers the whole job is {fmt_s(math.ceil(1024 / 128) * per_w + start_s + refresh_tb)} "
+        "(ingest, then the refresh)."
     )
     w("")
+    if lakes:
+        w("### Queries over the lake against the copied database")
+        w("")
+        w(
+            "The same files ingested locally (copied: every row in the database) and by the two halves of the "
+            "Dask path (lake: the event tables are views over the workers' Parquet, the stored cross-rank "
+            "views and the small per-rank tables in the database), each query in a fresh process, wall "
+            "seconds (lake / copied):"
+        )
+        w("")
+        w("| ranks | " + " | ".join(LAKE_QUERIES) + " | same rows |")
+        w("|---:|" + "---:|" * len(LAKE_QUERIES) + "---|")
+        for lk in lakes:
+            cells = []
+            for k in LAKE_QUERIES:
+                lw, cw = lk["q"]["each"][k]["wall_s"], lk["copied"]["q"]["each"][k]["wall_s"]
+                cells.append(f"{lw:.2f} / {cw:.2f} s ({lw / cw:.2f}x)")
+            w(f"| {lk['ranks']} | " + " | ".join(cells) + f" | {'yes' if lk['same'] else 'NO'} |")
+        w("")
+        w(
+            "Refresh of the stored views (CPU s, op-class rows): copied "
+            + ", ".join(
+                f"{r['ranks']} ranks {r['rf']['refresh_cpu']:.2f} s ({r['rf']['op_class_rows']:,})" for r in rows
+            )
+            + f" (fit {ca:.2f} s + {cb * 1e6:.3f} µs/row); lake "
+            + ", ".join(
+                f"{lk['ranks']} ranks {lk['built']['refresh_cpu']:.2f} s ({lk['built']['op_class_rows']:,})"
+                for lk in lakes
+            )
+            + "."
+        )
+        w("")
     knee = per_w / per_r if per_r > 0 else float("inf")
     # the per-file fit can lose its slope to the small files' fixed costs: never below the big files' rate
     local_gb = max(la + lb * gb, bg["files_s"] / bg["files"] / big_file_mb * gb)

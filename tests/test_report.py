@@ -7,8 +7,6 @@ from __future__ import annotations
 import gzip
 import json
 import re
-import shutil
-import subprocess
 import sys
 import zlib
 from pathlib import Path
@@ -17,6 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).parent))
+import chromium_page  # noqa: E402
 import synth_experts  # noqa: E402
 import synth_kineto  # noqa: E402
 from conftest import REAL_EP_RUN as REAL_RUN  # noqa: E402
@@ -321,32 +320,9 @@ def test_cli_report_writes_the_page_and_rejects_bad_input(app, tmp_path):
 
 # ---------------------------------------------------------------- Chromium
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-
 
 def _chromium_screenshot(html: Path, png: Path, tmp: Path, size="1400,2000") -> str:
-    """Render the page headless; return the console lines Chromium logged for it."""
-    cmd = [
-        CHROMIUM,
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--disable-extensions",
-        f"--user-data-dir={tmp / 'profile'}",
-        f"--screenshot={png}",
-        f"--window-size={size}",
-        "--enable-logging=stderr",
-        "--v=0",
-        html.resolve().as_uri(),
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    assert png.exists(), f"chromium wrote no screenshot (exit {proc.returncode}): {proc.stderr[-2000:]}"
-    return "\n".join(ln for ln in proc.stderr.splitlines() if "CONSOLE" in ln)
+    return chromium_page.screenshot(html, png, tmp / "profile", size)
 
 
 def _png_size_and_ink(png: Path) -> tuple[int, int, float]:
@@ -365,9 +341,7 @@ def _png_size_and_ink(png: Path) -> tuple[int, int, float]:
     return width, height, ink
 
 
-@pytest.mark.skipif(
-    CHROMIUM is None, reason="Chromium is not installed (Debian package `chromium`; .ci/run installs it)"
-)
+@pytest.mark.skipif(chromium_page.CHROMIUM is None, reason=chromium_page.SKIP_REASON)
 def test_chromium_flags_a_broken_page(tmp_path):
     """The console check below really sees page errors."""
     bad = tmp_path / "bad.html"
@@ -376,9 +350,7 @@ def test_chromium_flags_a_broken_page(tmp_path):
     assert "Uncaught Error: boom-thrown" in console
 
 
-@pytest.mark.skipif(
-    CHROMIUM is None, reason="Chromium is not installed (Debian package `chromium`; .ci/run installs it)"
-)
+@pytest.mark.skipif(chromium_page.CHROMIUM is None, reason=chromium_page.SKIP_REASON)
 def test_report_renders_in_chromium(real, tmp_path):
     png = tmp_path / "report.png"
     console = _chromium_screenshot(real["path"], png, tmp_path)
@@ -388,9 +360,7 @@ def test_report_renders_in_chromium(real, tmp_path):
     assert png.stat().st_size > 50_000 and ink > 0.01, (png.stat().st_size, ink)
 
 
-@pytest.mark.skipif(
-    CHROMIUM is None, reason="Chromium is not installed (Debian package `chromium`; .ci/run installs it)"
-)
+@pytest.mark.skipif(chromium_page.CHROMIUM is None, reason=chromium_page.SKIP_REASON)
 def test_live_report_renders_in_chromium(live, tmp_path):
     """The page with the first screen and the live-metrics section draws without a page error."""
     path = tmp_path / "live.html"
