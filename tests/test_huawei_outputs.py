@@ -369,7 +369,7 @@ def test_real_hotspot_dumps_fill_expert_load(tmp_db):
             tmp_db,
             """SELECT count(DISTINCT layer), max(local_slot) + 1, min(l.ep_rank), max(l.ep_rank), sum(tokens)
                               FROM expert_load l JOIN sources s USING (source_id) WHERE s.path = ?""",
-            [str(p)],
+            [str(p.resolve())],  # sources keep the resolved path (../shared may be a symlink)
         )
         assert got == [(len(lines), len(lines[0]), int(rank), int(rank), float(sum(int(v) for x in lines for v in x)))]
     # one series per stage: prefill and decode are never one tensor
