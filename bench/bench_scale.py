@@ -326,19 +326,55 @@ def child_query(a) -> dict:
 
 def child_refresh(a) -> dict:
     """The end-of-ingest refresh of the stored cross-rank views, again, on a database built by an
-    ingest (copied) or by the Dask path's halves (lake): its stamps cleared, every run refilled."""
+    ingest (copied) or by the Dask path's halves (lake): its stamps cleared, every run refilled.
+
+    With --times K (K > 1), on a copy of a copied database: every rank's op-class and
+    all-to-all split rows are repeated K times, each copy shifted past the last by the run's span
+    (step numbers and NCCL Seq moved on with it), so the run is K times longer with the same
+    ranks: the refresh's cost per op-class row measured at K x the rows, where the per-rank fixed
+    costs do not grow (the ranks are the same)."""
     from slowcard import store
 
-    con = store.open_db(a.db)
+    db = a.db
+    if a.times > 1:
+        db = str(Path(a.db).with_name(f"{Path(a.db).stem}.x{a.times}.duckdb"))
+        shutil.copy(a.db, db)
+    con = store.open_db(db)
     try:
+        if a.times > 1:
+            span = con.execute("SELECT max(end_ns) - min(ts_ns) + 1000000000 FROM op_class_rows").fetchone()[0]
+            con.execute("BEGIN")
+            con.execute(
+                r"""INSERT INTO op_class_rows
+                    SELECT * EXCLUDE (k) REPLACE (
+                        CASE WHEN op_class = 'step'
+                             THEN regexp_replace(name, '\d+\s*\z',
+                                                 (TRY_CAST(regexp_extract(name, '(\d+)\s*\z', 1) AS BIGINT) + k * 100000)::VARCHAR)
+                             ELSE name END AS name,
+                        ts_ns + k * ?::BIGINT AS ts_ns, end_ns + k * ?::BIGINT AS end_ns,
+                        launch_ns + k * ?::BIGINT AS launch_ns, seq + k * 1000000 AS seq)
+                    FROM op_class_rows, range(1, ?) t(k)""",
+                [span, span, span, a.times],
+            )
+            con.execute(
+                "INSERT INTO a2a_split_rows SELECT source_id, ts_ns + k * ?::BIGINT, recv_tokens "
+                "FROM a2a_split_rows, range(1, ?) t(k)",
+                [span, a.times],
+            )
+            con.execute("COMMIT")
         con.execute("DELETE FROM _mat_stamps")
         t, c = time.perf_counter(), time.process_time()
         store.refresh_materialized(con)
         wall, cpu = time.perf_counter() - t, time.process_time() - c
         rows = con.execute("SELECT count(*) FROM op_class_rows_all").fetchone()[0]  # table + lake
+        ranks = con.execute("SELECT count(DISTINCT rank) FROM sources").fetchone()[0]
+        layers = con.execute("SELECT count(*) FROM moe_layer_facts").fetchone()[0]
     finally:
         con.close()
-    return {"refresh_s": wall, "refresh_cpu": cpu, "op_class_rows": rows}
+    if a.times > 1:
+        for p in Path(db).parent.glob(Path(db).name + "*"):
+            p.unlink()
+    return {"refresh_s": wall, "refresh_cpu": cpu, "op_class_rows": rows, "ranks": ranks, "layer_rows": layers}
 
 
 def run_child(kind: str, **kw) -> dict:
@@ -410,6 +446,34 @@ def line_fit(pts: list[tuple[float, float]]) -> tuple[float, float]:
     return my - b * mx, b
 
 
+def plane_fit(pts: list[tuple[float, float, float]]) -> tuple[float, float, float]:
+    """Least squares y = a + b * x1 + c * x2 (the normal equations, by Cramer's rule)."""
+    n = len(pts)
+    s1, s2 = sum(p[0] for p in pts), sum(p[1] for p in pts)
+    s11, s22, s12 = sum(p[0] ** 2 for p in pts), sum(p[1] ** 2 for p in pts), sum(p[0] * p[1] for p in pts)
+    sy, s1y, s2y = sum(p[2] for p in pts), sum(p[0] * p[2] for p in pts), sum(p[1] * p[2] for p in pts)
+    m = [[n, s1, s2], [s1, s11, s12], [s2, s12, s22]]
+
+    def det(x):
+        return (
+            x[0][0] * (x[1][1] * x[2][2] - x[1][2] * x[2][1])
+            - x[0][1] * (x[1][0] * x[2][2] - x[1][2] * x[2][0])
+            + x[0][2] * (x[1][0] * x[2][1] - x[1][1] * x[2][0])
+        )
+
+    d = det(m)
+    if d == 0:
+        return sy / n, 0.0, 0.0
+    rhs = [sy, s1y, s2y]
+    out = []
+    for col in range(3):
+        mc = [row[:] for row in m]
+        for r in range(3):
+            mc[r][col] = rhs[r]
+        out.append(det(mc) / d)
+    return out[0], out[1], out[2]
+
+
 def fmt_s(x: float) -> str:
     if x >= 86400:
         return f"{x / 86400:.1f} d"
@@ -451,6 +515,11 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--lake-sizes", default="128,512", help="rank counts (of --sizes) whose queries are timed over the lake too"
     )
+    ap.add_argument(
+        "--replicate",
+        default="8,32,128",
+        help="the --compare run's rows repeated this many times (comma-separated) to time the refresh at more rows",
+    )
     ap.add_argument("--readme", type=Path, default=HERE / "README.md")
     ap.add_argument("--no-readme", action="store_true")
     ap.add_argument("--keep", action="store_true", help="keep bench/out/scale")
@@ -458,6 +527,7 @@ def main(argv=None) -> int:
     # child mode
     ap.add_argument("--child", choices=["ingest", "dask", "query", "split", "refresh"])
     ap.add_argument("--queries", default="")
+    ap.add_argument("--times", type=int, default=1)
     ap.add_argument("--limit", type=int, default=10**9)
     ap.add_argument("--db")
     ap.add_argument("--path")
@@ -559,6 +629,17 @@ def main(argv=None) -> int:
             + f"; same rows: {same_rows}; refresh {built['refresh_cpu']:.2f} s CPU ({built['op_class_rows']:,} rows)"
         )
 
+    # The refresh at many more op-class rows per rank than the generated runs have (a 1 GB rank has
+    # ~90,000): the --compare run's rows repeated K times (child_refresh --replicate).
+    replicated = []
+    for k in [int(x) for x in a.replicate.split(",") if x]:
+        rp = run_child("refresh", db=OUT / f"r{a.compare}.duckdb", times=k)
+        replicated.append(dict(k=k, **rp))
+        say(
+            f"  refresh of the {a.compare}-rank run x{k}: {rp['refresh_cpu']:.2f} s CPU ({rp['refresh_s']:.2f} s wall), "
+            f"{rp['op_class_rows']:,} op-class rows, {rp['layer_rows']:,} layer rows"
+        )
+
     # a few large ranks: per-file cost apart from per-MB cost
     dbig = OUT / "big"
     t = time.perf_counter()
@@ -586,14 +667,17 @@ def main(argv=None) -> int:
     # the wall seconds of a serial step carry the other load's waits, the CPU seconds do not
     wa, wb = line_fit([(small_mb, sp["worker_cpu"] / sp["files"]), (big_file_mb, bsp["worker_cpu"] / bsp["files"])])
     ra, rb = line_fit([(small_mb, sp["register_cpu"] / sp["files"]), (big_file_mb, bsp["register_cpu"] / bsp["files"])])
-    # The end-of-run refresh of the stored cross-rank views reads the op-class rows (not the MB:
-    # a run of fewer, larger ranks has fewer per MB): CPU seconds = a + b x op-class rows, fitted
-    # over the refreshes measured on lake databases (the Dask path's: read from the Parquet) and
-    # apart over the copied ones (read from the tables).
-    lake_pts = [(x["op_class_rows"], x["refresh_cpu"]) for x in [sp, bsp] + [lk["built"] for lk in lakes]]
-    copied_pts = [(r["rf"]["op_class_rows"], r["rf"]["refresh_cpu"]) for r in rows]
-    fa, fb = line_fit(lake_pts)
-    ca, cb = line_fit(copied_pts)
+    # The end-of-run refresh of the stored cross-rank views: CPU seconds = a + b x ranks + c x
+    # op-class rows, fitted over every refresh measured (the generated runs at 8-512 ranks, copied
+    # and lake, whose rows grow with the ranks; the --compare run replicated, whose rows grow at
+    # fixed ranks: the two directions the fit needs to tell the per-rank from the per-row cost).
+    refresh_pts = (
+        [(r["ranks"], r["rf"]["op_class_rows"], r["rf"]["refresh_cpu"]) for r in rows]
+        + [(x["files"], x["op_class_rows"], x["refresh_cpu"]) for x in (sp, bsp)]
+        + [(lk["ranks"], lk["built"]["op_class_rows"], lk["built"]["refresh_cpu"]) for lk in lakes]
+        + [(a.compare, x["op_class_rows"], x["refresh_cpu"]) for x in replicated]
+    )
+    fa, f_rank, f_row = plane_fit(refresh_pts)
     rows_per_mb = sp["op_class_rows"] / (small_mb * sp["files"])
     clamped = [
         n
@@ -615,7 +699,7 @@ def main(argv=None) -> int:
     say(
         f"  per-file fits: local {la:.3f} s + {lb:.4f} s/MB; worker {wa:.3f} s + {wb:.4f} s/MB; "
         f"registration {ra:.3f} s + {rb:.5f} s/MB ({reg_k:.3f} s/file at {a.preregistered} registered); "
-        f"refresh {fa:.2f} s + {fb * 1e6:.3f} µs per op-class row (lake; copied {ca:.2f} s + {cb * 1e6:.3f} µs), "
+        f"refresh {fa:.2f} s + {f_rank * 1e3:.2f} ms per rank + {f_row * 1e6:.3f} µs per op-class row, "
         f"{rows_per_mb:,.0f} rows/MB"
     )
 
@@ -766,8 +850,9 @@ def main(argv=None) -> int:
     # the fitted slope is shown as the pessimistic case.
     per_r = max(reg_k, sp["register_cpu"] / sp["files"], bsp["register_cpu"] / bsp["files"])
     per_r_fit = ra + rb * gb
-    refresh_tb = max(fa, 0.0) + max(fb, 0.0) * rows_per_mb * 1024 * gb
-    largest_rows = max(p[0] for p in lake_pts)
+    rows_tb = rows_per_mb * 1024 * gb
+    refresh_tb = max(fa, 0.0) + max(f_rank, 0.0) * 1024 + max(f_row, 0.0) * rows_tb
+    largest_rows = max(p[1] for p in refresh_pts)
     start_s = dk["startup_s"] + dk["warmup_s"]
     w("### Projection: 1,024 ranks x 1 GB")
     w("")
@@ -794,15 +879,38 @@ def main(argv=None) -> int:
         )
     w("")
     w(
-        "Then the refresh of the stored cross-rank views, once, on the coordinator, projected from its "
-        f"fit over the lake databases above (CPU seconds = {fa:.2f} s + {fb * 1e6:.3f} µs x op-class rows, "
-        f"measured up to {largest_rows:,} rows): {rows_per_mb:,.0f} op-class rows per MB x 1,024 GB = "
-        f"{rows_per_mb * 1024 * gb / 1e6:,.0f} M rows -> {fmt_s(refresh_tb)} on one core "
-        f"({rows_per_mb * 1024 * gb / max(1, largest_rows):,.0f}x past the largest run measured: a linear "
-        "extrapolation, and DuckDB spreads the refresh over the coordinator's cores where it has them). "
-        f"With 128 workers the whole job is {fmt_s(math.ceil(1024 / 128) * per_w + start_s + refresh_tb)} "
-        "(ingest, then the refresh)."
+        "Then the refresh of the stored cross-rank views, once, on the coordinator (the ingest's last step; "
+        "no query runs before it), projected from a fit of its CPU seconds over the "
+        f"{len(refresh_pts)} refreshes measured in this run (below): {fa:.2f} s + {f_rank * 1e3:.2f} ms per "
+        f"rank + {f_row * 1e6:.2f} µs per op-class row. A 1,024 x 1 GB run has {rows_per_mb:,.0f} op-class "
+        f"rows per MB x 1,024 GB = {rows_tb / 1e6:,.0f} M rows -> {fmt_s(refresh_tb)} on one core "
+        f"({rows_tb / max(1, largest_rows):,.0f}x the largest run measured, {largest_rows:,} rows: a linear "
+        "extrapolation; DuckDB spreads the refresh over the coordinator's cores where it has them). "
+        f"With 128 workers the whole job is then {fmt_s(math.ceil(1024 / 128) * per_w + start_s + refresh_tb)} "
+        "(ingest, then the refresh; target: under 20 min)."
     )
+    w("")
+    w("| refresh measured on | ranks | op-class rows | CPU s | wall s |")
+    w("|---|---:|---:|---:|---:|")
+    for r in rows:
+        w(
+            f"| copied, {r['ranks']} ranks | {r['ranks']} | {r['rf']['op_class_rows']:,} | {r['rf']['refresh_cpu']:.2f} | {r['rf']['refresh_s']:.2f} |"
+        )
+    for lk in lakes:
+        b = lk["built"]
+        w(
+            f"| lake, {lk['ranks']} ranks | {lk['ranks']} | {b['op_class_rows']:,} | {b['refresh_cpu']:.2f} | {b['refresh_s']:.2f} |"
+        )
+    for label, x in (
+        (f"lake, {sp['files']} of the {a.compare}-rank files", sp),
+        (f"lake, {a.big_ranks} big files", bsp),
+    ):
+        w(f"| {label} | {x['files']} | {x['op_class_rows']:,} | {x['refresh_cpu']:.2f} | {x['refresh_s']:.2f} |")
+    for x in replicated:
+        w(
+            f"| copied, the {a.compare}-rank run's rows x{x['k']} | {a.compare} | {x['op_class_rows']:,} | "
+            f"{x['refresh_cpu']:.2f} | {x['refresh_s']:.2f} |"
+        )
     w("")
     if lakes:
         w("### Queries over the lake against the copied database")
@@ -822,19 +930,6 @@ def main(argv=None) -> int:
                 lw, cw = lk["q"]["each"][k]["wall_s"], lk["copied"]["q"]["each"][k]["wall_s"]
                 cells.append(f"{lw:.2f} / {cw:.2f} s ({lw / cw:.2f}x)")
             w(f"| {lk['ranks']} | " + " | ".join(cells) + f" | {'yes' if lk['same'] else 'NO'} |")
-        w("")
-        w(
-            "Refresh of the stored views (CPU s, op-class rows): copied "
-            + ", ".join(
-                f"{r['ranks']} ranks {r['rf']['refresh_cpu']:.2f} s ({r['rf']['op_class_rows']:,})" for r in rows
-            )
-            + f" (fit {ca:.2f} s + {cb * 1e6:.3f} µs/row); lake "
-            + ", ".join(
-                f"{lk['ranks']} ranks {lk['built']['refresh_cpu']:.2f} s ({lk['built']['op_class_rows']:,})"
-                for lk in lakes
-            )
-            + "."
-        )
         w("")
     knee = per_w / per_r if per_r > 0 else float("inf")
     # the per-file fit can lose its slope to the small files' fixed costs: never below the big files' rate
