@@ -12,8 +12,8 @@
 -- subject: rank
 -- order: 200
 -- shows: why
--- headline: {name} ({op_class}) in {scope} | +{excess_us} us over {instances} {unit}s = {excess_share_pct} % of its excess | {ratio}x the median rank's ({shapes}; median of ranks {peers})
--- summary: rank {rank}: {name} ({op_class}, {scope}) +{excess_us} us over {instances} {unit}s = {excess_share_pct}% of its excess ({ratio}x the median rank, {shapes}: {reading})
+-- headline: {name} ({op_class}) | +{excess_us} us over {instances} {unit}s [{scope}] = {excess_share_pct} % of its excess | {ratio}x the median rank's ({shapes}; median of ranks {peers})
+-- summary: rank {rank}: {name} ({op_class}) +{excess_us} us over {instances} {unit}s [{scope}] = {excess_share_pct}% of its excess ({ratio}x the median rank, {shapes}: {reading})
 --
 -- The question after a verdict names a card: what exactly on it takes longer? Within each MoE
 -- layer instance that every rank has (moe_layers: "the same layer"), each rank's operators are
@@ -37,14 +37,14 @@
 -- or process); no shapes recorded: 'shapes unknown'.
 -- Outside the MoE layers (issue 42: a card slow in its attention, a norm, a sampler, with normal
 -- MoE work): the rest of each step (ProfilerStep# / decode_step_ ranges) that every rank has is
--- compared the same way, scope 'step, outside MoE layers'. An operation belongs there when it
+-- compared the same way, scope 'outside MoE layers'. An operation belongs there when it
 -- starts in the step and not inside a MoE layer instance. An operation that encloses a MoE layer
 -- (the model, a decoder layer around attention + MoE) is a container, like the step itself: its
 -- time minus the layer's would name the model, not what in it takes longer, and its children
 -- outside the layer carry that time, so it is left out; one that runs into a layer (starts before
 -- it, ends inside) counts up to the layer's start. So no time of a MoE layer is read twice, and
 -- the outermost rule (per thread; the device operations on a device lane) holds in each scope.
--- Without MoE layers the units are the steps alone (scope 'step'; layer -1): a rank's host
+-- Without MoE layers the units are the steps alone (scope 'whole step'; layer -1): a rank's host
 -- operations in the step, or on a GPU trace its kernels. Device operations are placed in a step
 -- by the launch call they came from (correlation id of the CUDA / HIP runtime call), as steps are
 -- host ranges (kernels carry no shapes: 'shapes unknown').
@@ -54,7 +54,7 @@
 -- microseconds over the run against the same median rank, so they add up; one total lets a row
 -- say that attention carries 85 % of what the rank spends more and GroupedMatmul 3 % (a total
 -- per scope would give both 100 %). Rows are ordered by excess across scopes, so a rank's first
--- row (the straggler card's why) is its largest excess wherever it is; top_n holds per scope, so
+-- row (what diagnose's why-section shows first) is its largest excess wherever it is; top_n holds per scope, so
 -- the MoE readings stay beside a large outside excess. min_step_ratio: a step holds every
 -- operation of the model (hundreds on a real trace) and a few % of jitter leaves half of them
 -- a little above the median rank; an operation compared per step is shown (and counted in the
@@ -273,7 +273,7 @@ enough AS (
            END AS skip_reason
 )
 SELECT rank,
-       CASE WHEN NOT in_step THEN 'MoE layer' WHEN (SELECT yes FROM has_layers) THEN 'step, outside MoE layers' ELSE 'step' END AS scope,
+       CASE WHEN NOT in_step THEN 'MoE layers' WHEN (SELECT yes FROM has_layers) THEN 'outside MoE layers' ELSE 'whole step' END AS scope,
        op_class, name, instances,
        CASE WHEN in_step THEN 'step' ELSE 'MoE layer instance' END AS unit, calls_per_instance, us_per_instance, median_rank_us_per_instance,
        ratio, excess_us, sum_excess_us, excess_share_pct, above_pct, shape_ratio, shapes,
