@@ -12,7 +12,7 @@
 -- subject: rank
 -- order: 200
 -- shows: why
--- headline: {name} ({op_class}) | +{excess_us} us over {instances} {unit}s [{scope}] = {excess_share_pct} % of its excess | {ratio}x the median rank's ({shapes}; median of ranks {peers})
+-- headline: {name} ({op_class}) | {scope} | +{excess_us} us over {instances} {unit}s = {excess_share_pct} % of its excess | {ratio}x the median rank's ({shapes}; median of ranks {peers})
 -- summary: rank {rank}: {name} ({op_class}) +{excess_us} us over {instances} {unit}s [{scope}] = {excess_share_pct}% of its excess ({ratio}x the median rank, {shapes}: {reading})
 --
 -- The question after a verdict names a card: what exactly on it takes longer? Within each MoE

@@ -134,7 +134,7 @@ def test_diagnose_shows_the_item_on_the_straggler_card(db):
     # the card's why lines (one per why query with rows about it): why-op-diff v5's attention row
     # outside the MoE layers comes first (diagnosis order), then why-straggler's item
     why = card[card.index("why") : card.index("next")]
-    assert "nn.Module: SelfAttention_0" in why.splitlines()[0] and "[outside MoE layers]" in why.splitlines()[0]
+    assert "nn.Module: SelfAttention_0" in why.splitlines()[0] and ", outside MoE layers, " in why.splitlines()[0]
     assert re.search(
         r"\n +SelfAttention \(module\) 1\.(5[0-9]|6[0-5])x the peers' median, (8[0-9]|9[0-9]|1[0-9][0-9]) % of rank 1's lateness, cause: SelfAttention",
         why,
