@@ -180,7 +180,7 @@ placed AS (SELECT * FROM in_layers UNION ALL SELECT * FROM in_steps),
 -- Outermost operators per thread: nothing that started earlier on the thread is still running.
 -- Only host ranges and device annotations hold other events: kernels, copies and operator CSV
 -- rows run one after another on their stream, and one that starts a nanosecond before the
--- previous one ends (µs timestamps rounded) is the next operator, not its child (on the GPU runs
+-- previous one ends (timestamps in us, rounded) is the next operator, not its child (on the GPU runs
 -- of tests/real_gpu_ep.py, a real vLLM step's kernels, a GEMM kernel was lost that way in one
 -- step on three ranks of four: 1.97x the median rank on the fourth, with no effect on it).
 -- The units of one scope do not overlap on a thread, so the thread and the scope are the
