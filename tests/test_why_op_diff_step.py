@@ -41,6 +41,25 @@ def _wrap_layers(folder: Path) -> None:
         path.write_text(json.dumps(doc))
 
 
+def _copy_into_layer(folder: Path) -> None:
+    """An aten::copy_ that starts 1.5 us before each MoE layer and runs into it: 10 us, 25 us on
+    rank 1 (its time outside the layer, 1.5 us, is the same on every rank)."""
+    for path in folder.glob("rank*.pt.trace.json"):
+        doc = json.loads(path.read_text())
+        slow = doc["distributedInfo"]["rank"] == 1
+        for m in [e for e in doc["traceEvents"] if e["name"] == "nn.Module: MoE_0"]:
+            doc["traceEvents"].append(
+                {
+                    **m,
+                    "name": "aten::copy_",
+                    "cat": "cpu_op",
+                    "ts": round(m["ts"] - 1.5, 3),
+                    "dur": 25.0 if slow else 10.0,
+                }
+            )
+        path.write_text(json.dumps(doc))
+
+
 def _no_moe(folder: Path) -> None:
     """The MoE module renamed: a dense model, no MoE layer in the trace."""
     for path in folder.glob("rank*.pt.trace.json"):
@@ -54,6 +73,7 @@ RUNS = {
     "balanced": ({"scenario": "balanced"}, None),
     "attn_150_decoder": ({"scenario": "slow_attention", "factor": 1.5}, _wrap_layers),
     "attn_150_dense": ({"scenario": "slow_attention", "factor": 1.5}, _no_moe),
+    "attn_150_copy": ({"scenario": "slow_attention", "factor": 1.5}, _copy_into_layer),
 }
 
 
@@ -173,6 +193,15 @@ def test_a_container_around_the_moe_layer_is_not_an_operator(db):
     assert (top["name"], top["scope"]) == (ATTN, OUTSIDE) and 1.45 <= top["ratio"] <= 1.56
     # the MoE readings are the same as without the container
     assert moe_rows(rs) == moe_rows(rows(db, "attn_150"))
+
+
+def test_an_operation_running_into_a_layer_counts_up_to_the_layer_start(db):
+    """Its time inside the layer is the layer's: cut there, rank 1's longer copy_ (2.5x whole) is
+    1.5 us like everyone's, so it is not a row; the attention still is."""
+    rs = rows(db, "attn_150_copy")
+    assert not any(r["name"] == "aten::copy_" for r in rs), rs
+    top = [r for r in rs if r["rank"] == 1][0]
+    assert (top["name"], top["scope"]) == (ATTN, OUTSIDE)
 
 
 def test_without_moe_layers_the_whole_step_is_compared(db):
