@@ -1,0 +1,172 @@
+"""Device-lane stragglers for why-straggler (issue 42 item 4), with exact, chosen timings plus a
+seeded jitter: a GPU (Kineto) run with two streams, and an Ascend run of operator CSVs.
+
+GPU (``write_gpu_run``): each rank's device runs, per iteration, after the ranks leave an NCCL
+all-reduce (process group "0", stream ``COMM_STREAM``) together:
+
+    stream COMM_STREAM:    an overlapped NCCL all-gather (group "1", AG_US), every rank alike
+    stream COMPUTE_STREAM: attention ATTN_US, a GEMM GEMM_US, a norm NORM_US
+    then the all-reduce, where the ranks meet; they leave it XFER_US after the last arrives.
+
+``late_rank`` is host-bound: its first compute kernel after each all-reduce starts ``delay_us``
+later (its host launches it late). With ``overlap`` (default) that idle time falls inside the
+all-gather on the communication stream: the device as a whole is busy, only the compute stream
+is starved. Without ``overlap`` there is no all-gather and the whole device idles.
+
+Ascend (``write_ascend_run``): per rank ``rank<r>_ascend_pt/profiler_info_<r>.json`` and
+``ASCEND_PROFILER_OUTPUT/kernel_details.csv`` (torch_npu's columns): on stream 16, per
+iteration, FlashAttentionScore ATTN_US, MatMulV2 MATMUL_US, Add ADD_US, then an
+``hcom_allReduce_`` HCCL row (Stream ID N/A) where the ranks meet. ``slow_rank``'s MatMulV2 takes
+``factor`` x.
+
+``jitter`` is the relative spread (uniform +-) of every duration, per rank and iteration, seeded.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import random
+from pathlib import Path
+
+COMPUTE_STREAM, COMM_STREAM = 7, 20
+AG_US, ATTN_US, GEMM_US, NORM_US, XFER_US = 300.0, 200.0, 100.0, 30.0, 40.0
+T0_US = 1_790_000_000_000_000 // 1000  # absolute epoch us
+AR = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+AG = "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+
+
+def _kernel(rank: int, name: str, stream: int, ts: float, dur: float, args: dict | None = None) -> dict:
+    return {
+        "ph": "X",
+        "cat": "kernel",
+        "name": name,
+        "pid": rank % 8,
+        "tid": stream,
+        "ts": round(ts, 3),
+        "dur": round(dur, 3),
+        "args": dict({"device": rank % 8, "stream": stream}, **(args or {})),
+    }
+
+
+def write_gpu_run(
+    out: Path,
+    *,
+    ranks: int = 4,
+    iters: int = 12,
+    late_rank: int = 2,
+    delay_us: float = 150.0,
+    overlap: bool = True,
+    jitter: float = 0.02,
+    seed: int = 0,
+) -> list[Path]:
+    """Write ``rank{r}.pt.trace.json`` for r in range(ranks) into ``out``; return the paths."""
+    rng = random.Random(seed)
+    out.mkdir(parents=True, exist_ok=True)
+    events: dict[int, list[dict]] = {r: [] for r in range(ranks)}
+
+    def j(us: float) -> float:
+        return us * (1 + rng.uniform(-jitter, jitter))
+
+    leave = float(T0_US)
+    for i in range(iters):
+        arrive = {}
+        ag_end = leave + 5 + AG_US  # every rank's all-gather meets and ends together
+        for r in range(ranks):
+            ev = events[r]
+            if overlap:
+                ev.append(
+                    _kernel(r, AG, COMM_STREAM, leave + 5, AG_US, {"Collective name": "all_gather", "Seq": i, "Process Group Name": "1"})
+                )
+            t = leave + 3 + (delay_us if r == late_rank else 0.0)
+            for name, us in (("flash_fwd_kernel", ATTN_US), ("sm90_xmma_gemm_bf16bf16", GEMM_US), ("rms_norm_kernel", NORM_US)):
+                d = j(us)
+                ev.append(_kernel(r, name, COMPUTE_STREAM, t, d))
+                t += d + 2
+            arrive[r] = max(t, ag_end + 2) if overlap else t
+        leave = max(arrive.values()) + XFER_US
+        for r in range(ranks):
+            events[r].append(
+                _kernel(
+                    r, AR, COMM_STREAM, arrive[r], leave - arrive[r],
+                    {"Collective name": "allreduce", "Seq": i, "Process Group Name": "0"},
+                )
+            )
+        leave += 5
+    paths = []
+    for r in range(ranks):
+        doc = {
+            "schemaVersion": 1,
+            "distributedInfo": {"backend": "nccl", "rank": r, "world_size": ranks},
+            "traceEvents": [
+                {"ph": "M", "name": "process_name", "pid": r % 8, "tid": 0, "args": {"name": f"GPU {r % 8}"}},
+                *events[r],
+            ],
+        }
+        p = out / f"rank{r}.pt.trace.json"
+        p.write_text(json.dumps(doc))
+        paths.append(p)
+    return paths
+
+
+ASCEND_COLUMNS = [
+    "Step Id", "Model ID", "Task ID", "Stream ID", "Name", "Type", "Accelerator Core",
+    "Start Time(us)", "Duration(us)", "Wait Time(us)", "Block Dim", "Mix Block Dim",
+    "Input Shapes", "Input Data Types", "Input Formats", "Output Shapes", "Output Data Types", "Output Formats",
+]  # fmt: skip
+ATTN_OP_US, MATMUL_US, ADD_US, HCCL_XFER_US = 300.0, 150.0, 20.0, 60.0
+
+
+def write_ascend_run(
+    out: Path,
+    *,
+    ranks: int = 4,
+    iters: int = 12,
+    slow_rank: int = 1,
+    factor: float = 1.6,
+    jitter: float = 0.02,
+    seed: int = 0,
+) -> list[Path]:
+    """Write one ``rank<r>_ascend_pt`` folder per rank into ``out``; return the CSV paths."""
+    rng = random.Random(seed)
+    rows: dict[int, list[list]] = {r: [] for r in range(ranks)}
+
+    def j(us: float) -> float:
+        return us * (1 + rng.uniform(-jitter, jitter))
+
+    ops = (
+        ("aclnnFlashAttentionScore_FlashAttentionScore_FlashAttentionScore", "FlashAttentionScore", ATTN_OP_US),
+        ("aclnnMatmul_MatMulCommon_MatMulV2", "MatMulV2", MATMUL_US),
+        ("aclnnAdd_AddAiCore_Add", "Add", ADD_US),
+    )
+    leave = float(T0_US)
+    task = 1
+    for i in range(iters):
+        arrive = {}
+        for r in range(ranks):
+            t = leave + 3
+            for name, typ, us in ops:
+                d = j(us) * (factor if r == slow_rank and typ == "MatMulV2" else 1.0)
+                rows[r].append([1, 4294967295, task, 16, name, typ, "AI_CORE", f"{t:.3f}", f"{d:.3f}", 0, 48, 0] + ["N/A"] * 6)
+                task += 1
+                t += d + 2
+            arrive[r] = t
+        leave = max(arrive.values()) + HCCL_XFER_US
+        for r in range(ranks):
+            rows[r].append(
+                [1, 4294967295, "N/A", "N/A", f"hcom_allReduce__{100 + r}_{i}", "hcom_allReduce_", "HCCL",
+                 f"{arrive[r]:.3f}", f"{leave - arrive[r]:.3f}", 0, 0] + ["N/A"] * 7
+            )  # fmt: skip
+        leave += 5
+    paths = []
+    for r in range(ranks):
+        root = out / f"rank{r}_ascend_pt"
+        (root / "ASCEND_PROFILER_OUTPUT").mkdir(parents=True, exist_ok=True)
+        (root / f"profiler_info_{r}.json").write_text(json.dumps({"rank_id": r}))
+        p = root / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv"
+        with p.open("w", newline="") as fh:
+            w = csv.writer(fh)
+            w.writerow(ASCEND_COLUMNS)
+            w.writerows(rows[r])
+        paths.append(p)
+    return paths
