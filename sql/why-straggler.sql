@@ -1,6 +1,6 @@
 -- name: why-straggler
 -- version: 4
--- description: Why is the straggler late: each rank's own time between two collectives (its segment) against its peers' in the same collectives, split by module, annotation, op / kernel and host gaps; names the item that carries the rank's lateness (its ratio to the peers' median and its share) and what a fix saves.
+-- description: Why is the straggler late: each rank's own time between two collectives (its segment) against its peers' in the same collectives, split by module, annotation, op / kernel (Ascend: the operator CSV's op types), host gaps and device gaps (the device's and each stream's); names the item that carries the rank's lateness (its ratio to the peers' median and its share) and what a fix saves.
 -- requires: collective_waits
 -- param: top_n INTEGER = 3                -- items shown per late rank (the named one first)
 -- param: min_late_pct DOUBLE = 5.0        -- a rank is late when its segments exceed its peers' medians by at least this % of them in all
@@ -33,24 +33,36 @@
 -- _N suffix), 'call' (the host call that issues a collective: c10d::*, record_param_comms; on a
 -- gloo trace its time before the collective starts on the communication thread is the queue of
 -- the process group's thread), 'annotation' (record_function / user annotations, a trailing _N / #N removed),
--- 'python' (python frames), 'op' (CPU ops, runtime calls), 'kernel' (device kernels, memcpy,
--- memset), and 'gap': segment time with no event on the lane (host: no op on any thread of the
--- process, a sleep or a lock; device: no kernel on any stream). Collectives, step ranges and
--- ranges enclosing the whole segment are not items. An item's excess: the sum over the rank's
+-- 'python' (python frames), 'op' (CPU ops, runtime calls; on an Ascend rank the operator CSV
+-- rows, kernel_details / op_summary, by op type: MatMulV2, not aclnnMatmul_MatMulCommon_MatMulV2),
+-- 'kernel' (device kernels, memcpy, memset), and 'gap': segment time with no event on the lane
+-- (host: no op on any thread of the process, a sleep or a lock; device: no kernel on any stream)
+-- and, on a device lane, 'stream N idle': time with no kernel on that stream (its kernels,
+-- copies, operator rows; a stream no kernel of the rank ran on idles all along), so a compute
+-- stream starved by a late launch while the communication stream is busy (the device is not
+-- idle) is told apart from a device that idles. A collective of another group or kind in the
+-- segment keeps its lane / stream busy (no gap) but is not an item; step ranges and ranges
+-- enclosing the whole segment are not items. An item's excess: the sum over the rank's
 -- collectives of (its time in the segment - the median of the other ranks' time for it in theirs;
 -- a rank without it counts 0); share_pct: excess / lateness; ratio: its time / the peers' median
--- time over the same segments. Items nest (a module holds its ops), so shares overlap and can
--- pass 100 % (the rank may gain time elsewhere).
+-- time over the same segments. Items nest (a module holds its ops, the device gap is inside each
+-- stream's), so shares overlap and can pass 100 % (the rank may gain time elsewhere).
+-- Items are read over the segments of the collectives (process group, kind) the rank is late at
+-- (>= min_late_pct % of its peers' medians there; all of them when none is alone), and share_pct
+-- is of that lateness: segments of different groups overlap (an all-gather overlapped with compute
+-- and the all-reduce after it), and in a group it is not late at, work it does later lands in the
+-- next segment while its wait in the other group's collective shrinks: shifts, not excess.
 -- The named item: of the items whose excess is within near_pct % of the largest, the one with the
--- highest ratio (the most specific: SelfAttention, not the model's top module around it); `cause`
+-- highest ratio (the most specific: SelfAttention, not the model's top module around it; a stream
+-- idle exactly when the whole device is: the device's gap); `cause`
 -- is its name only when it carries >= min_cause_pct % of the lateness at >= min_ratio, else
 -- 'straggler' with the coverage of the top items (TraceML's rule). Rows: the named item first,
 -- then the next items by excess (pos).
 -- cost_ms: what a fix saves: the sum, over the collectives where the rank arrived last, of its
 -- lead over the next-latest rank (the others would have started that much earlier; each of them
 -- waited it: others_wait_ms = the same x (ranks - 1)), the replay idea of ep-slow-rank.
--- Per stream (a device stream's own gaps) and Ascend task rows (ops) are not split yet: the device
--- lane is the union of its streams, and operator CSV rows are not read.
+-- Not read yet: an Ascend timeline's (trace_view.json) device tasks; its hcom_* ops are not
+-- device-lane collectives (no kernel category), so such a rank is read on its host lane.
 
 WITH calls AS MATERIALIZED (  -- every collective call, to find each one's predecessor on its rank
     SELECT source_id, pg, coll_kind, instance, ts_ns, end_ns,
