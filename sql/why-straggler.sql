@@ -69,10 +69,23 @@ WITH calls AS MATERIALIZED (  -- every collective call, to find each one's prede
            lag(end_ns) OVER (PARTITION BY source_id, pg ORDER BY ts_ns, end_ns) AS prev_end_ns
     FROM _collectives WHERE run = $run
 ),
-lanes AS (  -- the lane a source's collectives are measured on (as _collectives picks it)
-    SELECT source_id, bool_or(on_device) AS device FROM op_classes
-    WHERE run = $run AND (op_class = 'collective' OR (op_class IN ('dispatch', 'combine') AND coll_kind IS NOT NULL AND on_device))
-    GROUP BY source_id
+-- An Ascend timeline (trace_view.json) names its processes: device tasks on 'Ascend Hardware' (a
+-- thread per stream), the hcom_* collectives on 'HCCL' / 'Communication', a summary of both on
+-- 'Overlap Analysis'; the host's on 'Python' / 'CANN'.
+ascend_procs AS (
+    SELECT DISTINCT source_id, pid, json_extract_string(args, '$.name') AS proc FROM events
+    WHERE run = $run AND ph = 'M' AND name = 'process_name'
+      AND json_extract_string(args, '$.name') IN ('Ascend Hardware', 'HCCL', 'Communication', 'Overlap Analysis')
+),
+-- The lane a source's collectives are measured on (as _collectives picks it). An Ascend timeline's
+-- collectives have no kernel category (host lane there) but device times: its lane is the device's
+-- (timeline), read from its Ascend Hardware tasks.
+lanes AS (
+    SELECT l.source_id, l.device OR a.source_id IS NOT NULL AS device, NOT l.device AND a.source_id IS NOT NULL AS timeline
+    FROM (SELECT source_id, bool_or(on_device) AS device FROM op_classes
+          WHERE run = $run AND (op_class = 'collective' OR (op_class IN ('dispatch', 'combine') AND coll_kind IS NOT NULL AND on_device))
+          GROUP BY source_id) l
+    LEFT JOIN (SELECT DISTINCT source_id FROM ascend_procs WHERE proc = 'Ascend Hardware') a USING (source_id)
 ),
 cw AS MATERIALIZED (
     SELECT w.pg, w.coll_kind, w.instance, w.rank, w.source_id, w.n_ranks, w.arrived_last,
@@ -144,9 +157,11 @@ classes AS (
     FROM op_classes WHERE run = $run GROUP BY ALL
 ),
 evs AS MATERIALIZED (
-    SELECT e.source_id, 'trace' AS origin, e.tid AS stream, e.ts_ns, e.end_ns, coalesce(c.coll, FALSE) AS busy_only,
-           e.cat IN ('kernel', 'gpu_memcpy', 'gpu_memset') AS on_stream,
-           CASE WHEN starts_with(e.name, 'nn.Module: ') THEN 'module'
+    SELECT e.source_id, CASE WHEN l.timeline THEN 'timeline' ELSE 'trace' END AS origin, e.tid AS stream, e.ts_ns, e.end_ns,
+           coalesce(c.coll, FALSE) OR coalesce(p.proc IN ('HCCL', 'Communication'), FALSE) AS busy_only,
+           coalesce(e.cat IN ('kernel', 'gpu_memcpy', 'gpu_memset') OR p.proc = 'Ascend Hardware', FALSE) AS on_stream,
+           CASE WHEN p.proc = 'Ascend Hardware' THEN 'kernel'
+                WHEN starts_with(e.name, 'nn.Module: ') THEN 'module'
                 WHEN regexp_matches(e.name, '^(_?c10d(_functional)?::|record_param_comms)') THEN 'call'
                 WHEN e.cat IN ('kernel', 'gpu_memcpy', 'gpu_memset') THEN 'kernel'
                 WHEN e.cat IN ('user_annotation', 'gpu_user_annotation') THEN 'annotation'
@@ -158,9 +173,12 @@ evs AS MATERIALIZED (
                 ELSE e.name END AS item
     FROM events e JOIN lanes l USING (source_id)
     LEFT JOIN classes c ON c.source_id = e.source_id AND c.name = e.name
+    LEFT JOIN ascend_procs p ON p.source_id = e.source_id AND p.pid = e.pid
     WHERE e.run = $run AND e.ph = 'X' AND e.dur_ns IS NOT NULL AND e.dur_ns > 0
       AND e.source_id IN (SELECT source_id FROM segs)
-      AND (e.cat IN ('kernel', 'gpu_memcpy', 'gpu_memset', 'gpu_user_annotation')) = l.device
+      AND CASE WHEN l.timeline THEN coalesce(p.proc IN ('Ascend Hardware', 'HCCL', 'Communication'), FALSE)
+               ELSE coalesce(e.cat IN ('kernel', 'gpu_memcpy', 'gpu_memset', 'gpu_user_annotation'), FALSE) = l.device
+                    AND coalesce(p.proc, '') <> 'Overlap Analysis' END
       AND NOT coalesce(c.step, FALSE)
     UNION ALL
     SELECT o.source_id, 'ops', o.stream_id, o.ts_ns, o.end_ns, coalesce(c.coll, FALSE), o.stream_id IS NOT NULL,
@@ -321,6 +339,8 @@ basis AS (
                      || ' (profile with with_modules=True, or with_stack=True, to see modules)' END
            || CASE WHEN EXISTS (SELECT 1 FROM evs WHERE origin = 'ops')
                    THEN '; ops: the operator CSV rows (kernel_details / op_summary), by op type, on the device lane' ELSE '' END
+           || CASE WHEN EXISTS (SELECT 1 FROM evs WHERE origin = 'timeline')
+                   THEN '; kernels: the Ascend timeline''s device tasks (trace_view.json, Ascend Hardware), its collectives on HCCL' ELSE '' END
            AS items_from
     FROM (SELECT list(DISTINCT item_kind ORDER BY list_position(['module', 'annotation', 'python', 'op', 'kernel', 'call', 'gap'], item_kind)) AS kinds
           FROM items)

@@ -17,7 +17,12 @@ Ascend (``write_ascend_run``): per rank ``rank<r>_ascend_pt/profiler_info_<r>.js
 ``ASCEND_PROFILER_OUTPUT/kernel_details.csv`` (torch_npu's columns): on stream 16, per
 iteration, FlashAttentionScore ATTN_US, MatMulV2 MATMUL_US, Add ADD_US, then an
 ``hcom_allReduce_`` HCCL row (Stream ID N/A) where the ranks meet. ``slow_rank``'s MatMulV2 takes
-``factor`` x.
+``factor`` x. With ``timeline=True`` the rank writes the same run as an Ascend timeline instead,
+``ASCEND_PROFILER_OUTPUT/trace_view.json`` (a top-level array, ``ts`` as decimal strings): the
+device tasks on ``Ascend Hardware`` (thread ``Stream 16``), each launched by an ``aten::`` op on
+``Python`` (host time that is not the device's), the ``hcom_allReduce_`` big ops on ``HCCL``
+(thread ``Group hccl_world_group Communication``) and ``Overlap Analysis``' Computing / Free /
+Communication ranges, as formats.md 2.4 describes them.
 
 ``jitter`` is the relative spread (uniform +-) of every duration, per rank and iteration, seeded.
 """
@@ -126,8 +131,9 @@ def write_ascend_run(
     factor: float = 1.6,
     jitter: float = 0.02,
     seed: int = 0,
+    timeline: bool = False,
 ) -> list[Path]:
-    """Write one ``rank<r>_ascend_pt`` folder per rank into ``out``; return the CSV paths."""
+    """Write one ``rank<r>_ascend_pt`` folder per rank into ``out``; return the written files."""
     rng = random.Random(seed)
     rows: dict[int, list[list]] = {r: [] for r in range(ranks)}
 
@@ -163,6 +169,11 @@ def write_ascend_run(
         root = out / f"rank{r}_ascend_pt"
         (root / "ASCEND_PROFILER_OUTPUT").mkdir(parents=True, exist_ok=True)
         (root / f"profiler_info_{r}.json").write_text(json.dumps({"rank_id": r}))
+        if timeline:
+            p = root / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
+            p.write_text(json.dumps(_timeline(rows[r])))
+            paths.append(p)
+            continue
         p = root / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv"
         with p.open("w", newline="") as fh:
             w = csv.writer(fh)
@@ -170,3 +181,44 @@ def write_ascend_run(
             w.writerows(rows[r])
         paths.append(p)
     return paths
+
+
+PY_PID, HW_PID, HCCL_PID, OVERLAP_PID = 437675, 800, 43767503, 4376751100
+
+
+def _timeline(rows: list[list]) -> list[dict]:
+    """trace_view.json events of one rank from its kernel_details rows."""
+
+    def x(pid, tid, name, ts_us: float, dur_us: float, args=None, cat=None) -> dict:
+        ev = {"ph": "X", "name": name, "pid": pid, "tid": tid, "ts": f"{ts_us:.3f}", "dur": round(dur_us, 3), "args": args or {}}
+        if cat:
+            ev["cat"] = cat
+        return ev
+
+    def meta(pid, name, threads) -> list[dict]:
+        out = [{"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": name}}]
+        out += [{"ph": "M", "name": "thread_name", "pid": pid, "tid": t, "args": {"name": n}} for t, n in threads]
+        return out
+
+    events = (
+        meta(PY_PID, "Python", [(PY_PID, "Thread 1")])
+        + meta(HW_PID, "Ascend Hardware", [(16, "Stream 16")])
+        + meta(HCCL_PID, "HCCL", [(0, "Group hccl_world_group Communication")])
+        + meta(OVERLAP_PID, "Overlap Analysis", [(0, "Computing"), (1, "Communication"), (2, "Free")])
+    )
+    prev_end = None
+    for row in rows:
+        name, typ, core, ts, dur = row[4], row[5], row[6], float(row[7]), float(row[8])
+        if core == "HCCL":
+            events.append(x(HCCL_PID, 0, name, ts, dur, {"model id": 4294967295, "data_type": "FP16", "alg_type": "RING"}))
+            events.append(x(OVERLAP_PID, 1, "Communication", ts, dur))
+        else:
+            # the host launches each op well before the device runs it (host time, not read)
+            events.append(x(PY_PID, PY_PID, f"aten::{typ.lower()}", ts - 40.0, 8.0, cat="cpu_op"))
+            hw = {"Model Id": 4294967295, "Task Type": core, "Stream Id": 16, "Task Id": row[2]}
+            events.append(x(HW_PID, 16, name, ts, dur, hw))
+            events.append(x(OVERLAP_PID, 0, "Computing", ts, dur))
+        if prev_end is not None and ts > prev_end:
+            events.append(x(OVERLAP_PID, 2, "Free", prev_end, ts - prev_end))
+        prev_end = ts + dur
+    return events

@@ -6,7 +6,8 @@ Runs from tests/synth_device_straggler.py (exact timings plus a 2 % seeded jitte
   (150 us) while an all-gather of another group runs on the communication stream (the compute
   stream starves, the device is busy); the same without the all-gather (the whole device idles);
   no delay; a 10 us delay (~3 % of a segment: below the 5 % lateness bar).
-- Ascend kernel_details.csv per rank: rank 1's MatMulV2 1.6x; alike; 1.05x.
+- Ascend kernel_details.csv per rank: rank 1's MatMulV2 1.6x; alike; 1.05x; the same slow and
+  alike runs as Ascend timelines (trace_view.json, no operator CSV).
 Plus the real 2-rank MindStudio Insight output (what it can and cannot show).
 """
 
@@ -35,6 +36,8 @@ ASCEND_RUNS = {
     "asc_slow": {},
     "asc_even": {"factor": 1.0},
     "asc_105": {"factor": 1.05},
+    "tl_slow": {"timeline": True},
+    "tl_even": {"timeline": True, "factor": 1.0},
 }
 
 
@@ -140,3 +143,21 @@ def test_real_ascend_ranks_form_one_segment_with_no_op_in_it(realdata, tmp_path)
     rs = rows(path, "ms")
     assert rs and {r["segments"] for r in rs} == {1}
     assert {r["item_kind"] for r in rs} == {"gap"}
+
+
+def test_ascend_timeline_slow_task_is_named_from_its_device_tasks(db):
+    """A rank whose collectives come from its trace_view.json (hcom_* on HCCL): the segments are
+    device times and the items its Ascend Hardware tasks, not its host's Python ops (which run
+    40 us earlier) nor Overlap Analysis' Computing / Free ranges."""
+    rs = rows(db, "tl_slow", top_n=10)
+    assert {r["rank"] for r in rs} == {1}, rs
+    top = rs[0]
+    assert (top["item_kind"], top["item"]) == ("kernel", "aclnnMatmul_MatMulCommon_MatMulV2")
+    assert 1.5 <= top["ratio"] <= 1.7 and top["share_pct"] >= 80 and top["cause"] == top["item"]
+    assert "Ascend timeline" in top["items_from"], top["items_from"]
+    # every item read (any rank) is a device task or a gap: no host op, no Overlap Analysis range
+    assert top["items_from"].startswith("no nn.Module ranges in this trace: items are kernel, gap ("), top["items_from"]
+
+
+def test_ascend_timeline_balanced_names_nothing(db):
+    assert rows(db, "tl_even") == []
