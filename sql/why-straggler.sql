@@ -61,8 +61,11 @@
 -- cost_ms: what a fix saves: the sum, over the collectives where the rank arrived last, of its
 -- lead over the next-latest rank (the others would have started that much earlier; each of them
 -- waited it: others_wait_ms = the same x (ranks - 1)), the replay idea of ep-slow-rank.
--- Not read yet: an Ascend timeline's (trace_view.json) device tasks; its hcom_* ops are not
--- device-lane collectives (no kernel category), so such a rank is read on its host lane.
+-- An Ascend rank reads its device lane from what it has: its operator CSV rows (their HCCL rows
+-- are its collectives; ops by op type, a stream per Stream ID) or its timeline (trace_view.json:
+-- its hcom_* ops on the HCCL / Communication process are its collectives, on the device clock,
+-- and its Ascend Hardware tasks the 'kernel' items, a stream per thread; its host processes and
+-- Overlap Analysis' summary ranges are not read). `items_from` says which.
 
 WITH calls AS MATERIALIZED (  -- every collective call, to find each one's predecessor on its rank
     SELECT source_id, pg, coll_kind, instance, ts_ns, end_ns,
