@@ -81,10 +81,21 @@ def write_gpu_run(
             ev = events[r]
             if overlap:
                 ev.append(
-                    _kernel(r, AG, COMM_STREAM, leave + 5, AG_US, {"Collective name": "all_gather", "Seq": i, "Process Group Name": "1"})
+                    _kernel(
+                        r,
+                        AG,
+                        COMM_STREAM,
+                        leave + 5,
+                        AG_US,
+                        {"Collective name": "all_gather", "Seq": i, "Process Group Name": "1"},
+                    )
                 )
             t = leave + 3 + (delay_us if r == late_rank else 0.0)
-            for name, us in (("flash_fwd_kernel", ATTN_US), ("sm90_xmma_gemm_bf16bf16", GEMM_US), ("rms_norm_kernel", NORM_US)):
+            for name, us in (
+                ("flash_fwd_kernel", ATTN_US),
+                ("sm90_xmma_gemm_bf16bf16", GEMM_US),
+                ("rms_norm_kernel", NORM_US),
+            ):
                 d = j(us)
                 ev.append(_kernel(r, name, COMPUTE_STREAM, t, d))
                 t += d + 2
@@ -93,7 +104,11 @@ def write_gpu_run(
         for r in range(ranks):
             events[r].append(
                 _kernel(
-                    r, AR, COMM_STREAM, arrive[r], leave - arrive[r],
+                    r,
+                    AR,
+                    COMM_STREAM,
+                    arrive[r],
+                    leave - arrive[r],
                     {"Collective name": "allreduce", "Seq": i, "Process Group Name": "0"},
                 )
             )
@@ -153,7 +168,9 @@ def write_ascend_run(
             t = leave + 3
             for name, typ, us in ops:
                 d = j(us) * (factor if r == slow_rank and typ == "MatMulV2" else 1.0)
-                rows[r].append([1, 4294967295, task, 16, name, typ, "AI_CORE", f"{t:.3f}", f"{d:.3f}", 0, 48, 0] + ["N/A"] * 6)
+                rows[r].append(
+                    [1, 4294967295, task, 16, name, typ, "AI_CORE", f"{t:.3f}", f"{d:.3f}", 0, 48, 0] + ["N/A"] * 6
+                )
                 task += 1
                 t += d + 2
             arrive[r] = t
@@ -190,7 +207,15 @@ def _timeline(rows: list[list]) -> list[dict]:
     """trace_view.json events of one rank from its kernel_details rows."""
 
     def x(pid, tid, name, ts_us: float, dur_us: float, args=None, cat=None) -> dict:
-        ev = {"ph": "X", "name": name, "pid": pid, "tid": tid, "ts": f"{ts_us:.3f}", "dur": round(dur_us, 3), "args": args or {}}
+        ev = {
+            "ph": "X",
+            "name": name,
+            "pid": pid,
+            "tid": tid,
+            "ts": f"{ts_us:.3f}",
+            "dur": round(dur_us, 3),
+            "args": args or {},
+        }
         if cat:
             ev["cat"] = cat
         return ev
@@ -210,7 +235,9 @@ def _timeline(rows: list[list]) -> list[dict]:
     for row in rows:
         name, typ, core, ts, dur = row[4], row[5], row[6], float(row[7]), float(row[8])
         if core == "HCCL":
-            events.append(x(HCCL_PID, 0, name, ts, dur, {"model id": 4294967295, "data_type": "FP16", "alg_type": "RING"}))
+            events.append(
+                x(HCCL_PID, 0, name, ts, dur, {"model id": 4294967295, "data_type": "FP16", "alg_type": "RING"})
+            )
             events.append(x(OVERLAP_PID, 1, "Communication", ts, dur))
         else:
             # the host launches each op well before the device runs it (host time, not read)
