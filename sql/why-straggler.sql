@@ -76,9 +76,9 @@ WITH calls AS MATERIALIZED (  -- every collective call, to find each one's prede
 -- thread per stream), the hcom_* collectives on 'HCCL' / 'Communication', a summary of both on
 -- 'Overlap Analysis'; the host's on 'Python' / 'CANN'.
 ascend_procs AS (
-    SELECT DISTINCT source_id, pid, json_extract_string(args, '$.name') AS proc FROM events
+    SELECT DISTINCT source_id, pid, json_extract_string(args, '/name') AS proc FROM events
     WHERE run = $run AND ph = 'M' AND name = 'process_name'
-      AND json_extract_string(args, '$.name') IN ('Ascend Hardware', 'HCCL', 'Communication', 'Overlap Analysis')
+      AND json_extract_string(args, '/name') IN ('Ascend Hardware', 'HCCL', 'Communication', 'Overlap Analysis')
 ),
 -- The lane a source's collectives are measured on (as _collectives picks it). An Ascend timeline's
 -- collectives have no kernel category (host lane there) but device times: its lane is the device's
@@ -295,6 +295,7 @@ top AS (
                FILTER (WHERE pos = 1) AS named
     FROM ordered GROUP BY rank
 ),
+device_ranks AS (SELECT DISTINCT s.rank FROM segs s JOIN lanes l USING (source_id) WHERE l.device),  -- (operator CSV ops are device ops)
 rows AS (
     SELECT o.rank, o.pos, o.item_kind, o.item, o.instances,
            round(o.ratio_x, 2) AS ratio,
@@ -326,6 +327,8 @@ rows AS (
                     THEN 'host / launch: the host waits for or launches device work (see why-host-device)'
                 WHEN o.item_kind = 'kernel'
                     THEN 'the same kernels run longer on this device: a slower or throttled device, or a co-located job on it'
+                WHEN o.item_kind = 'op' AND o.rank IN (SELECT rank FROM device_ranks)
+                    THEN 'the same ops run longer on this device: a slower or throttled device, a co-located job on it, or other shapes (why-op-diff compares its ops)'
                 ELSE 'this code takes longer on this rank than on its peers: its ops (why-op-diff), the host (a co-located job, CPU binding) or its inputs'
            END AS reading
     FROM ordered o

@@ -115,6 +115,7 @@ def test_ascend_slow_op_type_is_named_with_ratio_and_share(db):
     assert (top["item_kind"], top["item"]) == ("op", "MatMulV2")  # the op type, not the aclnn name
     assert 1.5 <= top["ratio"] <= 1.7 and top["share_pct"] >= 80 and top["cause"] == "MatMulV2"
     assert "operator CSV rows" in top["items_from"], top["items_from"]
+    assert top["reading"].startswith("the same ops run longer on this device"), top["reading"]
     assert not any(r["item"] == "FlashAttentionScore" for r in rs)  # normal on the slow rank
     # the device never idles longer than its peers: the op is slow, not its launch
     assert all(r["share_pct"] < 5 for r in rs if r["item_kind"] == "gap")
