@@ -160,5 +160,19 @@ def test_ascend_timeline_slow_task_is_named_from_its_device_tasks(db):
     assert top["items_from"].startswith("no nn.Module ranges in this trace: items are kernel, gap ("), top["items_from"]
 
 
+def test_ascend_timeline_collectives_are_matched(db):
+    """The hcom_* ops of a timeline have no category: op_classes keeps them as collectives (a NULL
+    category once made them vanish, and their on_device NULL), so every rank's 12 all-reduces match."""
+    con = queries.open_readonly(db)
+    try:
+        got = con.execute(
+            "SELECT count(DISTINCT w.rank), count(DISTINCT w.instance), bool_and(NOT c.on_device) "
+            "FROM collective_waits w JOIN op_classes c USING (run, source_id, name) WHERE run = 'tl_slow'"
+        ).fetchone()
+    finally:
+        con.close()
+    assert got == (4, 12, True)
+
+
 def test_ascend_timeline_balanced_names_nothing(db):
     assert rows(db, "tl_even") == []
