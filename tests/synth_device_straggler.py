@@ -8,10 +8,11 @@ all-reduce (process group "0", stream ``COMM_STREAM``) together:
     stream COMPUTE_STREAM: attention ATTN_US, a GEMM GEMM_US, a norm NORM_US
     then the all-reduce, where the ranks meet; they leave it XFER_US after the last arrives.
 
-``late_rank`` is host-bound: its first compute kernel after each all-reduce starts ``delay_us``
-later (its host launches it late). With ``overlap`` (default) that idle time falls inside the
-all-gather on the communication stream: the device as a whole is busy, only the compute stream
-is starved. Without ``overlap`` there is no all-gather and the whole device idles.
+``late_rank`` is host-bound: its first compute kernel starts ``delay_us`` after each all-reduce
+ends (a timely rank's, 3 us): its host reaches that launch late (``cudaLaunchKernel`` calls on the host thread, linked
+to their kernels by correlation id and ac2g flows; a timely host runs AHEAD_US ahead). With
+``overlap`` (default) that idle time falls inside the all-gather on the communication stream:
+the device as a whole is busy, only the compute stream is starved. Without ``overlap`` there is no all-gather and the whole device idles.
 
 Ascend (``write_ascend_run``): per rank ``rank<r>_ascend_pt/profiler_info_<r>.json`` and
 ``ASCEND_PROFILER_OUTPUT/kernel_details.csv`` (torch_npu's columns): on stream 16, per
@@ -37,6 +38,7 @@ from pathlib import Path
 COMPUTE_STREAM, COMM_STREAM = 7, 20
 AG_US, ATTN_US, GEMM_US, NORM_US, XFER_US = 300.0, 200.0, 100.0, 30.0, 40.0
 T0_US = 1_790_000_000_000_000 // 1000  # absolute epoch us
+LAUNCH_US, AHEAD_US = 4.0, 60.0  # a launch call; how far ahead of its device a timely host runs
 AR = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
 AG = "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
 
@@ -52,6 +54,20 @@ def _kernel(rank: int, name: str, stream: int, ts: float, dur: float, args: dict
         "dur": round(dur, 3),
         "args": dict({"device": rank % 8, "stream": stream}, **(args or {})),
     }
+
+
+def _launched(rank: int, corr: int, launch_ts: float, kernel: dict) -> list[dict]:
+    """The host's cudaLaunchKernel of ``kernel`` at ``launch_ts`` and Kineto's flow between them."""
+    host = 1000 + rank
+    kernel["args"]["correlation"] = corr
+    return [
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": host, "tid": host,
+         "ts": round(launch_ts, 3), "dur": LAUNCH_US, "args": {"correlation": corr, "cbid": 211}},
+        {"ph": "s", "id": corr, "pid": host, "tid": host, "ts": round(launch_ts, 3), "cat": "ac2g", "name": "ac2g"},
+        {"ph": "f", "id": corr, "pid": rank % 8, "tid": kernel["tid"], "ts": kernel["ts"], "cat": "ac2g",
+         "name": "ac2g", "bp": "e"},
+        kernel,
+    ]  # fmt: skip
 
 
 def write_gpu_run(
@@ -74,44 +90,43 @@ def write_gpu_run(
         return us * (1 + rng.uniform(-jitter, jitter))
 
     leave = float(T0_US)
+    corr = {r: 1000 * (r + 1) for r in range(ranks)}
+    host_t: dict[int, float] = {}  # where each host is in its launches
+
+    def launch(r: int, ts: float, kernel: dict) -> None:
+        corr[r] += 1
+        events[r].extend(_launched(r, corr[r], ts, kernel))
+
     for i in range(iters):
         arrive = {}
         ag_end = leave + 5 + AG_US  # every rank's all-gather meets and ends together
         for r in range(ranks):
-            ev = events[r]
+            # a timely host runs AHEAD_US ahead of its device; the late rank's host reaches its
+            # first compute launch delay_us after the all-reduce ends (its device waits)
+            h = leave - AHEAD_US
             if overlap:
-                ev.append(
-                    _kernel(
-                        r,
-                        AG,
-                        COMM_STREAM,
-                        leave + 5,
-                        AG_US,
-                        {"Collective name": "all_gather", "Seq": i, "Process Group Name": "1"},
-                    )
-                )
-            t = leave + 3 + (delay_us if r == late_rank else 0.0)
+                ag = {"Collective name": "all_gather", "Seq": i, "Process Group Name": "1"}
+                launch(r, h, _kernel(r, AG, COMM_STREAM, leave + 5, AG_US, ag))
+                h += LAUNCH_US + 2
+            if r == late_rank and delay_us > 0:
+                h = max(h, leave + delay_us - 3)
+            t = leave + 3
             for name, us in (
                 ("flash_fwd_kernel", ATTN_US),
                 ("sm90_xmma_gemm_bf16bf16", GEMM_US),
                 ("rms_norm_kernel", NORM_US),
             ):
                 d = j(us)
-                ev.append(_kernel(r, name, COMPUTE_STREAM, t, d))
+                t = max(t, h + 3)  # a kernel starts 3 us after its launch at the earliest
+                launch(r, h, _kernel(r, name, COMPUTE_STREAM, t, d))
+                h += LAUNCH_US + 2
                 t += d + 2
+            host_t[r] = h
             arrive[r] = max(t, ag_end + 2) if overlap else t
         leave = max(arrive.values()) + XFER_US
         for r in range(ranks):
-            events[r].append(
-                _kernel(
-                    r,
-                    AR,
-                    COMM_STREAM,
-                    arrive[r],
-                    leave - arrive[r],
-                    {"Collective name": "allreduce", "Seq": i, "Process Group Name": "0"},
-                )
-            )
+            ar = {"Collective name": "allreduce", "Seq": i, "Process Group Name": "0"}
+            launch(r, host_t[r], _kernel(r, AR, COMM_STREAM, arrive[r], leave - arrive[r], ar))
         leave += 5
     paths = []
     for r in range(ranks):
@@ -120,6 +135,7 @@ def write_gpu_run(
             "distributedInfo": {"backend": "nccl", "rank": r, "world_size": ranks},
             "traceEvents": [
                 {"ph": "M", "name": "process_name", "pid": r % 8, "tid": 0, "args": {"name": f"GPU {r % 8}"}},
+                {"ph": "M", "name": "process_name", "pid": 1000 + r, "tid": 0, "args": {"name": "python"}},
                 *events[r],
             ],
         }

@@ -3,9 +3,10 @@ and Ascend operator CSV rows as op items.
 
 Runs from tests/synth_device_straggler.py (exact timings plus a 2 % seeded jitter):
 - GPU, two streams: rank 2's host launches its first compute kernel after each all-reduce late
-  (150 us) while an all-gather of another group runs on the communication stream (the compute
+  (its first kernel 147 us later) while an all-gather of another group runs on the communication stream (the compute
   stream starves, the device is busy); the same without the all-gather (the whole device idles);
-  no delay; a 10 us delay (~3 % of a segment: below the 5 % lateness bar).
+  no delay; a 10 us delay (its first kernel 7 us late, ~2 % of a segment: below the 5 % lateness
+  bar).
 - Ascend kernel_details.csv per rank: rank 1's MatMulV2 1.6x; alike; 1.05x; the same slow and
   alike runs as Ascend timelines (trace_view.json, no operator CSV).
 Plus the real 2-rank MindStudio Insight output (what it can and cannot show).
@@ -71,8 +72,8 @@ def test_a_starved_compute_stream_is_named_as_its_own_gap(db):
     assert (top["item_kind"], top["item"]) == ("gap", "stream 7 idle")
     assert top["cause"] == "stream 7 idle" and top["share_pct"] >= 80 and top["ratio"] > 5
     assert "this stream idles" in top["reading"] and "why-host-device" in top["reading"]
-    # 11 segments, 150 us each
-    assert top["excess_us"] == pytest.approx(11 * 150, rel=0.05)
+    # 11 segments, its first kernel 147 us later than its peers' in each
+    assert top["excess_us"] == pytest.approx(11 * 147, rel=0.03)
     # the device as a whole is busy (the all-gather on stream 20): its gap carries little
     union = next(r for r in rs if r["item"] == "device idle (no kernel on any stream)")
     assert union["share_pct"] < 10
@@ -105,7 +106,7 @@ def test_gpu_near_miss_is_held_by_the_lateness_bar(db):
     rs = rows(db, "delay_10us", min_late_pct=1.0, top_n=10)
     assert rs and {r["rank"] for r in rs} == {2}
     s7 = next(r for r in rs if r["item"] == "stream 7 idle")
-    assert s7["share_pct"] >= 80 and s7["ratio"] > 1.5
+    assert s7["share_pct"] >= 80 and s7["ratio"] >= 1.3
 
 
 def test_ascend_slow_op_type_is_named_with_ratio_and_share(db):
