@@ -3,8 +3,9 @@ and Ascend operator CSV rows as op items.
 
 Runs from tests/synth_device_straggler.py (exact timings plus a 2 % seeded jitter):
 - GPU, two streams: rank 2's host launches its first compute kernel after each all-reduce late
-  (its first kernel 147 us later) while an all-gather of another group runs on the communication stream (the compute
-  stream starves, the device is busy); the same without the all-gather (the whole device idles);
+  (it starts 147 us after its peers') while an all-gather of another group runs on the
+  communication stream (the compute stream starves, the device is busy); the same without the
+  all-gather (the whole device idles);
   no delay; a 10 us delay (its first kernel 7 us late, ~2 % of a segment: below the 5 % lateness
   bar).
 - Ascend kernel_details.csv per rank: rank 1's MatMulV2 1.6x; alike; 1.05x; the same slow and
