@@ -1,6 +1,6 @@
 -- name: why-straggler
--- version: 3
--- description: Why is the straggler late: each rank's own time between two collectives (its segment) against its peers' in the same collectives, split by module, annotation, op / kernel and host gaps; names the item that carries the rank's lateness (its ratio to the peers' median and its share) and what a fix saves.
+-- version: 4
+-- description: Why is the straggler late: each rank's own time between two collectives (its segment) against its peers' in the same collectives, split by module, annotation, op / kernel (Ascend: the operator CSV's op types), host gaps and device gaps (the device's and each stream's); names the item that carries the rank's lateness (its ratio to the peers' median and its share) and what a fix saves.
 -- requires: collective_waits
 -- param: top_n INTEGER = 3                -- items shown per late rank (the named one first)
 -- param: min_late_pct DOUBLE = 5.0        -- a rank is late when its segments exceed its peers' medians by at least this % of them in all
@@ -33,34 +33,62 @@
 -- _N suffix), 'call' (the host call that issues a collective: c10d::*, record_param_comms; on a
 -- gloo trace its time before the collective starts on the communication thread is the queue of
 -- the process group's thread), 'annotation' (record_function / user annotations, a trailing _N / #N removed),
--- 'python' (python frames), 'op' (CPU ops, runtime calls), 'kernel' (device kernels, memcpy,
--- memset), and 'gap': segment time with no event on the lane (host: no op on any thread of the
--- process, a sleep or a lock; device: no kernel on any stream). Collectives, step ranges and
--- ranges enclosing the whole segment are not items. An item's excess: the sum over the rank's
+-- 'python' (python frames), 'op' (CPU ops, runtime calls; on an Ascend rank the operator CSV
+-- rows, kernel_details / op_summary, by op type: MatMulV2, not aclnnMatmul_MatMulCommon_MatMulV2),
+-- 'kernel' (device kernels, memcpy, memset), and 'gap': segment time with no event on the lane
+-- (host: no op on any thread of the process, a sleep or a lock; device: no kernel on any stream)
+-- and, on a device lane, 'stream N idle': time with no kernel on that stream (its kernels,
+-- copies, operator rows; a stream no kernel of the rank ran on idles all along), so a compute
+-- stream starved by a late launch while the communication stream is busy (the device is not
+-- idle) is told apart from a device that idles. A collective of another group or kind in the
+-- segment keeps its lane / stream busy (no gap) but is not an item; step ranges and ranges
+-- enclosing the whole segment are not items. An item's excess: the sum over the rank's
 -- collectives of (its time in the segment - the median of the other ranks' time for it in theirs;
 -- a rank without it counts 0); share_pct: excess / lateness; ratio: its time / the peers' median
--- time over the same segments. Items nest (a module holds its ops), so shares overlap and can
--- pass 100 % (the rank may gain time elsewhere).
+-- time over the same segments. Items nest (a module holds its ops, the device gap is inside each
+-- stream's), so shares overlap and can pass 100 % (the rank may gain time elsewhere).
+-- Items are read over the segments of the collectives (process group, kind) the rank is late at
+-- (>= min_late_pct % of its peers' medians there; all of them when none is alone), and share_pct
+-- is of that lateness: segments of different groups overlap (an all-gather overlapped with compute
+-- and the all-reduce after it), and in a group it is not late at, work it does later lands in the
+-- next segment while its wait in the other group's collective shrinks: shifts, not excess.
 -- The named item: of the items whose excess is within near_pct % of the largest, the one with the
--- highest ratio (the most specific: SelfAttention, not the model's top module around it); `cause`
+-- highest ratio (the most specific: SelfAttention, not the model's top module around it; a stream
+-- idle exactly when the whole device is: the device's gap); `cause`
 -- is its name only when it carries >= min_cause_pct % of the lateness at >= min_ratio, else
 -- 'straggler' with the coverage of the top items (TraceML's rule). Rows: the named item first,
 -- then the next items by excess (pos).
 -- cost_ms: what a fix saves: the sum, over the collectives where the rank arrived last, of its
 -- lead over the next-latest rank (the others would have started that much earlier; each of them
 -- waited it: others_wait_ms = the same x (ranks - 1)), the replay idea of ep-slow-rank.
--- Per stream (a device stream's own gaps) and Ascend task rows (ops) are not split yet: the device
--- lane is the union of its streams, and operator CSV rows are not read.
+-- An Ascend rank reads its device lane from what it has: its operator CSV rows (their HCCL rows
+-- are its collectives; ops by op type, a stream per Stream ID) or its timeline (trace_view.json:
+-- its hcom_* ops on the HCCL / Communication process are its collectives, on the device clock,
+-- and its Ascend Hardware tasks the 'kernel' items, a stream per thread; its host processes and
+-- Overlap Analysis' summary ranges are not read). `items_from` says which.
 
 WITH calls AS MATERIALIZED (  -- every collective call, to find each one's predecessor on its rank
     SELECT source_id, pg, coll_kind, instance, ts_ns, end_ns,
            lag(end_ns) OVER (PARTITION BY source_id, pg ORDER BY ts_ns, end_ns) AS prev_end_ns
     FROM _collectives WHERE run = $run
 ),
-lanes AS (  -- the lane a source's collectives are measured on (as _collectives picks it)
-    SELECT source_id, bool_or(on_device) AS device FROM op_classes
-    WHERE run = $run AND (op_class = 'collective' OR (op_class IN ('dispatch', 'combine') AND coll_kind IS NOT NULL AND on_device))
-    GROUP BY source_id
+-- An Ascend timeline (trace_view.json) names its processes: device tasks on 'Ascend Hardware' (a
+-- thread per stream), the hcom_* collectives on 'HCCL' / 'Communication', a summary of both on
+-- 'Overlap Analysis'; the host's on 'Python' / 'CANN'.
+ascend_procs AS (
+    SELECT DISTINCT source_id, pid, json_extract_string(args, '/name') AS proc FROM events
+    WHERE run = $run AND ph = 'M' AND name = 'process_name'
+      AND json_extract_string(args, '/name') IN ('Ascend Hardware', 'HCCL', 'Communication', 'Overlap Analysis')
+),
+-- The lane a source's collectives are measured on (as _collectives picks it). An Ascend timeline's
+-- collectives have no kernel category (host lane there) but device times: its lane is the device's
+-- (timeline), read from its Ascend Hardware tasks.
+lanes AS (
+    SELECT l.source_id, l.device OR a.source_id IS NOT NULL AS device, NOT l.device AND a.source_id IS NOT NULL AS timeline
+    FROM (SELECT source_id, bool_or(on_device) AS device FROM op_classes
+          WHERE run = $run AND (op_class = 'collective' OR (op_class IN ('dispatch', 'combine') AND coll_kind IS NOT NULL AND on_device))
+          GROUP BY source_id) l
+    LEFT JOIN (SELECT DISTINCT source_id FROM ascend_procs WHERE proc = 'Ascend Hardware') a USING (source_id)
 ),
 cw AS MATERIALIZED (
     SELECT w.pg, w.coll_kind, w.instance, w.rank, w.source_id, w.n_ranks, w.arrived_last,
@@ -97,15 +125,46 @@ per_rank AS (
     FROM peer_seg GROUP BY rank
 ),
 last_share AS (SELECT rank, count(*) FILTER (WHERE arrived_last) / count(*) AS last_share FROM cw GROUP BY rank),
-late_ranks AS (
+late_ranks0 AS (
     SELECT p.* FROM per_rank p JOIN last_share l USING (rank)
     WHERE p.lateness_ns > 0 AND 100.0 * p.lateness_ns >= $min_late_pct * p.peer_total_ns AND p.late_share >= $min_late_share
       AND l.last_share >= $min_last_share
 ),
--- The events of each source on its collectives' lane, without the collectives and step ranges.
+-- The collectives (process group, kind) a late rank is late at: its segments there exceed its
+-- peers' medians by min_late_pct % of them (all of its groups when none does alone). Segments of
+-- different groups overlap (an all-gather overlapped with compute, the all-reduce that follows):
+-- in a group it is not late at, what it does later lands in the next segment while its wait in
+-- the other group's collective shrinks, and those shifts would read as excess.
+group_late AS (
+    SELECT rank, pg, coll_kind, sum(seg_ns - peer_seg_ns) AS lateness_ns, sum(peer_seg_ns) AS peer_total_ns
+    FROM peer_seg WHERE rank IN (SELECT rank FROM late_ranks0) GROUP BY ALL
+),
+late_groups AS (
+    SELECT rank, pg, coll_kind, lateness_ns FROM group_late
+    QUALIFY (lateness_ns > 0 AND 100.0 * lateness_ns >= $min_late_pct * peer_total_ns)
+         OR NOT bool_or(lateness_ns > 0 AND 100.0 * lateness_ns >= $min_late_pct * peer_total_ns) OVER (PARTITION BY rank)
+),
+-- the lateness the items are measured against: that of the late groups' segments
+late_ranks AS (
+    SELECT r.*, g.item_lateness_ns
+    FROM late_ranks0 r JOIN (SELECT rank, sum(lateness_ns) AS item_lateness_ns FROM late_groups GROUP BY rank) g USING (rank)
+),
+-- The events of each source on its collectives' lane, without step ranges. Collectives (of other
+-- groups or kinds: a segment ends where its own collective starts) are time the lane is busy,
+-- not items (busy_only). An Ascend rank's operator CSV rows (kernel_details / op_summary) are its
+-- device lane: their ops are 'op' items named by op type, their stream is the Stream ID.
+classes AS (
+    SELECT source_id, name,
+           bool_or(op_class = 'collective' OR (op_class IN ('dispatch', 'combine') AND coll_kind IS NOT NULL AND on_device)) AS coll,
+           bool_or(op_class = 'step') AS step
+    FROM op_classes WHERE run = $run GROUP BY ALL
+),
 evs AS MATERIALIZED (
-    SELECT e.source_id, e.pid, e.tid, e.ts_ns, e.end_ns,
-           CASE WHEN starts_with(e.name, 'nn.Module: ') THEN 'module'
+    SELECT e.source_id, CASE WHEN l.timeline THEN 'timeline' ELSE 'trace' END AS origin, e.tid AS stream, e.ts_ns, e.end_ns,
+           coalesce(c.coll, FALSE) OR coalesce(p.proc IN ('HCCL', 'Communication'), FALSE) AS busy_only,
+           coalesce(e.cat IN ('kernel', 'gpu_memcpy', 'gpu_memset') OR p.proc = 'Ascend Hardware', FALSE) AS on_stream,
+           CASE WHEN p.proc = 'Ascend Hardware' THEN 'kernel'
+                WHEN starts_with(e.name, 'nn.Module: ') THEN 'module'
                 WHEN regexp_matches(e.name, '^(_?c10d(_functional)?::|record_param_comms)') THEN 'call'
                 WHEN e.cat IN ('kernel', 'gpu_memcpy', 'gpu_memset') THEN 'kernel'
                 WHEN e.cat IN ('user_annotation', 'gpu_user_annotation') THEN 'annotation'
@@ -116,46 +175,81 @@ evs AS MATERIALIZED (
                 WHEN e.cat IN ('user_annotation', 'gpu_user_annotation') THEN regexp_replace(e.name, '[_#]\d+\z', '')
                 ELSE e.name END AS item
     FROM events e JOIN lanes l USING (source_id)
-    LEFT JOIN (SELECT DISTINCT source_id, name, op_class FROM op_classes WHERE run = $run) c
-           ON c.source_id = e.source_id AND c.name = e.name
+    LEFT JOIN classes c ON c.source_id = e.source_id AND c.name = e.name
+    LEFT JOIN ascend_procs p ON p.source_id = e.source_id AND p.pid = e.pid
     WHERE e.run = $run AND e.ph = 'X' AND e.dur_ns IS NOT NULL AND e.dur_ns > 0
       AND e.source_id IN (SELECT source_id FROM segs)
-      AND (e.cat IN ('kernel', 'gpu_memcpy', 'gpu_memset', 'gpu_user_annotation')) = l.device
-      AND coalesce(c.op_class, '') NOT IN ('collective', 'step')
+      AND CASE WHEN l.timeline THEN coalesce(p.proc IN ('Ascend Hardware', 'HCCL', 'Communication'), FALSE)
+               ELSE coalesce(e.cat IN ('kernel', 'gpu_memcpy', 'gpu_memset', 'gpu_user_annotation'), FALSE) = l.device
+                    AND coalesce(p.proc, '') <> 'Overlap Analysis' END
+      AND NOT coalesce(c.step, FALSE)
+    UNION ALL
+    SELECT o.source_id, 'ops', o.stream_id, o.ts_ns, o.end_ns, coalesce(c.coll, FALSE), o.stream_id IS NOT NULL,
+           'op', coalesce(nullif(o.op_type, ''), o.name)
+    FROM ops o JOIN lanes l USING (source_id)
+    LEFT JOIN classes c ON c.source_id = o.source_id AND c.name = o.name
+    WHERE o.run = $run AND l.device AND o.dur_ns > 0 AND o.ts_ns IS NOT NULL
+      AND o.source_id IN (SELECT source_id FROM segs)
+      AND NOT coalesce(c.step, FALSE)
 ),
--- The instances a late rank takes part in: every rank of them is read (its peers' medians).
-inst_late AS (SELECT DISTINCT pg, coll_kind, instance FROM segs WHERE rank IN (SELECT rank FROM late_ranks)),
--- Each event clipped to the segments it overlaps (ranges enclosing a whole segment left out).
+-- The instances of the late ranks' late groups: every rank of them is read (its peers' medians).
+inst_late AS (
+    SELECT DISTINCT s.pg, s.coll_kind, s.instance FROM segs s
+    JOIN late_groups g ON g.rank = s.rank AND g.pg = s.pg AND g.coll_kind = s.coll_kind
+),
+-- Each event clipped to the segments it overlaps (ranges enclosing a whole segment left out,
+-- as items; a collective that spans it keeps the lane busy).
 clipped AS MATERIALIZED (
-    SELECT s.pg, s.coll_kind, s.instance, s.rank, e.item_kind, e.item,
+    SELECT s.pg, s.coll_kind, s.instance, s.rank, e.item_kind, e.item, e.stream, e.busy_only, e.on_stream,
            greatest(e.ts_ns, s.seg_start_ns) AS c_start_ns, least(e.end_ns, s.seg_end_ns) AS c_end_ns
     FROM segs s SEMI JOIN inst_late USING (pg, coll_kind, instance)
     JOIN evs e ON e.source_id = s.source_id AND e.ts_ns < s.seg_end_ns AND e.end_ns > s.seg_start_ns
-    WHERE NOT (e.ts_ns <= s.seg_start_ns AND e.end_ns >= s.seg_end_ns)
+    WHERE e.busy_only OR NOT (e.ts_ns <= s.seg_start_ns AND e.end_ns >= s.seg_end_ns)
 ),
--- Time covered by any event (islands of the clipped intervals): the rest of a segment is a gap.
+-- Time covered (islands of the clipped intervals) on the whole lane (lane_key '') and, on a device
+-- lane, on each stream (its kernels, copies, ops and collectives): the rest of a segment is a gap.
+cov_rows AS (
+    SELECT pg, coll_kind, instance, rank, '' AS lane_key, c_start_ns, c_end_ns FROM clipped
+    UNION ALL
+    SELECT pg, coll_kind, instance, rank, stream, c_start_ns, c_end_ns FROM clipped WHERE on_stream AND stream IS NOT NULL
+),
 covered AS (
-    SELECT pg, coll_kind, instance, rank, sum(i_end - i_start) AS covered_ns
-    FROM (SELECT pg, coll_kind, instance, rank, island, min(c_start_ns) AS i_start, max(c_end_ns) AS i_end
+    SELECT pg, coll_kind, instance, rank, lane_key, sum(i_end - i_start) AS covered_ns
+    FROM (SELECT pg, coll_kind, instance, rank, lane_key, island, min(c_start_ns) AS i_start, max(c_end_ns) AS i_end
           FROM (SELECT *, sum(CASE WHEN prev_end IS NULL OR c_start_ns > prev_end THEN 1 ELSE 0 END)
-                              OVER (PARTITION BY pg, coll_kind, instance, rank ORDER BY c_start_ns, c_end_ns DESC
+                              OVER (PARTITION BY pg, coll_kind, instance, rank, lane_key ORDER BY c_start_ns, c_end_ns DESC
                                     ROWS UNBOUNDED PRECEDING) AS island
-                FROM (SELECT *, max(c_end_ns) OVER (PARTITION BY pg, coll_kind, instance, rank ORDER BY c_start_ns, c_end_ns DESC
+                FROM (SELECT *, max(c_end_ns) OVER (PARTITION BY pg, coll_kind, instance, rank, lane_key ORDER BY c_start_ns, c_end_ns DESC
                                                     ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
-                      FROM clipped))
+                      FROM cov_rows))
           GROUP BY ALL)
     GROUP BY ALL
 ),
+-- The streams of the device lanes (any kernel, copy, op or collective on them, on any rank): each
+-- has a gap item of its own on every device lane (a rank without that stream: idle all along), so
+-- a compute stream starved while the communication stream is busy (the device as a whole is not
+-- idle) is told apart from a device that idles.
+streams AS (
+    SELECT l.source_id, st.stream
+    FROM (SELECT DISTINCT stream FROM evs WHERE on_stream AND stream IS NOT NULL) st
+    CROSS JOIN (SELECT source_id FROM lanes WHERE device AND source_id IN (SELECT source_id FROM segs)) l
+),
 items AS (  -- per (instance, rank, item): its time in the segment; gaps: the segment not covered
     SELECT pg, coll_kind, instance, rank, item_kind, item, sum(c_end_ns - c_start_ns) AS t_ns
-    FROM clipped GROUP BY ALL
+    FROM clipped WHERE NOT busy_only GROUP BY ALL
     UNION ALL
     SELECT s.pg, s.coll_kind, s.instance, s.rank, 'gap',
            CASE WHEN l.device THEN 'device idle (no kernel on any stream)' ELSE 'host gaps (no op on the thread)' END,
            s.seg_ns - coalesce(v.covered_ns, 0)
     FROM segs s SEMI JOIN inst_late USING (pg, coll_kind, instance)
     JOIN lanes l USING (source_id)
-    LEFT JOIN covered v USING (pg, coll_kind, instance, rank)
+    LEFT JOIN covered v ON v.pg = s.pg AND v.coll_kind = s.coll_kind AND v.instance = s.instance AND v.rank = s.rank AND v.lane_key = ''
+    UNION ALL
+    SELECT s.pg, s.coll_kind, s.instance, s.rank, 'gap', 'stream ' || st.stream || ' idle', s.seg_ns - coalesce(v.covered_ns, 0)
+    FROM segs s SEMI JOIN inst_late USING (pg, coll_kind, instance)
+    JOIN streams st USING (source_id)
+    LEFT JOIN covered v ON v.pg = s.pg AND v.coll_kind = s.coll_kind AND v.instance = s.instance AND v.rank = s.rank
+                       AND v.lane_key = st.stream
 ),
 grid AS (  -- every rank of the instance x every item seen in it (a rank without it: 0)
     SELECT k.pg, k.coll_kind, k.instance, s.rank, k.item_kind, k.item, coalesce(i.t_ns, 0) AS t_ns
@@ -167,7 +261,7 @@ peer_item AS (
     SELECT a.pg, a.coll_kind, a.instance, a.rank, a.item_kind, a.item, any_value(a.t_ns) AS t_ns, median(b.t_ns) AS peer_t_ns
     FROM grid a JOIN grid b ON b.pg = a.pg AND b.coll_kind = a.coll_kind AND b.instance = a.instance
                           AND b.item_kind = a.item_kind AND b.item = a.item AND b.rank <> a.rank
-    WHERE a.rank IN (SELECT rank FROM late_ranks)
+    SEMI JOIN late_groups g ON g.rank = a.rank AND g.pg = a.pg AND g.coll_kind = a.coll_kind
     GROUP BY a.pg, a.coll_kind, a.instance, a.rank, a.item_kind, a.item
 ),
 per_item AS (
@@ -179,7 +273,7 @@ per_item AS (
 scored AS (
     SELECT p.*, r.lateness_ns, r.segments, r.late_share,
            t_ns / nullif(peer_t_ns, 0) AS ratio_x,
-           100.0 * excess_ns / r.lateness_ns AS share,
+           100.0 * excess_ns / r.item_lateness_ns AS share,
            excess_ns >= $near_pct / 100.0 * max(excess_ns) OVER (PARTITION BY rank) AS near_top
     FROM per_item p JOIN late_ranks r USING (rank)
 ),
@@ -189,6 +283,8 @@ ordered AS (
                               ORDER BY near_top DESC,
                                        CASE WHEN near_top THEN coalesce(ratio_x, 1e9) END DESC NULLS LAST,
                                        CASE WHEN near_top THEN list_position(['module', 'annotation', 'python', 'op', 'kernel', 'call', 'gap'], item_kind) END,
+                                       -- a stream idle exactly when the whole device is: the device's gap says more
+                                       CASE WHEN near_top THEN starts_with(item, 'stream ') END,
                                        excess_ns DESC, item) AS pos
     FROM scored
 ),
@@ -199,6 +295,7 @@ top AS (
                FILTER (WHERE pos = 1) AS named
     FROM ordered GROUP BY rank
 ),
+device_ranks AS (SELECT DISTINCT s.rank FROM segs s JOIN lanes l USING (source_id) WHERE l.device),  -- (operator CSV ops are device ops)
 rows AS (
     SELECT o.rank, o.pos, o.item_kind, o.item, o.instances,
            round(o.ratio_x, 2) AS ratio,
@@ -218,6 +315,8 @@ rows AS (
                     THEN 'the host runs nothing here: a sleep, a lock, a slow data loader or a co-located job taking its CPU (CPU binding, other processes on the host)'
                 WHEN o.item_kind = 'call'
                     THEN 'the rank called the collective in time, but its communication thread / stream started it later than its peers'' did: the process group''s queue (a previous collective still running there, a descheduled or CPU-starved communication thread: CPU binding, a co-located job)'
+                WHEN o.item_kind = 'gap' AND o.item LIKE 'stream %'
+                    THEN 'this stream idles here while the device runs other streams: its host launched its kernels late (host / launch: see why-host-device), or it waits for another stream (an event, a copy, a collective)'
                 WHEN o.item_kind = 'gap'
                     THEN 'the device idles here: it waits for its host to launch work (host / launch: see why-host-device)'
                 WHEN regexp_matches(o.item, 'attn|attention|sdpa|flash', 'i')
@@ -228,6 +327,8 @@ rows AS (
                     THEN 'host / launch: the host waits for or launches device work (see why-host-device)'
                 WHEN o.item_kind = 'kernel'
                     THEN 'the same kernels run longer on this device: a slower or throttled device, or a co-located job on it'
+                WHEN o.item_kind = 'op' AND o.rank IN (SELECT rank FROM device_ranks)
+                    THEN 'the same ops run longer on this device: a slower or throttled device, a co-located job on it, or other shapes (why-op-diff compares its ops)'
                 ELSE 'this code takes longer on this rank than on its peers: its ops (why-op-diff), the host (a co-located job, CPU binding) or its inputs'
            END AS reading
     FROM ordered o
@@ -241,7 +342,12 @@ rows AS (
 basis AS (
     SELECT CASE WHEN list_contains(kinds, 'module') THEN 'items: ' || array_to_string(kinds, ', ')
                 ELSE 'no nn.Module ranges in this trace: items are ' || array_to_string(kinds, ', ')
-                     || ' (profile with with_modules=True, or with_stack=True, to see modules)' END AS items_from
+                     || ' (profile with with_modules=True, or with_stack=True, to see modules)' END
+           || CASE WHEN EXISTS (SELECT 1 FROM evs WHERE origin = 'ops')
+                   THEN '; ops: the operator CSV rows (kernel_details / op_summary), by op type, on the device lane' ELSE '' END
+           || CASE WHEN EXISTS (SELECT 1 FROM evs WHERE origin = 'timeline')
+                   THEN '; kernels: the Ascend timeline''s device tasks (trace_view.json, Ascend Hardware), its collectives on HCCL' ELSE '' END
+           AS items_from
     FROM (SELECT list(DISTINCT item_kind ORDER BY list_position(['module', 'annotation', 'python', 'op', 'kernel', 'call', 'gap'], item_kind)) AS kinds
           FROM items)
 ),

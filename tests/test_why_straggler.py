@@ -176,7 +176,11 @@ def test_gpu_a_late_host_is_the_device_idle_gap_of_its_segments(gpu_db):
     assert (top["item_kind"], top["item"]) == ("gap", "device idle (no kernel on any stream)")
     assert top["cause"] == top["item"] and top["ratio"] > 10
     assert "waits for its host" in top["reading"]
-    kernels = [r for r in rs if r["item_kind"] == "kernel"]
+    # v4: the streams' own gaps follow (the host starves the whole device: both streams idle with it,
+    # at lower ratios), then the kernels, at the peers' pace
+    assert {r["item"] for r in rs[1:3]} == {"stream 7 idle", "stream 20 idle"}, rs
+    assert all(r["ratio"] < top["ratio"] for r in rs[1:3])
+    kernels = [r for r in rows(gpu_db, "late", top_n=20) if r["item_kind"] == "kernel"]
     assert kernels and all(0.9 < r["ratio"] < 1.1 for r in kernels), kernels
     assert top["cost_ms"] > 10
 

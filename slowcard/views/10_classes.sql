@@ -108,12 +108,14 @@ e AS (
 classified AS (
     SELECT e.source_id, e.pid, e.tid, e.cat, e.name, e.ts_ns, e.dur_ns, e.args, e.coll_name,
            c.op_class, c.coll_kind, c.pattern,
-           e.cat IN ('kernel', 'gpu_user_annotation') AS on_device
+           coalesce(e.cat IN ('kernel', 'gpu_user_annotation'), FALSE) AS on_device  -- (no category: not a device kernel)
     FROM e LEFT JOIN nc c USING (name)
     WHERE (c.op_class IS NOT NULL OR e.coll_name IS NOT NULL)
       -- the device copy of a host collective range (gpu_user_annotation "nccl:all_to_all") spans
       -- the collective's kernels: it is not a second call
-      AND NOT (e.cat = 'gpu_user_annotation' AND c.op_class = 'collective')
+      -- (coalesce: an event without a category, every task of an Ascend timeline, made the test
+      -- NULL and the event unclassified)
+      AND NOT (coalesce(e.cat, '') = 'gpu_user_annotation' AND c.op_class = 'collective')
 ),
 corr AS (  -- correlation ids of the classified kernels only (a handful of JSON reads)
     SELECT source_id, pid, tid, ts_ns, name,
