@@ -114,10 +114,15 @@ segs AS MATERIALIZED (
     WHERE seg_start_ns IS NOT NULL
     QUALIFY count(*) OVER (PARTITION BY pg, coll_kind, instance) = n_ranks
 ),
-peer_seg AS (
-    SELECT a.pg, a.coll_kind, a.instance, a.rank, any_value(a.seg_ns) AS seg_ns, median(b.seg_ns) AS peer_seg_ns
-    FROM segs a JOIN segs b ON b.pg = a.pg AND b.coll_kind = a.coll_kind AND b.instance = a.instance AND b.rank <> a.rank
-    GROUP BY a.pg, a.coll_kind, a.instance, a.rank
+peer_seg AS (  -- the median of the OTHER ranks' segments of the instance: a window that leaves the
+              -- rank's own row out (a self-join of every rank with every other grew with ranks
+              -- squared: 4 GB and 36 s at 512 ranks)
+    SELECT * FROM (
+        SELECT pg, coll_kind, instance, rank, seg_ns,
+               median(seg_ns) OVER (PARTITION BY pg, coll_kind, instance ORDER BY rank
+                                    ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING EXCLUDE CURRENT ROW) AS peer_seg_ns
+        FROM segs)
+    WHERE peer_seg_ns IS NOT NULL
 ),
 per_rank AS (
     SELECT rank, count(*) AS segments, sum(seg_ns - peer_seg_ns) AS lateness_ns, sum(peer_seg_ns) AS peer_total_ns,
@@ -257,12 +262,14 @@ grid AS (  -- every rank of the instance x every item seen in it (a rank without
     JOIN segs s USING (pg, coll_kind, instance)
     LEFT JOIN items i USING (pg, coll_kind, instance, rank, item_kind, item)
 ),
-peer_item AS (
-    SELECT a.pg, a.coll_kind, a.instance, a.rank, a.item_kind, a.item, any_value(a.t_ns) AS t_ns, median(b.t_ns) AS peer_t_ns
-    FROM grid a JOIN grid b ON b.pg = a.pg AND b.coll_kind = a.coll_kind AND b.instance = a.instance
-                          AND b.item_kind = a.item_kind AND b.item = a.item AND b.rank <> a.rank
+peer_item AS (  -- the others' median time for the item, as peer_seg (the rank's own row left out)
+    SELECT a.* FROM (
+        SELECT pg, coll_kind, instance, rank, item_kind, item, t_ns,
+               median(t_ns) OVER (PARTITION BY pg, coll_kind, instance, item_kind, item ORDER BY rank
+                                  ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING EXCLUDE CURRENT ROW) AS peer_t_ns
+        FROM grid) a
     SEMI JOIN late_groups g ON g.rank = a.rank AND g.pg = a.pg AND g.coll_kind = a.coll_kind
-    GROUP BY a.pg, a.coll_kind, a.instance, a.rank, a.item_kind, a.item
+    WHERE a.peer_t_ns IS NOT NULL
 ),
 per_item AS (
     SELECT rank, item_kind, item, count(*) AS instances, sum(t_ns) AS t_ns, sum(peer_t_ns) AS peer_t_ns,
