@@ -59,9 +59,9 @@ class _Spy:
 
     def __init__(self, monkeypatch):
         self.inserts: list[tuple[int, bool]] = []  # (files in the statement, inserted)
-        self.derives: list[int] = []
+        self.commits: list[int] = []
         lock = threading.Lock()
-        real_insert, real_derive = _shared._insert_statement, _shared._derive_all
+        real_insert, real_commit = _shared._insert_statement, _shared._commit_all
 
         def insert_statement(con, tmpdir, mode, group):
             got = real_insert(con, tmpdir, mode, group)
@@ -69,14 +69,14 @@ class _Spy:
                 self.inserts.append((len(group), bool(got)))
             return got
 
-        def derive_all(arrivals):
-            got = real_derive(arrivals)
+        def commit_all(arrivals):
+            got = real_commit(arrivals)
             with lock:
-                self.derives.append(len(arrivals))
+                self.commits.append(len(arrivals))
             return got
 
         monkeypatch.setattr(_shared, "_insert_statement", insert_statement)
-        monkeypatch.setattr(_shared, "_derive_all", derive_all)
+        monkeypatch.setattr(_shared, "_commit_all", commit_all)
 
 
 def _both(tmp_path, paths, monkeypatch, **kwargs):
@@ -98,8 +98,8 @@ def test_a_batch_of_rank_traces_gives_the_database_of_one_file_at_a_time(tmp_pat
     )
     assert all(str(p).endswith(".json.gz" if gz else ".json") for p in paths)
     out, spy = _both(tmp_path, paths, monkeypatch)
-    # the batch went in as one statement over the 4 files and one derive over the 4
-    assert spy.inserts == [(4, True)] and spy.derives == [4]
+    # the batch went in as one statement over the 4 files and one commit of the 4
+    assert spy.inserts == [(4, True)] and spy.commits == [4]
     (batched, db_b), (serial, db_s) = out["batched"], out["serial"]
     assert [f.path for f in batched.files] == [str(p) for p in paths]  # reports in the order given
     assert [(f.status, f.rows_kept) for f in batched.files] == [(f.status, f.rows_kept) for f in serial.files]
@@ -137,7 +137,7 @@ def test_a_statement_duckdb_rejects_is_redone_file_by_file_with_the_same_salvage
         write_trace(folder / f"rank{r}.json", text=text)
     opts = IngestOptions(part_bytes=64 << 10)
     out, spy = _both(tmp_path, sorted(folder.glob("*.json")), monkeypatch, options=opts)
-    assert spy.inserts == [(3, False)] and spy.derives == [3]
+    assert spy.inserts == [(3, False)] and spy.commits == [3]
     batched, serial = out["batched"][0], out["serial"][0]
     assert [(f.status, f.rows_kept, f.rows_dropped) for f in batched.files] == [
         ("ok", 4000, 0),
@@ -166,7 +166,7 @@ def test_a_compressed_member_rejected_or_cut_short_goes_alone_with_the_same_salv
     (folder / "rank4.json.gz").write_bytes(whole[: len(whole) * 2 // 3])  # cut short
     opts = IngestOptions(part_bytes=64 << 10)
     out, spy = _both(tmp_path, sorted(folder.iterdir()), monkeypatch, options=opts)
-    assert spy.inserts == [(5, False)] and spy.derives == [5]
+    assert spy.inserts == [(5, False)] and spy.commits == [5]
     batched, serial = out["batched"][0], out["serial"][0]
     got = {f.path.rsplit("/", 1)[1]: (f.status, f.rows_kept, f.rows_dropped) for f in batched.files}
     assert got[bad] == ("salvaged", 3999, 1)
@@ -187,7 +187,7 @@ def test_compressed_members_share_the_statement_of_plain_ones(tmp_path, monkeypa
     whole = gzip.compress(trace_text(_events(3000, offset=0.75), {"schemaVersion": 1}).encode())
     (folder / "c.json.gz").write_bytes(whole[: len(whole) * 2 // 3])
     out, spy = _both(tmp_path, [folder], monkeypatch, options=IngestOptions(part_bytes=16 << 10))
-    assert spy.inserts == [(3, True)] and spy.derives == [3]
+    assert spy.inserts == [(3, True)] and spy.commits == [3]
     batched, serial = out["batched"][0], out["serial"][0]
     assert [(f.status, f.rows_kept, f.message) for f in batched.files] == [
         (f.status, f.rows_kept, f.message) for f in serial.files
@@ -206,7 +206,7 @@ def test_a_compressed_member_larger_than_its_guess_goes_in_waves(tmp_path, monke
     write_trace(folder / "c.json.gz", _events(6000, 0.75), {"schemaVersion": 1})
     monkeypatch.setattr(chrome_parts, "BATCH_GZ_LIMIT", 200 << 10)  # c decompresses to ~600 KB
     out, spy = _both(tmp_path, [folder], monkeypatch, options=IngestOptions(part_bytes=32 << 10))
-    assert spy.inserts == [(2, True)] and spy.derives == [3]
+    assert spy.inserts == [(2, True)] and spy.commits == [3]
     batched, serial = out["batched"][0], out["serial"][0]
     assert [(f.status, f.rows_kept) for f in batched.files] == [("ok", 3000), ("ok", 500), ("ok", 6000)]
     assert [(f.status, f.rows_kept, f.message) for f in batched.files] == [
@@ -267,7 +267,7 @@ def test_a_batch_with_other_files_among_its_traces(tmp_path, monkeypatch):
     # a, b, d (DOUBLE ts; d decompressed into part files) and c (string ts) arrive; e has no
     # parts, f is skipped: one statement for a, b and d, one for c
     assert sorted(spy.inserts) == [(1, True), (3, True)]
-    assert spy.derives == [5]  # a, b, c, d and the empty e reach their commit
+    assert spy.commits == [5]  # a, b, c, d and the empty e reach their commit
     assert [(f.path, f.status, f.rows_kept) for f in batched.files] == [
         (f.path, f.status, f.rows_kept) for f in serial.files
     ]
