@@ -373,3 +373,98 @@ def test_a_meeting_point_completes_when_the_last_member_leaves_and_stops_on_ctrl
     stopping.set()
     t.join(10)
     assert not t.is_alive() and len(raised) == 1
+
+
+def _count_commits(monkeypatch, fail_batches: bool = False) -> list[int]:
+    """Files per transaction of store.commit_sources (each call is one BEGIN ... COMMIT); with
+    ``fail_batches`` a transaction of several files fails as a disk-full COMMIT would."""
+    sizes: list[int] = []
+    lock = threading.Lock()
+    real = store.commit_sources
+
+    def counted(con, commits, derive=True):
+        with lock:
+            sizes.append(len(commits))
+        if fail_batches and len(commits) > 1:
+            raise duckdb.IOException("could not write the WAL (simulated)")
+        return real(con, commits, derive)
+
+    monkeypatch.setattr(store, "commit_sources", counted)
+    return sizes
+
+
+def _rank_traces(folder, n: int, bad: int | None = None) -> list:
+    for r in range(n):
+        if r == bad:
+            (folder / f"rank{r}.json").write_text('{"schemaVersion": 1, "deviceProperties": []}')  # no events
+            continue
+        trailer = {"distributedInfo": {"rank": r, "world_size": n}}  # written after the events
+        write_trace(folder / f"rank{r}.json", _events(2000, r * 0.25), {"schemaVersion": 1}, trailer)
+    return sorted(folder.glob("*.json"))
+
+
+def test_a_batch_whose_members_all_succeed_commits_in_one_transaction(tmp_path, monkeypatch):
+    """Four rank traces: ONE transaction publishes all four (before: one per file), the tails'
+    last events go in with the batch's statement (no small INSERT per file), every id handed
+    out is used or released, and the database is the one of --jobs 1. If the batch's
+    transaction fails, nothing of it stays and every file commits alone (all four still in)."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    paths = _rank_traces(folder, 4)
+    sizes = _count_commits(monkeypatch)
+    small = []
+    real_files = chrome_parts._PartsPhase._insert_files
+
+    def spy_files(self, files, ts_type):  # the per-file statements (tail, waves, exact path)
+        small.append((self.path.name, self.ctx.shared is not None))
+        return real_files(self, files, ts_type)
+
+    monkeypatch.setattr(chrome_parts._PartsPhase, "_insert_files", spy_files)
+    out, _spy = _both(tmp_path, paths, monkeypatch)
+    assert sizes == [4, 1, 1, 1, 1]  # the batch, then --jobs 1's four files
+    # --jobs 1: each file's parts, then its tail's last event, in statements of its own; the
+    # batch's members none (before: one for each member's tail)
+    assert sorted(small) == sorted([(p.name, False) for p in paths] * 2)
+    assert [(f.status, f.rank, f.rows_kept) for f in out["batched"][0].files] == [
+        ("ok", r, 2000) for r in range(4)
+    ]
+    assert _snapshot(out["batched"][1]) == _snapshot(out["serial"][1])
+    assert _snapshot(out["batched"][1])["left"] == 0
+
+    monkeypatch.undo()
+    failing = _count_commits(monkeypatch, fail_batches=True)
+    rep = ingest_paths(tmp_path / "fallback.duckdb", [folder], run="r")
+    assert failing == [4, 1, 1, 1, 1]  # the batch's transaction failed; each file alone
+    assert [(f.status, f.rows_kept) for f in rep.files] == [("ok", 2000)] * 4
+    snap = _snapshot(tmp_path / "fallback.duckdb")
+    assert snap == _snapshot(out["serial"][1]) and snap["left"] == 0
+
+
+def test_a_bad_member_leaves_alone_and_the_others_commit_together(tmp_path, monkeypatch):
+    """A batch of four with one Kineto file without a traceEvents list: that file fails on its own, with the
+    message --jobs 1 gives, and leaves nothing; the three others commit in one transaction; the
+    rows of a run ingested before are untouched, and no pending id is left."""
+    db = tmp_path / "db.duckdb"
+    before_dir = tmp_path / "before"
+    before_dir.mkdir()
+    first = ingest_paths(db, _rank_traces(before_dir, 2), run="earlier")
+    assert [f.status for f in first.files] == ["ok", "ok"]
+    earlier = _snapshot(db)
+    folder = tmp_path / "run"
+    folder.mkdir()
+    _rank_traces(folder, 4, bad=2)
+    sizes = _count_commits(monkeypatch)
+    rep = ingest_paths(db, [folder], run="r")
+    assert sizes == [3]
+    statuses = {f.path.rsplit("/", 1)[1]: f.status for f in rep.files}
+    assert statuses == {"rank0.json": "ok", "rank1.json": "ok", "rank2.json": "failed", "rank3.json": "ok"}
+    serial = ingest_paths(tmp_path / "serial.duckdb", [folder], run="r", jobs=1)
+    assert [f.message for f in rep.files] == [f.message for f in serial.files]
+    after = _snapshot(db)
+    assert after["left"] == 0
+    for table in ("files", "event_rows", "op_class_rows", "drops"):
+        kept = [row for row in after[table] if str(row[0]).startswith(str(before_dir))]
+        assert kept == [row for row in earlier[table] if str(row[0]).startswith(str(before_dir))], table
+    assert sorted(p for p, *_ in after["files"] if p.startswith(str(folder))) == [
+        str(folder / f"rank{r}.json") for r in (0, 1, 3)
+    ]
