@@ -1008,22 +1008,52 @@ def commit_source(
 
 def commit_sources(con, commits: Sequence[Commit], derive: bool = True) -> None:
     """Publish several files in ONE transaction (a batch of files whose ingest all succeeded,
-    ingest/_shared.py): each as ``commit_source`` does, their derived rows by one statement per
-    table for all of them. All of them appear, or (on any error) none: a caller that wants the
-    others kept when one fails commits them one by one then. Every write commit is a WAL flush
-    (~5-10 ms here, bench/README "Many small rank files"), paid once for the batch."""
+    ingest/_shared.py): each as ``commit_source`` does, by one statement per step for all of them
+    (their `sources` rows, their derived rows by table). All of them appear, or (on any error)
+    none: a caller that wants the others kept when one fails commits them one by one then. Every
+    write commit is a WAL flush, and 64 files' statements one by one took ~0.5 s (bench/README
+    "Many small rank files"): both are paid once for the batch."""
+    if not commits:
+        return
+    rows = [_source_row(c) for c in commits]
+    sids = [c.sid for c in commits]
     replaced: list[str] = []
     con.execute("BEGIN")
     try:
-        for c in commits:
-            replaced += _publish(con, c)
+        # the previous ingest of the same (run, path), if any, disappears
+        olds = [
+            r[0]
+            for r in con.execute(
+                "SELECT s.source_id FROM sources s JOIN (SELECT unnest(?::VARCHAR[]) AS run, "
+                "unnest(?::VARCHAR[]) AS path) b ON s.run = b.run AND s.path = b.path",
+                [[r[1] for r in rows], [r[2] for r in rows]],
+            ).fetchall()
+        ]
+        if olds:
+            replaced += lake.unregister(con, sids=olds)
+            for table in dict.fromkeys(row_tables(con) + ["source_drops", "sources"]):
+                con.execute(f'DELETE FROM "{table}" WHERE source_id IN ({_sids_literal(olds)[1:-1]})')
+        one = "(" + ", ".join(["?"] * len(rows[0])) + ", now())"
+        con.execute(
+            f"""INSERT INTO sources (source_id, run, path, size_bytes, fingerprint, format, rank,
+                   rank_source, dp_rank, tp_rank, pp_rank, ep_rank, world_size, host, base_time_ns,
+                   rows_seen, rows_kept, rows_dropped, status, message, metadata, ingested_at)
+               VALUES {", ".join([one] * len(rows))}""",
+            [v for r in rows for v in r],
+        )
+        ledger = [entry for c in commits for entry in _ledger(c)]
+        if ledger:
+            con.executemany(
+                "INSERT INTO source_drops (source_id, reason, position, n_rows, scope) VALUES (?, ?, ?, ?, ?)", ledger
+            )
         # Derived rows, in the same transaction so that they appear with the files (a batch that
         # derived them already, under the still pending ids, passes derive=False).
         if derive:
-            derive_rows(con, [c.sid for c in commits])
+            derive_rows(con, sids)
         for c in commits:
             lake.register(con, c.sid, c.lake_files)
-            con.execute("DELETE FROM pending_sources WHERE source_id = ?", [c.sid])
+        con.execute(f"DELETE FROM pending_sources WHERE source_id IN ({_sids_literal(sids)[1:-1]})")
+        for c in commits:
             fault_point("commit")
             if c.lake_files:
                 fault_point("lake_commit")
@@ -1038,58 +1068,42 @@ def commit_sources(con, commits: Sequence[Commit], derive: bool = True) -> None:
         fault_point("committed")
 
 
-def _publish(con, c: Commit) -> list[str]:
-    """Inside the caller's transaction: the `sources` row and drop ledger of one file, the previous
-    ingest of its (run, path) removed; the Parquet files of that previous ingest (to delete once
-    committed)."""
-    # names and messages that hold a file's name: as the database stores them (db_text)
-    run, path = db_text(c.run), db_text(c.path)
-    texts = {k: db_text(v) for k, v in vars(c.rec).items() if isinstance(v, str)}
-    rec = SourceRecord(**{**vars(c.rec), **texts})
-    drops = [(db_text(r), p if p is None else db_text(str(p)), n) for r, p, n in c.drops]
-    cell_drops = [(db_text(r), p if p is None else db_text(str(p)), n) for r, p, n in c.cell_drops]
-    replaced: list[str] = []
-    for (old,) in con.execute("SELECT source_id FROM sources WHERE run = ? AND path = ?", [run, path]).fetchall():
-        replaced += lake.unregister(con, sids=[old])
-        for table in row_tables(con):
-            con.execute(f'DELETE FROM "{table}" WHERE source_id = ?', [old])
-        con.execute("DELETE FROM source_drops WHERE source_id = ?", [old])
-        con.execute("DELETE FROM sources WHERE source_id = ?", [old])
-    con.execute(
-        """INSERT INTO sources (source_id, run, path, size_bytes, fingerprint, format, rank,
-               rank_source, dp_rank, tp_rank, pp_rank, ep_rank, world_size, host, base_time_ns,
-               rows_seen, rows_kept, rows_dropped, status, message, metadata, ingested_at)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, now())""",
-        [
-            c.sid,
-            run,
-            path,
-            c.size,
-            c.fingerprint,
-            rec.format,
-            rec.rank,
-            rec.rank_source,
-            rec.dp_rank,
-            rec.tp_rank,
-            rec.pp_rank,
-            rec.ep_rank,
-            rec.world_size,
-            rec.host,
-            rec.base_time_ns,
-            rec.rows_seen,
-            rec.rows_kept,
-            rec.rows_dropped,
-            rec.status,
-            rec.message,
-            json.dumps(rec.metadata, default=str),
-        ],
-    )
-    ledger = [(c.sid, r, p, n, "row") for r, p, n in drops] + [(c.sid, r, p, n, "cell") for r, p, n in cell_drops]
-    if ledger:
-        con.executemany(
-            "INSERT INTO source_drops (source_id, reason, position, n_rows, scope) VALUES (?, ?, ?, ?, ?)", ledger
-        )
-    return replaced
+def _source_row(c: Commit) -> list[Any]:
+    """The `sources` row of a commit (but ingested_at), names as the database stores them (db_text)."""
+    rec = c.rec
+    text = {k: db_text(v) for k, v in vars(rec).items() if isinstance(v, str)}
+    rec = SourceRecord(**{**vars(rec), **text})
+    return [
+        c.sid,
+        db_text(c.run),
+        db_text(c.path),
+        c.size,
+        c.fingerprint,
+        rec.format,
+        rec.rank,
+        rec.rank_source,
+        rec.dp_rank,
+        rec.tp_rank,
+        rec.pp_rank,
+        rec.ep_rank,
+        rec.world_size,
+        rec.host,
+        rec.base_time_ns,
+        rec.rows_seen,
+        rec.rows_kept,
+        rec.rows_dropped,
+        rec.status,
+        rec.message,
+        json.dumps(rec.metadata, default=str),
+    ]
+
+
+def _ledger(c: Commit) -> list[tuple[int, str, Any, int, str]]:
+    """The `source_drops` rows of a commit: what it dropped, by row and by cell."""
+    out = []
+    for scope, entries in (("row", c.drops), ("cell", c.cell_drops)):
+        out += [(c.sid, db_text(r), p if p is None else db_text(str(p)), n, scope) for r, p, n in entries]
+    return out
 
 
 def load_user_taxonomy(con, path: str | Path) -> int:
