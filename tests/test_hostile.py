@@ -133,9 +133,7 @@ def test_1_jobs2_killed_at_a_known_point_then_rerun_keeps_every_committed_row(tm
 
 
 @pytest.mark.parametrize("point, committed", [("commit:3", 0), ("committed:1", 4)])
-def test_1_kill_inside_a_batch_commit_leaves_no_file_of_it_and_keeps_the_earlier_run(
-    tmp_path, run4, point, committed
-):
+def test_1_kill_inside_a_batch_commit_leaves_no_file_of_it_and_keeps_the_earlier_run(tmp_path, run4, point, committed):
     """A batch commits its files in one transaction (store.commit_sources): SIGKILL inside it, at
     its 3rd file's point, leaves none of the batch's files (not the first two either: no file is
     half-registered, no row of it is visible or left over); SIGKILL right after its first file's

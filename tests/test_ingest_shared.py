@@ -425,9 +425,7 @@ def test_a_batch_whose_members_all_succeed_commits_in_one_transaction(tmp_path, 
     # --jobs 1: each file's parts, then its tail's last event, in statements of its own; the
     # batch's members none (before: one for each member's tail)
     assert sorted(small) == sorted([(p.name, False) for p in paths] * 2)
-    assert [(f.status, f.rank, f.rows_kept) for f in out["batched"][0].files] == [
-        ("ok", r, 2000) for r in range(4)
-    ]
+    assert [(f.status, f.rank, f.rows_kept) for f in out["batched"][0].files] == [("ok", r, 2000) for r in range(4)]
     assert _snapshot(out["batched"][1]) == _snapshot(out["serial"][1])
     assert _snapshot(out["batched"][1])["left"] == 0
 
