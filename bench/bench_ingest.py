@@ -391,19 +391,20 @@ def rank_files(args) -> None:
         f"{args.repeat} repetition(s), alternating"
     )
     print(f"load average (1, 5, 15 min): start {fmt_load(load_start)}, end {fmt_load(load_end)}\n")
-    print(f"{'what':42} {'wall s (each repetition)':>28} {'MB/s':>8} {'peak RSS MB':>12}")
+    print(f"{'what':42} {'wall s (each repetition)':>28} {'MB/s':>8} {'peak RSS MB':>12} {'CPU s (each)':>16}")
     for label, runs in got.items():
         ok = [r for r in runs if "wall_s" in r]
         if not ok:
             print(f"{label:42} error: {runs[0].get('error')}")
             continue
         walls = ", ".join(f"{r['wall_s']:.2f}" for r in ok)
+        cpus = ", ".join(f"{r.get('cpu_s', 0):.2f}" for r in ok)
         med = statistics.median(r["wall_s"] for r in ok)
-        print(f"{label:42} {walls:>28} {size_mb / med:8.1f} {max(r['rss_mb'] for r in ok):12.0f}")
+        print(f"{label:42} {walls:>28} {size_mb / med:8.1f} {max(r['rss_mb'] for r in ok):12.0f} {cpus:>16}")
     one = got[kinds[0][0]]
 
-    def ratio_to_floor(label: str) -> str:
-        pairs = [f["wall_s"] / r["wall_s"] for f, r in zip(one, got[label]) if "wall_s" in f and "wall_s" in r]
+    def ratio_to_floor(label: str, key: str = "wall_s") -> str:
+        pairs = [f[key] / r[key] for f, r in zip(one, got[label]) if f.get(key) and r.get(key)]
         if not pairs:
             return "-"
         each = ", ".join(f"{x:.2f}" for x in pairs)
@@ -412,6 +413,9 @@ def rank_files(args) -> None:
     print()
     for label, _, _ in kinds[1:]:
         print(f"{label} runs at {ratio_to_floor(label)} the speed of the one-INSERT floor")
+    # under load (a shared box) the wall ratios move with the neighbours; CPU seconds much less
+    for label, _, _ in kinds[1:]:
+        print(f"{label}: CPU seconds at {ratio_to_floor(label, 'cpu_s')} of the one-INSERT floor's (floor / it)")
 
 
 def single_file(args) -> None:

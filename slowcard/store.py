@@ -872,6 +872,30 @@ def new_source_id(con) -> int:
     return sid
 
 
+def new_source_ids(con, n: int) -> list[int]:
+    """``n`` fresh source ids at once, each registered as pending as ``new_source_id`` does, in
+    ONE autocommit statement pair (a batch of files: one WAL flush instead of one per file).
+    Ids a caller ends up not using are released with ``release_source_ids``."""
+    if n <= 0:
+        return []
+    with _SID_LOCK:
+        first = con.execute(
+            """SELECT greatest(nextval('source_id_seq'),
+                               (SELECT coalesce(max(source_id), 0) + 1 FROM sources),
+                               (SELECT coalesce(max(source_id), 0) + 1 FROM pending_sources))"""
+        ).fetchone()[0]
+        ids = list(range(first, first + n))
+        # registered as pending, they are in use: new_source_id reads past them (max + 1)
+        con.execute("INSERT INTO pending_sources SELECT range, now() FROM range(?, ?)", [first, first + n])
+    return ids
+
+
+def release_source_ids(con, sids: Sequence[int]) -> None:
+    """Pending ids handed out and never used (no row was written under them): unregistered."""
+    if sids:
+        con.execute(f"DELETE FROM pending_sources WHERE source_id IN ({', '.join(str(int(s)) for s in sids)})")
+
+
 def discard_source(con, sid: int) -> None:
     """Remove every row written under a source id that will not be committed. An id that is
     committed in `sources` is never touched (a cleanup must not delete someone's rows)."""
@@ -946,6 +970,21 @@ class SourceRecord:
     host: str | None = None
 
 
+@dataclass
+class Commit:
+    """One file's commit: what ``commit_source`` publishes for it (see there)."""
+
+    sid: int
+    run: str
+    path: str
+    size: int
+    fingerprint: str
+    rec: SourceRecord
+    drops: Sequence[tuple[str, Any, int]] = ()
+    cell_drops: Sequence[tuple[str, Any, int]] = ()
+    lake_files: Sequence[tuple[str, str, int]] = ()
+
+
 def commit_source(
     con,
     sid: int,
@@ -954,8 +993,8 @@ def commit_source(
     size: int,
     fingerprint: str,
     rec: SourceRecord,
-    drops: list[tuple[str, str, int]],
-    cell_drops: Sequence[tuple[str, str, int]] = (),
+    drops: Sequence[tuple[str, Any, int]],
+    cell_drops: Sequence[tuple[str, Any, int]] = (),
     derive: bool = True,
     lake_files: Sequence[tuple[str, str, int]] = (),
 ) -> None:
@@ -964,72 +1003,107 @@ def commit_source(
     its derived rows here (False: derive_rows already wrote them under its pending id, or they
     are in ``lake_files``). ``lake_files``: (table, path, rows) of the file's rows written as
     Parquet (slowcard/lake.py), registered in this same transaction."""
-    # names and messages that hold a file's name: as the database stores them (db_text)
-    run, path = db_text(run), db_text(path)
-    texts = {k: db_text(v) for k, v in vars(rec).items() if isinstance(v, str)}
-    rec = SourceRecord(**{**vars(rec), **texts})
-    drops = [(db_text(r), p if p is None else db_text(str(p)), n) for r, p, n in drops]
-    cell_drops = [(db_text(r), p if p is None else db_text(str(p)), n) for r, p, n in cell_drops]
+    commit_sources(con, [Commit(sid, run, path, size, fingerprint, rec, drops, cell_drops, lake_files)], derive)
+
+
+def commit_sources(con, commits: Sequence[Commit], derive: bool = True) -> None:
+    """Publish several files in ONE transaction (a batch of files whose ingest all succeeded,
+    ingest/_shared.py): each as ``commit_source`` does, by one statement per step for all of them
+    (their `sources` rows, their derived rows by table). All of them appear, or (on any error)
+    none: a caller that wants the others kept when one fails commits them one by one then. Every
+    write commit is a WAL flush, and 64 files' statements one by one took ~0.5 s (bench/README
+    "Many small rank files"): both are paid once for the batch."""
+    if not commits:
+        return
+    rows = [_source_row(c) for c in commits]
+    sids = [c.sid for c in commits]
     replaced: list[str] = []
     con.execute("BEGIN")
     try:
-        for (old,) in con.execute("SELECT source_id FROM sources WHERE run = ? AND path = ?", [run, path]).fetchall():
-            replaced += lake.unregister(con, sids=[old])
-            for table in row_tables(con):
-                con.execute(f'DELETE FROM "{table}" WHERE source_id = ?', [old])
-            con.execute("DELETE FROM source_drops WHERE source_id = ?", [old])
-            con.execute("DELETE FROM sources WHERE source_id = ?", [old])
+        # the previous ingest of the same (run, path), if any, disappears
+        olds = [
+            r[0]
+            for r in con.execute(
+                "SELECT s.source_id FROM sources s JOIN (SELECT unnest(?::VARCHAR[]) AS run, "
+                "unnest(?::VARCHAR[]) AS path) b ON s.run = b.run AND s.path = b.path",
+                [[r[1] for r in rows], [r[2] for r in rows]],
+            ).fetchall()
+        ]
+        if olds:
+            replaced += lake.unregister(con, sids=olds)
+            for table in dict.fromkeys(row_tables(con) + ["source_drops", "sources"]):
+                con.execute(f'DELETE FROM "{table}" WHERE source_id IN ({_sids_literal(olds)[1:-1]})')
+        one = "(" + ", ".join(["?"] * len(rows[0])) + ", now())"
         con.execute(
-            """INSERT INTO sources (source_id, run, path, size_bytes, fingerprint, format, rank,
+            f"""INSERT INTO sources (source_id, run, path, size_bytes, fingerprint, format, rank,
                    rank_source, dp_rank, tp_rank, pp_rank, ep_rank, world_size, host, base_time_ns,
                    rows_seen, rows_kept, rows_dropped, status, message, metadata, ingested_at)
-               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, now())""",
-            [
-                sid,
-                run,
-                path,
-                size,
-                fingerprint,
-                rec.format,
-                rec.rank,
-                rec.rank_source,
-                rec.dp_rank,
-                rec.tp_rank,
-                rec.pp_rank,
-                rec.ep_rank,
-                rec.world_size,
-                rec.host,
-                rec.base_time_ns,
-                rec.rows_seen,
-                rec.rows_kept,
-                rec.rows_dropped,
-                rec.status,
-                rec.message,
-                json.dumps(rec.metadata, default=str),
-            ],
+               VALUES {", ".join([one] * len(rows))}""",
+            [v for r in rows for v in r],
         )
-        ledger = [(sid, r, p, n, "row") for r, p, n in drops] + [(sid, r, p, n, "cell") for r, p, n in cell_drops]
+        ledger = [entry for c in commits for entry in _ledger(c)]
         if ledger:
             con.executemany(
                 "INSERT INTO source_drops (source_id, reason, position, n_rows, scope) VALUES (?, ?, ?, ?, ?)", ledger
             )
-        # Derived rows, in the same transaction so that they appear with the file (a batch that
-        # derived them already, under the still pending id, passes derived=False).
+        # Derived rows, in the same transaction so that they appear with the files (a batch that
+        # derived them already, under the still pending ids, passes derive=False).
         if derive:
-            derive_rows(con, [sid])
-        lake.register(con, sid, lake_files)
-        con.execute("DELETE FROM pending_sources WHERE source_id = ?", [sid])
-        fault_point("commit")
-        if lake_files:
-            fault_point("lake_commit")
+            derive_rows(con, sids)
+        for c in commits:
+            lake.register(con, c.sid, c.lake_files)
+        con.execute(f"DELETE FROM pending_sources WHERE source_id IN ({_sids_literal(sids)[1:-1]})")
+        for c in commits:
+            fault_point("commit")
+            if c.lake_files:
+                fault_point("lake_commit")
     except BaseException:
         con.execute("ROLLBACK")
         raise
     # outside the handler: a commit that fails (disk full) has already ended the transaction,
     # and its own message is the one to report
     con.execute("COMMIT")
-    lake.delete_files(replaced)  # the replaced ingest's Parquet: no view reads it any more
-    fault_point("committed")
+    lake.delete_files(replaced)  # the replaced ingests' Parquet: no view reads it any more
+    for _c in commits:
+        fault_point("committed")
+
+
+def _source_row(c: Commit) -> list[Any]:
+    """The `sources` row of a commit (but ingested_at), names as the database stores them (db_text)."""
+    rec = c.rec
+    text = {k: db_text(v) for k, v in vars(rec).items() if isinstance(v, str)}
+    rec = SourceRecord(**{**vars(rec), **text})
+    return [
+        c.sid,
+        db_text(c.run),
+        db_text(c.path),
+        c.size,
+        c.fingerprint,
+        rec.format,
+        rec.rank,
+        rec.rank_source,
+        rec.dp_rank,
+        rec.tp_rank,
+        rec.pp_rank,
+        rec.ep_rank,
+        rec.world_size,
+        rec.host,
+        rec.base_time_ns,
+        rec.rows_seen,
+        rec.rows_kept,
+        rec.rows_dropped,
+        rec.status,
+        rec.message,
+        json.dumps(rec.metadata, default=str),
+    ]
+
+
+def _ledger(c: Commit) -> list[tuple[int, str, Any, int, str]]:
+    """The `source_drops` rows of a commit: what it dropped, by row and by cell."""
+    out = []
+    for scope, entries in (("row", c.drops), ("cell", c.cell_drops)):
+        out += [(c.sid, db_text(r), p if p is None else db_text(str(p)), n, scope) for r, p, n in entries]
+    return out
 
 
 def load_user_taxonomy(con, path: str | Path) -> int:

@@ -108,12 +108,11 @@ def test_1_jobs2_killed_at_a_known_point_then_rerun_keeps_every_committed_row(tm
     name, n = point.split(":")
     n = int(n)
     before = _state(db)
-    # with two threads, the other one's commit may or may not have gone through at the kill
-    committed_min = {"committed": n, "commit": max(0, n - 2), "pending": 0}[name]
-    # the other thread's COMMIT can land between the Nth commit and the kill it triggers; before
-    # a commit or a new source id, only the files that passed that point earlier can be in
-    committed_max = min(len(paths), n + 1) if name == "committed" else n - 1
-    assert committed_min <= len(before) <= committed_max, (point, before)
+    # The 4 small traces are one batch (ingest/_shared.py), committed in ONE transaction: a kill
+    # before it ("pending", or "commit" inside it) leaves no file, one after it ("committed")
+    # finds all four in. Never a part of the batch.
+    committed = {"committed": len(paths), "commit": 0, "pending": 0}[name]
+    assert len(before) == committed, (point, before)
     for path, (_st, kept, visible) in before.items():
         assert kept == visible, (point, path)
     for _ in range(2):  # the re-run, and one more on a database that is whole
@@ -131,6 +130,42 @@ def test_1_jobs2_killed_at_a_known_point_then_rerun_keeps_every_committed_row(tm
         == 0
     )
     con.close()
+
+
+@pytest.mark.parametrize("point, committed", [("commit:3", 0), ("committed:1", 4)])
+def test_1_kill_inside_a_batch_commit_leaves_no_file_of_it_and_keeps_the_earlier_run(tmp_path, run4, point, committed):
+    """A batch commits its files in one transaction (store.commit_sources): SIGKILL inside it, at
+    its 3rd file's point, leaves none of the batch's files (not the first two either: no file is
+    half-registered, no row of it is visible or left over); SIGKILL right after its first file's
+    "committed" point finds all four in (one COMMIT published them). Every row of a run
+    ingested before is intact; the same ingest again then completes the batch."""
+    folder, paths = run4
+    db = tmp_path / "b.duckdb"
+    other = tmp_path / "earlier" / paths[0].name
+    other.parent.mkdir()
+    other.write_bytes(paths[0].read_bytes())
+    first = _cli("ingest", other, "--db", db, "--run", "earlier", "-q")
+    assert first.returncode == 0, first.stderr
+    earlier = _state(db)
+    assert len(earlier) == 1
+    killed = _cli("ingest", folder, "--db", db, "--run", "r", "-q", env={"SLOWCARD_FAULT": point})
+    assert killed.returncode == -9, (killed.returncode, killed.stderr)
+    state = _state(db)  # opened: WAL replayed, the batch's pending rows removed
+    assert {p: v for p, v in state.items() if p in earlier} == earlier
+    assert len(state) == 1 + committed and all(kept == visible > 0 for _st, kept, visible in state.values())
+    con = duckdb.connect(str(db))
+    try:
+        assert con.execute("SELECT count(*) FROM pending_sources").fetchone()[0] == 0
+        for table in ("event_rows", "op_class_rows"):
+            n = con.execute(f"SELECT count(*) FROM {table} WHERE source_id NOT IN (SELECT source_id FROM sources)")
+            assert n.fetchone()[0] == 0, table
+        assert con.execute("SELECT count(*) FROM sources WHERE run = 'r'").fetchone()[0] == committed
+    finally:
+        con.close()
+    again = _cli("ingest", folder, "--db", db, "--run", "r", "-q")
+    assert again.returncode == 0, again.stderr
+    after = _state(db)
+    assert len(after) == 1 + len(paths) and all(kept == visible > 0 for _st, kept, visible in after.values())
 
 
 # --- 9: a bad SLOWCARD_LOCK_WAIT ----------------------------------------------------------------

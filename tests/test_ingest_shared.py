@@ -59,9 +59,9 @@ class _Spy:
 
     def __init__(self, monkeypatch):
         self.inserts: list[tuple[int, bool]] = []  # (files in the statement, inserted)
-        self.derives: list[int] = []
+        self.commits: list[int] = []
         lock = threading.Lock()
-        real_insert, real_derive = _shared._insert_statement, _shared._derive_all
+        real_insert, real_commit = _shared._insert_statement, _shared._commit_all
 
         def insert_statement(con, tmpdir, mode, group):
             got = real_insert(con, tmpdir, mode, group)
@@ -69,14 +69,14 @@ class _Spy:
                 self.inserts.append((len(group), bool(got)))
             return got
 
-        def derive_all(arrivals):
-            got = real_derive(arrivals)
+        def commit_all(arrivals):
+            got = real_commit(arrivals)
             with lock:
-                self.derives.append(len(arrivals))
+                self.commits.append(len(arrivals))
             return got
 
         monkeypatch.setattr(_shared, "_insert_statement", insert_statement)
-        monkeypatch.setattr(_shared, "_derive_all", derive_all)
+        monkeypatch.setattr(_shared, "_commit_all", commit_all)
 
 
 def _both(tmp_path, paths, monkeypatch, **kwargs):
@@ -98,8 +98,8 @@ def test_a_batch_of_rank_traces_gives_the_database_of_one_file_at_a_time(tmp_pat
     )
     assert all(str(p).endswith(".json.gz" if gz else ".json") for p in paths)
     out, spy = _both(tmp_path, paths, monkeypatch)
-    # the batch went in as one statement over the 4 files and one derive over the 4
-    assert spy.inserts == [(4, True)] and spy.derives == [4]
+    # the batch went in as one statement over the 4 files and one commit of the 4
+    assert spy.inserts == [(4, True)] and spy.commits == [4]
     (batched, db_b), (serial, db_s) = out["batched"], out["serial"]
     assert [f.path for f in batched.files] == [str(p) for p in paths]  # reports in the order given
     assert [(f.status, f.rows_kept) for f in batched.files] == [(f.status, f.rows_kept) for f in serial.files]
@@ -137,7 +137,7 @@ def test_a_statement_duckdb_rejects_is_redone_file_by_file_with_the_same_salvage
         write_trace(folder / f"rank{r}.json", text=text)
     opts = IngestOptions(part_bytes=64 << 10)
     out, spy = _both(tmp_path, sorted(folder.glob("*.json")), monkeypatch, options=opts)
-    assert spy.inserts == [(3, False)] and spy.derives == [3]
+    assert spy.inserts == [(3, False)] and spy.commits == [3]
     batched, serial = out["batched"][0], out["serial"][0]
     assert [(f.status, f.rows_kept, f.rows_dropped) for f in batched.files] == [
         ("ok", 4000, 0),
@@ -166,7 +166,7 @@ def test_a_compressed_member_rejected_or_cut_short_goes_alone_with_the_same_salv
     (folder / "rank4.json.gz").write_bytes(whole[: len(whole) * 2 // 3])  # cut short
     opts = IngestOptions(part_bytes=64 << 10)
     out, spy = _both(tmp_path, sorted(folder.iterdir()), monkeypatch, options=opts)
-    assert spy.inserts == [(5, False)] and spy.derives == [5]
+    assert spy.inserts == [(5, False)] and spy.commits == [5]
     batched, serial = out["batched"][0], out["serial"][0]
     got = {f.path.rsplit("/", 1)[1]: (f.status, f.rows_kept, f.rows_dropped) for f in batched.files}
     assert got[bad] == ("salvaged", 3999, 1)
@@ -187,7 +187,7 @@ def test_compressed_members_share_the_statement_of_plain_ones(tmp_path, monkeypa
     whole = gzip.compress(trace_text(_events(3000, offset=0.75), {"schemaVersion": 1}).encode())
     (folder / "c.json.gz").write_bytes(whole[: len(whole) * 2 // 3])
     out, spy = _both(tmp_path, [folder], monkeypatch, options=IngestOptions(part_bytes=16 << 10))
-    assert spy.inserts == [(3, True)] and spy.derives == [3]
+    assert spy.inserts == [(3, True)] and spy.commits == [3]
     batched, serial = out["batched"][0], out["serial"][0]
     assert [(f.status, f.rows_kept, f.message) for f in batched.files] == [
         (f.status, f.rows_kept, f.message) for f in serial.files
@@ -206,7 +206,7 @@ def test_a_compressed_member_larger_than_its_guess_goes_in_waves(tmp_path, monke
     write_trace(folder / "c.json.gz", _events(6000, 0.75), {"schemaVersion": 1})
     monkeypatch.setattr(chrome_parts, "BATCH_GZ_LIMIT", 200 << 10)  # c decompresses to ~600 KB
     out, spy = _both(tmp_path, [folder], monkeypatch, options=IngestOptions(part_bytes=32 << 10))
-    assert spy.inserts == [(2, True)] and spy.derives == [3]
+    assert spy.inserts == [(2, True)] and spy.commits == [3]
     batched, serial = out["batched"][0], out["serial"][0]
     assert [(f.status, f.rows_kept) for f in batched.files] == [("ok", 3000), ("ok", 500), ("ok", 6000)]
     assert [(f.status, f.rows_kept, f.message) for f in batched.files] == [
@@ -267,7 +267,7 @@ def test_a_batch_with_other_files_among_its_traces(tmp_path, monkeypatch):
     # a, b, d (DOUBLE ts; d decompressed into part files) and c (string ts) arrive; e has no
     # parts, f is skipped: one statement for a, b and d, one for c
     assert sorted(spy.inserts) == [(1, True), (3, True)]
-    assert spy.derives == [5]  # a, b, c, d and the empty e reach their commit
+    assert spy.commits == [5]  # a, b, c, d and the empty e reach their commit
     assert [(f.path, f.status, f.rows_kept) for f in batched.files] == [
         (f.path, f.status, f.rows_kept) for f in serial.files
     ]
@@ -373,3 +373,96 @@ def test_a_meeting_point_completes_when_the_last_member_leaves_and_stops_on_ctrl
     stopping.set()
     t.join(10)
     assert not t.is_alive() and len(raised) == 1
+
+
+def _count_commits(monkeypatch, fail_batches: bool = False) -> list[int]:
+    """Files per transaction of store.commit_sources (each call is one BEGIN ... COMMIT); with
+    ``fail_batches`` a transaction of several files fails as a disk-full COMMIT would."""
+    sizes: list[int] = []
+    lock = threading.Lock()
+    real = store.commit_sources
+
+    def counted(con, commits, derive=True):
+        with lock:
+            sizes.append(len(commits))
+        if fail_batches and len(commits) > 1:
+            raise duckdb.IOException("could not write the WAL (simulated)")
+        return real(con, commits, derive)
+
+    monkeypatch.setattr(store, "commit_sources", counted)
+    return sizes
+
+
+def _rank_traces(folder, n: int, bad: int | None = None) -> list:
+    for r in range(n):
+        if r == bad:
+            (folder / f"rank{r}.json").write_text('{"schemaVersion": 1, "deviceProperties": []}')  # no events
+            continue
+        trailer = {"distributedInfo": {"rank": r, "world_size": n}}  # written after the events
+        write_trace(folder / f"rank{r}.json", _events(2000, r * 0.25), {"schemaVersion": 1}, trailer)
+    return sorted(folder.glob("*.json"))
+
+
+def test_a_batch_whose_members_all_succeed_commits_in_one_transaction(tmp_path, monkeypatch):
+    """Four rank traces: ONE transaction publishes all four (before: one per file), the tails'
+    last events go in with the batch's statement (no small INSERT per file), every id handed
+    out is used or released, and the database is the one of --jobs 1. If the batch's
+    transaction fails, nothing of it stays and every file commits alone (all four still in)."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    paths = _rank_traces(folder, 4)
+    sizes = _count_commits(monkeypatch)
+    small = []
+    real_files = chrome_parts._PartsPhase._insert_files
+
+    def spy_files(self, files, ts_type):  # the per-file statements (tail, waves, exact path)
+        small.append((self.path.name, self.ctx.shared is not None))
+        return real_files(self, files, ts_type)
+
+    monkeypatch.setattr(chrome_parts._PartsPhase, "_insert_files", spy_files)
+    out, _spy = _both(tmp_path, paths, monkeypatch)
+    assert sizes == [4, 1, 1, 1, 1]  # the batch, then --jobs 1's four files
+    # --jobs 1: each file's parts, then its tail's last event, in statements of its own; the
+    # batch's members none (before: one for each member's tail)
+    assert sorted(small) == sorted([(p.name, False) for p in paths] * 2)
+    assert [(f.status, f.rank, f.rows_kept) for f in out["batched"][0].files] == [("ok", r, 2000) for r in range(4)]
+    assert _snapshot(out["batched"][1]) == _snapshot(out["serial"][1])
+    assert _snapshot(out["batched"][1])["left"] == 0
+
+    monkeypatch.undo()
+    failing = _count_commits(monkeypatch, fail_batches=True)
+    rep = ingest_paths(tmp_path / "fallback.duckdb", [folder], run="r")
+    assert failing == [4, 1, 1, 1, 1]  # the batch's transaction failed; each file alone
+    assert [(f.status, f.rows_kept) for f in rep.files] == [("ok", 2000)] * 4
+    snap = _snapshot(tmp_path / "fallback.duckdb")
+    assert snap == _snapshot(out["serial"][1]) and snap["left"] == 0
+
+
+def test_a_bad_member_leaves_alone_and_the_others_commit_together(tmp_path, monkeypatch):
+    """A batch of four with one Kineto file without a traceEvents list: that file fails on its own, with the
+    message --jobs 1 gives, and leaves nothing; the three others commit in one transaction; the
+    rows of a run ingested before are untouched, and no pending id is left."""
+    db = tmp_path / "db.duckdb"
+    before_dir = tmp_path / "before"
+    before_dir.mkdir()
+    first = ingest_paths(db, _rank_traces(before_dir, 2), run="earlier")
+    assert [f.status for f in first.files] == ["ok", "ok"]
+    earlier = _snapshot(db)
+    folder = tmp_path / "run"
+    folder.mkdir()
+    _rank_traces(folder, 4, bad=2)
+    sizes = _count_commits(monkeypatch)
+    rep = ingest_paths(db, [folder], run="r")
+    assert sizes == [3]
+    statuses = {f.path.rsplit("/", 1)[1]: f.status for f in rep.files}
+    assert statuses == {"rank0.json": "ok", "rank1.json": "ok", "rank2.json": "failed", "rank3.json": "ok"}
+    serial = ingest_paths(tmp_path / "serial.duckdb", [folder], run="r", jobs=1)
+    assert [f.message for f in rep.files] == [f.message for f in serial.files]
+    after = _snapshot(db)
+    assert after["left"] == 0
+    for table in ("files", "event_rows", "op_class_rows", "drops"):
+        kept = [row for row in after[table] if str(row[0]).startswith(str(before_dir))]
+        assert kept == [row for row in earlier[table] if str(row[0]).startswith(str(before_dir))], table
+    assert sorted(p for p, *_ in after["files"] if p.startswith(str(folder))) == [
+        str(folder / f"rank{r}.json") for r in (0, 1, 3)
+    ]

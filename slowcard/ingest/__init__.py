@@ -2,8 +2,8 @@
 
 Owns: walking paths (files, folders, globs), the format registry (every module in this package
 that exposes ``READER``), rank resolution through ``slowcard.ranks``, the commit point of each
-file (``store.commit_source``), parallel files (``jobs``), batches of small traces that share one
-INSERT (``_shared``) and the end-of-run checks (duplicate and missing ranks). It parses no format
+file (``store.commit_sources``; a batch's files that succeeded share one), parallel files
+(``jobs``), batches of small traces that share one INSERT (``_shared``) and the end-of-run checks (duplicate and missing ranks). It parses no format
 itself and never prints: progress goes to a callback.
 """
 
@@ -423,7 +423,8 @@ def ingest_paths(
     same run again replaces its rows. Files that fail are reported and the others go on.
     ``jobs``: files at once (None: ``auto_jobs`` of the files' sizes). Unless it is 1, plain trace
     files up to 256 MB go in batches (ingest/_shared.py): all of a batch at once, their parts in
-    one INSERT; each file still commits on its own.
+    one INSERT, the members that succeeded committed in one transaction (a member that fails
+    leaves nothing and the others are committed without it).
     """
     files, run, rmap = prepare_batch(paths, run, rank_pattern, rank_map)
     dmap = devices_mod.load_device_map(device_map) if device_map else None
@@ -462,6 +463,8 @@ def ingest_paths(
 
             try:
                 prog.update(current=str(p))
+                if shared is not None:
+                    shared.start_prework(p)  # a few members at a time before the INSERT
                 res = ingest_file(cur, p, run, explicit, size, opts, rank_pattern, rmap, on_bytes, stopping, shared)
             finally:
                 if shared is not None:
@@ -505,7 +508,14 @@ def ingest_paths(
         # (ingest/_shared.py); the other files as before, `jobs` at a time.
         batches = plan_batches([(i, str(p), size) for i, (p, _explicit, size) in enumerate(work)]) if batching else []
         for batch in batches:
-            in_threads(partial(_in_batch, one, work, SharedBatch(len(batch), stopping)), batch, len(batch))
+            shared = SharedBatch(len(batch), stopping)
+            try:
+                in_threads(partial(_in_batch, one, work, shared), batch, len(batch))
+            finally:
+                try:
+                    shared.release_ids(con)  # ids of members skipped or failed before they took one
+                except duckdb.Error:
+                    pass  # left pending: the next open removes them (store.clean_pending)
         batched = {i for batch in batches for i in batch}
         rest = [i for i in range(len(work)) if i not in batched]
         if jobs > 1 and len(rest) > 1:
@@ -617,7 +627,7 @@ def ingest_file(
     result.format = fmt
     guess = getattr(reader, "guess_note", None)
     guess = guess(path, head, fmt) if guess else None
-    sid = store.new_source_id(con)
+    sid = shared.source_id(con) if shared is not None else store.new_source_id(con)
     try:
         with store.discard_on_error(con, sid):
             with _duckdb_readable(path) as db_path:
@@ -645,19 +655,14 @@ def ingest_file(
             )
             if stopping is not None and stopping.is_set():
                 raise KeyboardInterrupt  # Ctrl-C came while this file's rows went in: not committed
-            derived = shared is not None and shared.derive(path, con, sid)
-            store.commit_source(
-                con,
-                sid,
-                run,
-                str(path),
-                size,
-                store.fingerprint_file(path, size),
-                rec,
-                outcome.drops,
-                outcome.cell_drops,
-                derive=not derived,
+            commit = store.Commit(
+                sid, run, str(path), size, store.fingerprint_file(path, size), rec, outcome.drops, outcome.cell_drops
             )
+            # a batch commits the files that got here in one transaction; if that fails, each alone
+            if shared is None or not shared.commit(path, con, commit):
+                if stopping is not None and stopping.is_set():
+                    raise KeyboardInterrupt  # the batch's commit was stopped by Ctrl-C: not alone either
+                store.commit_sources(con, [commit])
     except InputError as exc:
         result.message = str(exc)
         return result

@@ -17,12 +17,19 @@ points (stages) join them:
   runs ONE INSERT over every arrival's parts, each row tagged with its file's pending source id
   and time base, and hands each file its row count. If DuckDB rejects the statement nothing of
   it stays, and every arrival inserts its own parts as before (per-part fallback, salvage).
-- ``derive``: before its commit each file arrives with its pending source id; the leader
-  classifies the batch's new names and writes the derived rows of all of them in one
-  transaction (store.derive_rows), then each file commits its `sources` row (derive=False).
-  If that fails, every file derives its own rows in its commit, as before.
-Rows stay under pending source ids until each file's own commit: a file still appears whole or
-not at all, and a killed batch leaves only pending rows (cleaned at the next open).
+- ``commit``: each file arrives with its commit (pending source id, `sources` row, drop ledger);
+  the leader classifies the batch's new names and writes the derived rows and the `sources` rows
+  of all of them in ONE transaction (store.commit_sources): one WAL flush for the batch instead of
+  one per file. A member that failed before it (bad input) never arrives: it has left, its own
+  rows are discarded in its thread, and the others commit without it. If the one transaction
+  fails, nothing of it stays and every file commits alone, deriving its own rows, as before.
+Besides the stages, a batch hands out its members' pending source ids from one statement
+(store.new_source_ids), sets the connection's ingest settings once, and lets at most
+PREWORK_THREADS members at a time do their per-file work before the INSERT (detection, header,
+cuts): the members' threads otherwise all contend for the GIL and the one database at once.
+Rows stay under pending source ids until the batch's commit (or each file's own): a file still
+appears whole or not at all, and a killed batch leaves only pending rows (cleaned at the next
+open).
 """
 
 from __future__ import annotations
@@ -48,6 +55,10 @@ SHARED_MAX_BATCH_BYTES = 2 << 30  # one statement at most this much JSON (a fail
 # (SharedBatch.take_gz), and a file that would pass it goes alone after the batch's statement.
 SHARED_MAX_GZ_BYTES = 512 << 20
 SHARED_MAX_FILES = 64  # one thread per member waits at the meeting points
+# Members doing their work before the INSERT at once (detection, header, cuts, the tail's scan):
+# Python work under the GIL plus a few short statements each, so more than the cores only
+# contend (bench/README "Many small rank files").
+PREWORK_THREADS = 2
 WAIT_STEP_S = 0.1  # how often a waiting member looks at the batch's Ctrl-C flag
 
 
@@ -121,8 +132,14 @@ class SharedBatch:
 
     def __init__(self, members: int, stopping: threading.Event | None = None):
         self.insert_stage = _Stage(members, stopping)
-        self.derive_stage = _Stage(members, stopping)
+        self.commit_stage = _Stage(members, stopping)
         self._stopping = stopping
+        self._members = members
+        self._ids: list[int] | None = None  # the batch's pending source ids, not yet handed out
+        self._ids_lock = threading.Lock()
+        self._configured = False
+        self._prework = threading.BoundedSemaphore(PREWORK_THREADS)
+        self._in_prework: set[Hashable] = set()
         self._gz_cond = threading.Condition()
         self._gz_budget = SHARED_MAX_GZ_BYTES  # for the parts of its compressed members
         self._gz_free = self._gz_budget
@@ -153,10 +170,57 @@ class SharedBatch:
                 if self._stopping is not None and self._stopping.is_set():
                     raise KeyboardInterrupt  # Ctrl-C: the batch stops
 
+    def source_id(self, con) -> int:
+        """A pending source id for a member: the batch registers ids for all its members in one
+        statement the first time one asks (store.new_source_ids)."""
+        with self._ids_lock:
+            if self._ids is None:
+                self._ids = store.new_source_ids(con, self._members)
+            sid = self._ids.pop(0) if self._ids else None
+        if sid is None:
+            return store.new_source_id(con)  # (never: one id per member)
+        store.fault_point("pending")  # as new_source_id: crash tests kill a member here
+        return sid
+
+    def release_ids(self, con) -> None:
+        """Ids no member used (a file skipped or failed before it wrote rows) are unregistered."""
+        with self._ids_lock:
+            left, self._ids = self._ids or [], []
+        store.release_source_ids(con, left)
+
+    def configure(self) -> bool:
+        """True for the first member only: it sets the connection's ingest settings (threads,
+        memory limit; global to the database) for the whole batch."""
+        with self._ids_lock:
+            first, self._configured = not self._configured, True
+            return first
+
+    def start_prework(self, key: Hashable) -> None:
+        """Wait for a place among the PREWORK_THREADS members doing their work before the INSERT;
+        ``end_prework`` (idempotent) gives it back."""
+        while not self._prework.acquire(timeout=WAIT_STEP_S):
+            if self._stopping is not None and self._stopping.is_set():
+                raise KeyboardInterrupt
+        with self._ids_lock:
+            self._in_prework.add(key)
+
+    def end_prework(self, key: Hashable) -> None:
+        with self._ids_lock:
+            if key not in self._in_prework:
+                return
+            self._in_prework.discard(key)
+        self._prework.release()
+
+    def leave_insert(self, key: Hashable) -> None:
+        """A member is past the insert stage (arrived, or never will): its prework place is free."""
+        self.end_prework(key)
+        self.insert_stage.leave(key)
+
     def leave(self, key: Hashable) -> None:
         """A member is done (or failed) before some stage: it arrives at neither any more."""
+        self.end_prework(key)
         self.insert_stage.leave(key)
-        self.derive_stage.leave(key)
+        self.commit_stage.leave(key)
 
     def insert(self, key: Hashable, ing, fd: int, parts: list[tuple[int, int, bytes, str]]) -> int | None:
         """Arrive at the insert stage with a plain file's parts (all read the same way: ts mode
@@ -171,15 +235,18 @@ class SharedBatch:
         return self._arrive(key, ing, [], files, mode)
 
     def _arrive(self, key: Hashable, ing, spans: list, files: list[str], mode: str) -> int | None:
+        self.end_prework(key)
         result = self.insert_stage.arrive(key, (ing, spans, files, mode), _insert_all)
         return None if result is None else result.get(ing.ctx.source_id)
 
-    def derive(self, key: Hashable, con, sid: int) -> bool:
-        """Arrive at the derive stage (a member here is past the insert stage: one whose format never
-        reached it leaves it now); True when this file's derived rows are written."""
+    def commit(self, key: Hashable, con, commit: store.Commit) -> bool:
+        """Arrive at the commit stage (a member here is past the insert stage: one whose format
+        never reached it leaves it now); True when this file is committed, with the batch's
+        other arrivals, in one transaction; False: it must commit alone."""
+        self.end_prework(key)
         self.insert_stage.leave(key)
-        result = self.derive_stage.arrive(key, (con, sid), _derive_all)
-        return bool(result) and sid in result
+        result = self.commit_stage.arrive(key, (con, commit), _commit_all)
+        return bool(result) and commit.sid in result
 
 
 # An arrival at the insert stage: (the file's _Ingest, its plain parts as (fd, offset, length)
@@ -236,25 +303,18 @@ def _insert_statement(con, tmpdir: str, mode: str, group: list[_Arrival]) -> dic
     return rows
 
 
-def _derive_all(arrivals: list[tuple[Any, int]]) -> set[int] | None:
-    """The leader writes the derived rows of every arrival in one transaction: the source ids
-    done, None if it failed (each file then derives its own rows in its commit)."""
+def _commit_all(arrivals: list[tuple[Any, store.Commit]]) -> set[int] | None:
+    """The leader commits every arrival, derived rows included, in one transaction: the source ids
+    committed, None if it failed (nothing of it stays; each file then commits on its own)."""
     con = arrivals[0][0]
-    sids = sorted(sid for _con, sid in arrivals)
-    con.execute("BEGIN")
+    commits = sorted((c for _con, c in arrivals), key=lambda c: c.sid)
     try:
-        store.derive_rows(con, sids)
+        store.commit_sources(con, commits)
+    except duckdb.InterruptException:
+        raise  # Ctrl-C: the batch stops, no file commits alone
     except duckdb.Error:
-        con.execute("ROLLBACK")
         return None
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
-    try:
-        con.execute("COMMIT")
-    except duckdb.Error:
-        return None  # (disk full) DuckDB ended the transaction; each commit tries again
-    return set(sids)
+    return {c.sid for c in commits}
 
 
 def plan_batches(sizes: list[tuple[int, str, int]]) -> list[list[int]]:

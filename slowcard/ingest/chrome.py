@@ -123,11 +123,12 @@ class _Ingest(_PartsPhase):
             self.base_ns = _base_ns(self.header)
             # ts_ns = base + ts * 1000 must fit a BIGINT; larger ts are dropped as out of range.
             self.max_abs_us = Decimal((1 << 63) - 1 - abs(self.base_ns)) / 1000
-            ctx.con.execute(f"SET threads = {max(1, ctx.options.threads)}")
-            ctx.con.execute("SET preserve_insertion_order = false")
-            # DuckDB keeps the blocks it writes cached up to its memory limit (80% of RAM by
-            # default): without a cap a 2 GB trace peaked at 1.1 GB RSS, with 512 MB at ~0.65 GB.
-            ctx.con.execute(f"SET memory_limit = '{ctx.options.memory_limit}'")
+            if ctx.shared is None or ctx.shared.configure():  # global settings: once per batch
+                ctx.con.execute(f"SET threads = {max(1, ctx.options.threads)}")
+                ctx.con.execute("SET preserve_insertion_order = false")
+                # DuckDB keeps the blocks it writes cached up to its memory limit (80% of RAM by
+                # default): without a cap a 2 GB trace peaked at 1.1 GB RSS, with 512 MB at ~0.65 GB.
+                ctx.con.execute(f"SET memory_limit = '{ctx.options.memory_limit}'")
             if s.gz:
                 tail = self._insert_stream(s, start)
             else:
@@ -135,8 +136,8 @@ class _Ingest(_PartsPhase):
                 size = os.fstat(fd).st_size
                 plain_parts, tail_at = self._plain_parts(fd, s.base + start, size)
                 s.drop(len(s.buf))  # the header's window: not held while the parts go in
-                self._insert_plain(fd, plain_parts)
                 tail = os.pread(fd, size - tail_at, tail_at) if self.oversize is None else b""
+                tail = self._insert_plain(fd, plain_parts, tail_at, tail)
             store.fault_point("parts")  # crash tests: the temp folder exists here
             # Trailer keys can change the time base only if they come after the events
             # (on-demand Kineto): re-base what was inserted.

@@ -18,7 +18,7 @@ import duckdb
 from .. import tempspace
 from ._shared import SHARED_MAX_FILE_BYTES
 from .base import Context, is_gzip
-from .chrome_exact import _ExactPhase
+from .chrome_exact import _complete_events_end, _ExactPhase
 from .chrome_pipes import (
     PIPE_STALL_S,
     READ_BYTES,
@@ -255,21 +255,29 @@ class _PartsPhase(_ExactPhase):
                 break
         return parts, pos
 
-    def _insert_plain(self, fd: int, parts: list[tuple[int, int, bytes, str]]) -> None:
+    def _insert_plain(self, fd: int, parts: list[tuple[int, int, bytes, str]], tail_at: int, tail: bytes) -> bytes:
         """Insert the parts of an uncompressed file: in ONE statement through named pipes when
         they can share one (no copy on disk, no per-statement cost), else as part files in
-        batches, each batch (then each part) falling back to the exact path on its own."""
+        batches, each batch (then each part) falling back to the exact path on its own. ``tail``:
+        the bytes from ``tail_at`` to the end; returns what of them is left for the tail parser
+        (a batch member's last complete events join the batch's statement, see _tail_events)."""
         modes = {p[3] for p in parts}
         shared = self.ctx.shared
         if shared is not None:
             n = None
+            kb = 0
             if parts and len(modes) == 1 and "exact" not in modes and hasattr(os, "mkfifo"):
-                n = shared.insert(self.ctx.path, self, fd, parts)  # waits for the batch's other files
-            shared.insert_stage.leave(self.ctx.path)
+                spans = parts
+                kb = self._tail_events(tail, parts[0][3])
+                if kb:  # the last span runs on over its separator and the tail's complete events
+                    offset, _length, sep, mode = parts[-1]
+                    spans = parts[:-1] + [(offset, tail_at + kb - offset, sep, mode)]
+                n = shared.insert(self.ctx.path, self, fd, spans)  # waits for the batch's other files
+            shared.leave_insert(self.ctx.path)
             if n is not None:
                 self.kept += n
                 self.seen += n
-                return
+                return tail[kb:]
         if (
             1 < len(parts) <= MAX_PIPES
             and len(modes) == 1
@@ -277,7 +285,7 @@ class _PartsPhase(_ExactPhase):
             and hasattr(os, "mkfifo")
             and self._insert_through_pipes(fd, parts)
         ):
-            return
+            return tail
         cap = self._batch_parts()
         for b in range(0, len(parts), cap):
             files = []
@@ -297,6 +305,25 @@ class _PartsPhase(_ExactPhase):
                     os.unlink(part)
                     del self.part_info[part]
             self.ctx.read_bytes(sum(length for _, length, _, _ in parts[b : b + cap]))
+        return tail
+
+    def _tail_events(self, tail: bytes, mode: str) -> int:
+        """Bytes at the start of ``tail`` that are complete events the tail parser would insert in
+        a statement of their own (chrome_exact._tail), read the ``mode`` way like the parts: a
+        batch member sends them with its parts, so that the batch does not pay one small INSERT
+        (a WAL flush) per file. 0 when they cannot go (no such events, invalid UTF-8, another ts
+        type, text carried from a failed part): the tail parser then does as before."""
+        if self.carry or not tail:
+            return 0
+        try:
+            text = tail.decode("utf-8")
+        except UnicodeDecodeError:
+            return 0
+        k = _complete_events_end(text)
+        if not k:
+            return 0
+        events = text[:k].encode("utf-8")
+        return len(events) if _ts_mode(events[:SAMPLE_BYTES]) == mode else 0
 
     def _insert_through_pipes(self, fd: int, parts: list[tuple[int, int, bytes, str]]) -> bool:
         """One INSERT over one named pipe per part, each fed from the file by its own thread
@@ -391,8 +418,20 @@ class _PartsPhase(_ExactPhase):
             n = None
             whole = not isinstance(end[1], BaseException)
             if whole and made and len(modes) == 1 and "exact" not in modes:
-                n = shared.insert_files(self.ctx.path, self, [part for part, _info in made], modes.pop())
-            shared.insert_stage.leave(self.ctx.path)
+                mode = modes.pop()
+                files = [part for part, _info in made]
+                kb = self._tail_events(end[1] or b"", mode)
+                if kb:  # the tail's complete events join the batch's statement (_tail_events)
+                    tail_part = os.path.join(self.tmpdir, "batch_tail.json")
+                    with memoryview(end[1]) as mv:
+                        _write_part(tail_part, mv[:kb])
+                    files.append(tail_part)
+                n = shared.insert_files(self.ctx.path, self, files, mode)
+                if kb:
+                    os.unlink(tail_part)
+                    if n is not None:
+                        end = (None, end[1][kb:])
+            shared.leave_insert(self.ctx.path)
             if n is not None:
                 self.kept += n
                 self.seen += n
