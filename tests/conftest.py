@@ -70,6 +70,17 @@ def ingest_ok(db, paths, run) -> None:
     assert all(f.status == "ok" for f in rep.files), [(f.path, f.status, f.message) for f in rep.files]
 
 
+def run_builtin(db, name, run, params=None):
+    """The result of the built-in query ``name`` on ``run`` of the database ``db`` (read-only)."""
+    from slowcard import queries
+
+    con = queries.open_readonly(db)
+    try:
+        return queries.run_query(con, queries.load_catalog()[name], run, params or None)
+    finally:
+        con.close()
+
+
 REAL_EP_RUN = "kineto_cpu_ep4_hot1"
 
 

@@ -18,6 +18,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 import synth_straggler  # noqa: E402
+from conftest import ingest_ok, run_builtin  # noqa: E402
 
 from slowcard import queries  # noqa: E402
 from slowcard.ingest import ingest_paths  # noqa: E402
@@ -85,17 +86,12 @@ def db(tmp_path_factory):
         synth_straggler.write_run(d / run, **kw)
         if post is not None:
             post(d / run)
-        rep = ingest_paths(path, [d / run], run=run)
-        assert all(f.status == "ok" for f in rep.files), run
+        ingest_ok(path, [d / run], run)
     return path
 
 
 def rows(db, run, **params):
-    con = queries.open_readonly(db)
-    try:
-        res = queries.run_query(con, CATALOG["why-op-diff"], run, params or None)
-    finally:
-        con.close()
+    res = run_builtin(db, "why-op-diff", run, params)
     assert res.status == "INFO", res.summary
     return res.rows
 

@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).parent))
 import synth_straggler  # noqa: E402
+from conftest import ingest_ok, run_builtin  # noqa: E402
 
 from slowcard import queries  # noqa: E402
 from slowcard.cli import app  # noqa: E402
@@ -44,18 +45,12 @@ def db(tmp_path_factory):
     path = d / "s.duckdb"
     for run, kw in RUNS.items():
         synth_straggler.write_run(d / run, **kw)
-        rep = ingest_paths(path, [d / run], run=run)
-        assert all(f.status == "ok" for f in rep.files), run
+        ingest_ok(path, [d / run], run)
     return path
 
 
 def rows(db, run, **params):
-    con = queries.open_readonly(db)
-    try:
-        res = queries.run_query(con, CATALOG["why-straggler"], run, params or None)
-    finally:
-        con.close()
-    return res.rows
+    return run_builtin(db, "why-straggler", run, params).rows
 
 
 def first(db, run):

@@ -22,6 +22,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 import synth_device_straggler as sd  # noqa: E402
+from conftest import run_builtin  # noqa: E402
 
 from slowcard import queries  # noqa: E402
 from slowcard.ingest import ingest_paths  # noqa: E402
@@ -59,11 +60,7 @@ def db(tmp_path_factory):
 
 
 def rows(db, run, **params):
-    con = queries.open_readonly(db)
-    try:
-        return queries.run_query(con, CATALOG["why-straggler"], run, params or None).rows
-    finally:
-        con.close()
+    return run_builtin(db, "why-straggler", run, params).rows
 
 
 def test_a_starved_compute_stream_is_named_as_its_own_gap(db):
