@@ -10,6 +10,7 @@ Pure library code: no printing.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from . import findings as findings_mod
@@ -70,7 +71,7 @@ def conclude(results: dict) -> dict:
         # first, i.e. costliest, speaks), FAIL before WARN and the costliest first
         cards: dict[str, dict] = {}
         for f in found:
-            cards.setdefault(f.label, card_dict(f, res.query))
+            cards.setdefault(f.label, card_dict(f, res.query, results))
         return {
             "status": str(res.status),
             "headline": ("Slow cards: " if len(cards) > 1 else "Slow card: ") + headline_cards(list(cards.values())),
@@ -79,7 +80,7 @@ def conclude(results: dict) -> dict:
             "cause": first.cause or res.query,
             "evidence": findings_mod.evidence(first, [col for col, _ in res.spec.subject]),
             "summary": res.summary,
-            "next_step": first.next_step or "see the query rows",
+            "next_step": next_without_passed(first.next_step, results) or "see the query rows",
             "query": f"{res.query}@v{res.version}",
         }
     ran = [r for r in results.values() if r.status not in (Status.SKIP, Status.ERROR)]
@@ -145,7 +146,7 @@ def cannot_tell(results: dict) -> dict:
     }
 
 
-def card_dict(f, query: str) -> dict:
+def card_dict(f, query: str, results: dict | None = None) -> dict:
     """One slow card of the conclusion: the card, its level, its own cause(s) and cost."""
     return {
         "card": f.label,
@@ -154,8 +155,28 @@ def card_dict(f, query: str) -> dict:
         "causes": f.causes or query,
         "cost_ms": f.cost_ms,
         "cost_pct": f.cost_pct,
-        "next_step": f.next_step,
+        "next_step": next_without_passed(f.next_step, results or {}),
     }
+
+
+# A clause of a next step that ends by pointing at a query: "...; inside its MoE layers, ep-slow-rank"
+_POINTER = re.compile(r",\s*([a-z0-9][a-z0-9-]*)\s*\Z")
+
+
+def next_without_passed(next_step: str | None, results: dict) -> str | None:
+    """The next step without its clauses ("; "-separated) that end by pointing at a query which
+    PASSed in this diagnosis: they would send the reader to a query that found nothing (issue 42:
+    a straggler whose MoE work is normal is not sent to ep-slow-rank when it PASSes). A pointer in
+    brackets is part of its sentence and stays; a query not run, or not PASS, keeps its clause."""
+    if not next_step:
+        return next_step
+    kept = []
+    for clause in next_step.split("; "):
+        m = _POINTER.search(clause)
+        res = results.get(m.group(1)) if m else None
+        if res is None or res.status != Status.PASS:
+            kept.append(clause)
+    return "; ".join(kept) if kept else next_step
 
 
 def headline_cards(cards: list[dict], most: int = 4) -> str:

@@ -135,8 +135,36 @@ def test_diagnose_shows_the_item_on_the_straggler_card(db):
         why,
     ), why
     nxt = card[card.index("next") :]
-    # the next step points at the query that answers, not only at ep-slow-rank / moe-breakdown (PASS here)
+    # the next step points at the query that answers, and not at ep-slow-rank, which PASSes here
     assert "why-straggler" in nxt and "attention kernels" in nxt
+    assert "ep-slow-rank" not in nxt.split("\n\n")[0], nxt
+
+
+def test_a_next_step_drops_a_pointer_only_to_a_query_that_passed():
+    """The rule behind the card's next step: a clause ending by naming a query that PASSed goes;
+    the same clause stays when that query FAILs, SKIPs or did not run, and a query named in
+    brackets (part of its sentence) stays whatever its status."""
+    from types import SimpleNamespace
+
+    from slowcard.diagnosis import next_without_passed
+    from slowcard.verdict import Status
+
+    text = "read why-straggler's item (attention kernels, host / launch); inside its MoE layers, ep-slow-rank"
+
+    def results(status):
+        return {"ep-slow-rank": SimpleNamespace(status=status)}
+
+    assert (
+        next_without_passed(text, results(Status.PASS))
+        == "read why-straggler's item (attention kernels, host / launch)"
+    )
+    for status in (Status.FAIL, Status.WARN, Status.SKIP, Status.ERROR):
+        assert next_without_passed(text, results(status)) == text, status
+    assert next_without_passed(text, {}) == text
+    bracketed = "find the hot experts; rebalance or add redundant experts (ep-slow-rank)"
+    assert next_without_passed(bracketed, results(Status.PASS)) == bracketed
+    # a next step made only of such a clause is kept whole rather than emptied
+    assert next_without_passed("see, ep-slow-rank", results(Status.PASS)) == "see, ep-slow-rank"
 
 
 def test_a_rank_rarely_last_is_not_reported(db):
