@@ -27,13 +27,12 @@ and ``identify`` says how many ranks have no device. Library code: no printing.
 
 from __future__ import annotations
 
-import csv
 import json
 import re
 from pathlib import Path
 
 from .errors import UsageError
-from .ranks import ascend_pt_root
+from .ranks import ascend_pt_root, read_map_file
 
 HOST_PID_TRACE = re.compile(r"^(?P<host>[A-Za-z0-9][A-Za-z0-9.-]*)_(?P<pid>\d+)\.\d+\.pt\.trace\.json(?:\.gz)?\Z")
 WORKER = re.compile(r"^(?P<host>[A-Za-z0-9][A-Za-z0-9.-]*)_(?P<pid>\d+)\Z")
@@ -49,23 +48,16 @@ def load_device_map(path: str | Path) -> dict[int, tuple[str | None, int | None]
     """rank -> (host, device id) from a CSV ``rank,host,device_id`` or JSON
     ``{"<rank>": {"host": "node1", "device_id": 3}}`` (either key may be left out)."""
     p = Path(path)
+    data = read_map_file(p, "device map")
     try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{p}: cannot read the device map ({exc})") from None
-    try:
-        if text.lstrip().startswith("{"):
-            try:
-                data = json.loads(text)
-            except ValueError as exc:
-                raise UsageError(f"{p}: the device map is not valid JSON ({exc})") from None
+        if isinstance(data, dict):
             items = [
                 (k, v.get("host"), v.get("device_id")) if isinstance(v, dict) else (k, None, v) for k, v in data.items()
             ]
             if any(not isinstance(v, dict) for v in data.values()):
                 raise ValueError('each rank maps to an object {"host": ..., "device_id": ...}')
         else:
-            rows = list(csv.DictReader(text.splitlines()))
+            rows = data
             if not rows or "rank" not in rows[0] or not {"host", "device_id"} & set(rows[0]):
                 raise UsageError(f"{p}: a device map CSV needs a header 'rank,host,device_id'")
             items = [(r["rank"], r.get("host"), r.get("device_id")) for r in rows]

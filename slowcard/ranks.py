@@ -42,6 +42,21 @@ class RankInfo:
     host: str | None = None
 
 
+def read_map_file(p: Path, what: str) -> dict | list[dict]:
+    """A map file given on the command line (``--rank-map``, ``--device-map``): its JSON object,
+    or the rows of its CSV (by header) when it does not start with '{'."""
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{p}: cannot read the {what} ({exc})") from None
+    if not text.lstrip().startswith("{"):
+        return list(csv.DictReader(text.splitlines()))
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"{p}: the {what} is not valid JSON ({exc})") from None
+
+
 def load_rank_map(path: str | Path) -> list[tuple[str, int]]:
     """Read a rank map: CSV with columns ``path,rank`` or JSON ``{"<path or glob>": rank}``.
 
@@ -49,20 +64,13 @@ def load_rank_map(path: str | Path) -> list[tuple[str, int]]:
     relative path with a '/' matches the file whose path ends with it.
     """
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{p}: cannot read the rank map ({exc})") from None
+    data = read_map_file(p, "rank map")
     entries: list[tuple[str, int]] = []
     try:
-        if text.lstrip().startswith("{"):
-            try:
-                data = json.loads(text)
-            except ValueError as exc:
-                raise UsageError(f"{p}: the rank map is not valid JSON ({exc})") from None
+        if isinstance(data, dict):
             items = list(data.items())
         else:
-            rows = list(csv.DictReader(text.splitlines()))
+            rows = data
             if not rows or "path" not in rows[0] or "rank" not in rows[0]:
                 raise UsageError(f"{p}: a rank map CSV needs a header 'path,rank'")
             items = [(r["path"].strip(), (r["rank"] or "").strip()) for r in rows]
