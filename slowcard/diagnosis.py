@@ -146,7 +146,7 @@ def cannot_tell(results: dict) -> dict:
     }
 
 
-def card_dict(f, query: str, results: dict | None = None) -> dict:
+def card_dict(f, query: str, results: dict) -> dict:
     """One slow card of the conclusion: the card, its level, its own cause(s) and cost."""
     return {
         "card": f.label,
@@ -155,7 +155,7 @@ def card_dict(f, query: str, results: dict | None = None) -> dict:
         "causes": f.causes or query,
         "cost_ms": f.cost_ms,
         "cost_pct": f.cost_pct,
-        "next_step": next_without_passed(f.next_step, results or {}),
+        "next_step": next_without_passed(f.next_step, results),
     }
 
 

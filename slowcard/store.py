@@ -539,7 +539,12 @@ def _sids_literal(sids: Sequence[int] | None) -> str:
     """Source ids written into the statement as a list literal, not bound: the planner then sees
     the values, so ``_in_files(source_id, sids)`` in the table macros folds to a range filter on
     source_id that skips other files' row groups (bench/README.md)."""
-    return "NULL" if sids is None else "[" + ", ".join(str(int(s)) for s in sids) + "]"
+    return "NULL" if sids is None else "[" + _sids_csv(sids) + "]"
+
+
+def _sids_csv(sids: Sequence[int]) -> str:
+    """Source ids as a comma-separated literal, for ``source_id IN (...)``."""
+    return ", ".join(str(int(s)) for s in sids)
 
 
 def cache_dir() -> Path | None:
@@ -893,7 +898,7 @@ def new_source_ids(con, n: int) -> list[int]:
 def release_source_ids(con, sids: Sequence[int]) -> None:
     """Pending ids handed out and never used (no row was written under them): unregistered."""
     if sids:
-        con.execute(f"DELETE FROM pending_sources WHERE source_id IN ({', '.join(str(int(s)) for s in sids)})")
+        con.execute(f"DELETE FROM pending_sources WHERE source_id IN ({_sids_csv(sids)})")
 
 
 def discard_source(con, sid: int) -> None:
@@ -1032,7 +1037,7 @@ def commit_sources(con, commits: Sequence[Commit], derive: bool = True) -> None:
         if olds:
             replaced += lake.unregister(con, sids=olds)
             for table in dict.fromkeys(row_tables(con) + ["source_drops", "sources"]):
-                con.execute(f'DELETE FROM "{table}" WHERE source_id IN ({_sids_literal(olds)[1:-1]})')
+                con.execute(f'DELETE FROM "{table}" WHERE source_id IN ({_sids_csv(olds)})')
         one = "(" + ", ".join(["?"] * len(rows[0])) + ", now())"
         con.execute(
             f"""INSERT INTO sources (source_id, run, path, size_bytes, fingerprint, format, rank,
@@ -1052,7 +1057,7 @@ def commit_sources(con, commits: Sequence[Commit], derive: bool = True) -> None:
             derive_rows(con, sids)
         for c in commits:
             lake.register(con, c.sid, c.lake_files)
-        con.execute(f"DELETE FROM pending_sources WHERE source_id IN ({_sids_literal(sids)[1:-1]})")
+        con.execute(f"DELETE FROM pending_sources WHERE source_id IN ({_sids_csv(sids)})")
         for c in commits:
             fault_point("commit")
             if c.lake_files:
