@@ -141,13 +141,13 @@ late_ranks0 AS (
 -- in a group it is not late at, what it does later lands in the next segment while its wait in
 -- the other group's collective shrinks, and those shifts would read as excess.
 group_late AS (
-    SELECT rank, pg, coll_kind, sum(seg_ns - peer_seg_ns) AS lateness_ns, sum(peer_seg_ns) AS peer_total_ns
-    FROM peer_seg WHERE rank IN (SELECT rank FROM late_ranks0) GROUP BY ALL
+    SELECT *, lateness_ns > 0 AND 100.0 * lateness_ns >= $min_late_pct * peer_total_ns AS is_late
+    FROM (SELECT rank, pg, coll_kind, sum(seg_ns - peer_seg_ns) AS lateness_ns, sum(peer_seg_ns) AS peer_total_ns
+          FROM peer_seg WHERE rank IN (SELECT rank FROM late_ranks0) GROUP BY ALL)
 ),
 late_groups AS (
     SELECT rank, pg, coll_kind, lateness_ns FROM group_late
-    QUALIFY (lateness_ns > 0 AND 100.0 * lateness_ns >= $min_late_pct * peer_total_ns)
-         OR NOT bool_or(lateness_ns > 0 AND 100.0 * lateness_ns >= $min_late_pct * peer_total_ns) OVER (PARTITION BY rank)
+    QUALIFY is_late OR NOT bool_or(is_late) OVER (PARTITION BY rank)
 ),
 -- the lateness the items are measured against: that of the late groups' segments
 late_ranks AS (
