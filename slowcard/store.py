@@ -1026,31 +1026,26 @@ def commit_sources(con, commits: Sequence[Commit], derive: bool = True) -> None:
     con.execute("BEGIN")
     try:
         # the previous ingest of the same (run, path), if any, disappears
+        named, keys = _json_rows((("run", "VARCHAR"), ("path", "VARCHAR")), [r[1:3] for r in rows])
         olds = [
             r[0]
             for r in con.execute(
-                "SELECT s.source_id FROM sources s JOIN (SELECT unnest(?::VARCHAR[]) AS run, "
-                "unnest(?::VARCHAR[]) AS path) b ON s.run = b.run AND s.path = b.path",
-                [[r[1] for r in rows], [r[2] for r in rows]],
+                f"SELECT s.source_id FROM sources s JOIN (SELECT {named}) b ON s.run = b.run AND s.path = b.path",
+                [keys],
             ).fetchall()
         ]
         if olds:
             replaced += lake.unregister(con, sids=olds)
             for table in dict.fromkeys(row_tables(con) + ["source_drops", "sources"]):
                 con.execute(f'DELETE FROM "{table}" WHERE source_id IN ({_sids_csv(olds)})')
-        one = "(" + ", ".join(["?"] * len(rows[0])) + ", now())"
-        con.execute(
-            f"""INSERT INTO sources (source_id, run, path, size_bytes, fingerprint, format, rank,
-                   rank_source, dp_rank, tp_rank, pp_rank, ep_rank, world_size, host, base_time_ns,
-                   rows_seen, rows_kept, rows_dropped, status, message, metadata, ingested_at)
-               VALUES {", ".join([one] * len(rows))}""",
-            [v for r in rows for v in r],
-        )
+        named, values = _json_rows(_SOURCE_COLUMNS, rows)
+        columns = ", ".join(name for name, _type in _SOURCE_COLUMNS)
+        con.execute(f"INSERT INTO sources ({columns}, ingested_at) SELECT {named}, now()", [values])
         ledger = [entry for c in commits for entry in _ledger(c)]
         if ledger:
-            con.executemany(
-                "INSERT INTO source_drops (source_id, reason, position, n_rows, scope) VALUES (?, ?, ?, ?, ?)", ledger
-            )
+            named, values = _json_rows(_LEDGER_COLUMNS, ledger)
+            columns = ", ".join(name for name, _type in _LEDGER_COLUMNS)
+            con.execute(f"INSERT INTO source_drops ({columns}) SELECT {named}", [values])
         # Derived rows, in the same transaction so that they appear with the files (a batch that
         # derived them already, under the still pending ids, passes derive=False).
         if derive:
@@ -1071,6 +1066,49 @@ def commit_sources(con, commits: Sequence[Commit], derive: bool = True) -> None:
     lake.delete_files(replaced)  # the replaced ingests' Parquet: no view reads it any more
     for _c in commits:
         fault_point("committed")
+
+
+# The columns of a `sources` row as _source_row lists them, and of a `source_drops` row (_ledger).
+_SOURCE_COLUMNS = (
+    ("source_id", "INTEGER"),
+    ("run", "VARCHAR"),
+    ("path", "VARCHAR"),
+    ("size_bytes", "BIGINT"),
+    ("fingerprint", "VARCHAR"),
+    ("format", "VARCHAR"),
+    ("rank", "INTEGER"),
+    ("rank_source", "VARCHAR"),
+    ("dp_rank", "INTEGER"),
+    ("tp_rank", "INTEGER"),
+    ("pp_rank", "INTEGER"),
+    ("ep_rank", "INTEGER"),
+    ("world_size", "INTEGER"),
+    ("host", "VARCHAR"),
+    ("base_time_ns", "BIGINT"),
+    ("rows_seen", "BIGINT"),
+    ("rows_kept", "BIGINT"),
+    ("rows_dropped", "BIGINT"),
+    ("status", "VARCHAR"),
+    ("message", "VARCHAR"),
+    ("metadata", "VARCHAR"),
+)
+_LEDGER_COLUMNS = (
+    ("source_id", "INTEGER"),
+    ("reason", "VARCHAR"),
+    ("position", "VARCHAR"),
+    ("n_rows", "BIGINT"),
+    ("scope", "VARCHAR"),
+)
+
+
+def _json_rows(columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[Any]]) -> tuple[str, str]:
+    """Rows for a statement as ONE parameter: (a select list that unnests them into the named,
+    typed ``columns``, the JSON text to bind to its ``?``). DuckDB's Python client converts every
+    bound value on its own (~70 µs each): a batch of 64 files' `sources` rows took 0.09 s as 1,408
+    parameters (or as 21 list parameters), and 4 ms as one JSON text that DuckDB parses."""
+    spec = json.dumps([{name: sql_type for name, sql_type in columns}])
+    text = json.dumps([dict(zip((name for name, _type in columns), row)) for row in rows])
+    return f"unnest(from_json(?, '{spec}'), recursive := true)", text
 
 
 def _source_row(c: Commit) -> list[Any]:
