@@ -27,7 +27,9 @@ def _decode_at(stream: _Stream, i: int):
 
     Returns (value, end_index). Raises ValueError when the bytes there are not JSON.
     """
-    span = 1 << 16  # decode a window, not the whole buffer, for every header key
+    # decode a window, not the whole buffer, for every header key; most keys and values are a few
+    # bytes, and a small first window keeps a small file's header cheap (it grows 4x per retry)
+    span = 1 << 12
     while True:
         avail = len(stream.buf) - i
         # surrogateescape keeps one character per undecodable byte, so the end offset maps back
@@ -87,7 +89,7 @@ class _HeaderPhase(_IngestState):
 
     def _find_events(self, s: _Stream) -> int:
         """Parse header keys; return the buffer index just after the '[' of the events array."""
-        s.more(1 << 20)  # a first look; more comes as the header needs it
+        s.more(1 << 16)  # a first look; more comes as the header needs it
         if not s.buf:
             if s.error:
                 raise InputError(
