@@ -31,6 +31,7 @@ import json
 import re
 from pathlib import Path
 
+from . import store
 from .errors import UsageError
 from .ranks import ascend_pt_root, read_map_file
 
@@ -137,8 +138,7 @@ def kernel_pids(con, sids: list[int]) -> dict[int, list[int | None]]:
     out: dict[int, list[int | None]] = {sid: [] for sid in sids}
     for sid, pid in con.execute(
         f"""SELECT DISTINCT source_id, TRY_CAST(pid AS INTEGER) FROM event_rows_all
-            WHERE list_contains(?::INTEGER[], source_id) AND cat IN ({cats})""",
-        [sids],
+            WHERE _in_files(source_id, {store._sids_literal(sids)}) AND cat IN ({cats})"""
     ).fetchall():
         if len(out[sid]) < 3:
             out[sid].append(pid)
@@ -201,14 +201,22 @@ def identify(
         updates.append((host, host_src, dev, dev_src, sid))
     if updates:
         # one statement for all files (an UPDATE per file is a write commit each)
+        named, values = store.json_rows(
+            (
+                ("host", "VARCHAR"),
+                ("host_source", "VARCHAR"),
+                ("device_id", "INTEGER"),
+                ("device_source", "VARCHAR"),
+                ("source_id", "INTEGER"),
+            ),
+            updates,
+        )
         con.execute(
-            """UPDATE sources SET host = u.host, host_source = u.host_source, device_id = u.device_id,
+            f"""UPDATE sources SET host = u.host, host_source = u.host_source, device_id = u.device_id,
                    device_source = u.device_source
-               FROM (SELECT unnest(?::VARCHAR[]) AS host, unnest(?::VARCHAR[]) AS host_source,
-                            unnest(?::INTEGER[]) AS device_id, unnest(?::VARCHAR[]) AS device_source,
-                            unnest(?::INTEGER[]) AS source_id) u
+               FROM (SELECT {named}) u
                WHERE sources.source_id = u.source_id""",
-            [list(col) for col in zip(*updates)],
+            [values],
         )
     notes, warnings = [], []
     missing, no_host, no_dev, ranks = con.execute(

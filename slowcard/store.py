@@ -1026,7 +1026,7 @@ def commit_sources(con, commits: Sequence[Commit], derive: bool = True) -> None:
     con.execute("BEGIN")
     try:
         # the previous ingest of the same (run, path), if any, disappears
-        named, keys = _json_rows((("run", "VARCHAR"), ("path", "VARCHAR")), [r[1:3] for r in rows])
+        named, keys = json_rows((("run", "VARCHAR"), ("path", "VARCHAR")), [r[1:3] for r in rows])
         olds = [
             r[0]
             for r in con.execute(
@@ -1038,12 +1038,12 @@ def commit_sources(con, commits: Sequence[Commit], derive: bool = True) -> None:
             replaced += lake.unregister(con, sids=olds)
             for table in dict.fromkeys(row_tables(con) + ["source_drops", "sources"]):
                 con.execute(f'DELETE FROM "{table}" WHERE source_id IN ({_sids_csv(olds)})')
-        named, values = _json_rows(_SOURCE_COLUMNS, rows)
+        named, values = json_rows(_SOURCE_COLUMNS, rows)
         columns = ", ".join(name for name, _type in _SOURCE_COLUMNS)
         con.execute(f"INSERT INTO sources ({columns}, ingested_at) SELECT {named}, now()", [values])
         ledger = [entry for c in commits for entry in _ledger(c)]
         if ledger:
-            named, values = _json_rows(_LEDGER_COLUMNS, ledger)
+            named, values = json_rows(_LEDGER_COLUMNS, ledger)
             columns = ", ".join(name for name, _type in _LEDGER_COLUMNS)
             con.execute(f"INSERT INTO source_drops ({columns}) SELECT {named}", [values])
         # Derived rows, in the same transaction so that they appear with the files (a batch that
@@ -1101,14 +1101,14 @@ _LEDGER_COLUMNS = (
 )
 
 
-def _json_rows(columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[Any]]) -> tuple[str, str]:
+def json_rows(columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[Any]], param: str = "?") -> tuple[str, str]:
     """Rows for a statement as ONE parameter: (a select list that unnests them into the named,
-    typed ``columns``, the JSON text to bind to its ``?``). DuckDB's Python client converts every
-    bound value on its own (~70 µs each): a batch of 64 files' `sources` rows took 0.09 s as 1,408
-    parameters (or as 21 list parameters), and 4 ms as one JSON text that DuckDB parses."""
+    typed ``columns``, the JSON text to bind to its ``param``). DuckDB's Python client converts
+    every bound value on its own (~70 µs each): a batch of 64 files' `sources` rows took 0.09 s as
+    1,408 parameters (or as 21 list parameters), and 4 ms as one JSON text that DuckDB parses."""
     spec = json.dumps([{name: sql_type for name, sql_type in columns}])
     text = json.dumps([dict(zip((name for name, _type in columns), row)) for row in rows])
-    return f"unnest(from_json(?, '{spec}'), recursive := true)", text
+    return f"unnest(from_json({param}, '{spec}'), recursive := true)", text
 
 
 def _source_row(c: Commit) -> list[Any]:

@@ -76,8 +76,10 @@ _SHARED_INSERT = (
     "CAST(round(dur * 1000) AS BIGINT), id, args "
     "FROM read_json($files, format = 'array', columns = {columns}, maximum_object_size = 16777216, "
     "filename = true) "
-    "JOIN (SELECT unnest($files) AS filename, unnest($sids) AS sid, unnest($bases) AS base_ns) m USING (filename)"
+    "JOIN (SELECT {parts}) m USING (filename)"
 )
+# The columns of that statement's parts table ``m`` (its {parts}: store.json_rows over $parts).
+SHARED_PART_COLUMNS = (("filename", "VARCHAR"), ("sid", "INTEGER"), ("base_ns", "BIGINT"))
 
 _TS_TEXT = re.compile(rb'"ts"\s*:\s*("?)\s*(-?[0-9][0-9.eE+-]*)')
 
@@ -90,8 +92,9 @@ def _insert_sql(ts_type: str) -> str:
     return _INSERT.format(ts_ns=_TS_NS[ts_type], columns=_COLUMNS.format(ts_type=ts_type))
 
 
-def _shared_insert_sql(ts_type: str) -> str:
-    return _SHARED_INSERT.format(ts_ns=_TS_NS[ts_type], columns=_COLUMNS.format(ts_type=ts_type))
+def _shared_insert_sql(ts_type: str, parts: str) -> str:
+    """``parts``: the select list of the parts table (filename, sid, base_ns)."""
+    return _SHARED_INSERT.format(ts_ns=_TS_NS[ts_type], columns=_COLUMNS.format(ts_type=ts_type), parts=parts)
 
 
 def _double_exact(text: str) -> bool:
