@@ -11,6 +11,7 @@ import gzip
 import random
 import threading
 import time
+from pathlib import Path
 
 import duckdb
 import pytest
@@ -466,3 +467,56 @@ def test_a_bad_member_leaves_alone_and_the_others_commit_together(tmp_path, monk
     assert sorted(p for p, *_ in after["files"] if p.startswith(str(folder))) == [
         str(folder / f"rank{r}.json") for r in (0, 1, 3)
     ]
+
+
+def test_members_work_one_at_a_time_before_the_insert_and_decompress_two_at_a_time(tmp_path, monkeypatch):
+    """Before the INSERT a batch lets one member at a time do its header work (with two, each call
+    leaving the GIL waited for the other), and two compressed members decompress at once, holding
+    no header place while they do; the batch's hashing thread stores the fingerprint
+    store.fingerprint_file gives."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    for r in range(6):
+        trailer = {"distributedInfo": {"rank": r, "world_size": 6}}
+        path = folder / f"rank{r}.json"
+        write_trace(path, _events(1500, r * 0.25), {"schemaVersion": 1}, trailer)
+        if r % 2:  # half of them compressed
+            (folder / f"rank{r}.json.gz").write_bytes(gzip.compress(path.read_bytes()))
+            path.unlink()
+    lock = threading.Lock()
+    held = {"prework": set(), "unpack": set()}
+    most = {"prework": 0, "unpack": 0, "both": 0}
+
+    def spy(kind: str, take: bool, inner):
+        def wrapper(self, key):
+            if not take:
+                with lock:
+                    held[kind].discard(key)
+            inner(self, key)
+            if take:
+                with lock:
+                    held[kind].add(key)
+                    most[kind] = max(most[kind], len(held[kind]))
+                    most["both"] = max(most["both"], len(held["prework"] & held["unpack"]))
+                # long enough for other members to come in if they may: a decompression outlasts
+                # the next compressed members' header work
+                time.sleep(0.3 if kind == "unpack" else 0.02)
+
+        return wrapper
+
+    batch = _shared.SharedBatch
+    monkeypatch.setattr(batch, "start_prework", spy("prework", True, batch.start_prework))
+    monkeypatch.setattr(batch, "end_prework", spy("prework", False, batch.end_prework))
+    monkeypatch.setattr(batch, "start_unpack", spy("unpack", True, batch.start_unpack))
+    monkeypatch.setattr(batch, "end_unpack", spy("unpack", False, batch.end_unpack))
+    spy_meetings = _Spy(monkeypatch)
+    rep = ingest_paths(tmp_path / "b.duckdb", [str(folder)], run="r")
+    assert [f.status for f in rep.files] == ["ok"] * 6 and spy_meetings.inserts == [(6, True)]
+    assert most == {"prework": _shared.PREWORK_THREADS, "unpack": _shared.UNPACK_THREADS, "both": 0}
+    assert (_shared.PREWORK_THREADS, _shared.UNPACK_THREADS) == (1, 2)
+    con = duckdb.connect(str(tmp_path / "b.duckdb"), read_only=True)
+    try:
+        stored = dict(con.execute("SELECT path, fingerprint FROM sources").fetchall())
+    finally:
+        con.close()
+    assert stored == {f.path: store.fingerprint_file(Path(f.path), Path(f.path).stat().st_size) for f in rep.files}

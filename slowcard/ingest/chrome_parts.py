@@ -409,9 +409,13 @@ class _PartsPhase(_ExactPhase):
         made: list = []
         alone = False
         try:
-            producer.start()
-            while not made or made[-1][0] is not None:
-                made.append(items.get())
+            shared.start_unpack(self.ctx.path)  # two members decompress at once, beside the others' headers
+            try:
+                producer.start()
+                while not made or made[-1][0] is not None:
+                    made.append(items.get())
+            finally:
+                shared.end_unpack(self.ctx.path)
             end = made.pop()
             alone = _no_room(end[1])
             modes = {info[1] for _part, info in made}
