@@ -33,6 +33,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -259,7 +260,7 @@ print(json.dumps({"wall_s": wall, "cpu_s": cpu_s() - c0, "rss_mb": resource.getr
 CHILD_ENV: dict[str, str] | None = None
 
 
-def use_bytecode_cache() -> None:
+def use_bytecode_cache(trees: list[str]) -> None:
     """Let the children read and write .pyc files under bench/out/pycache (not beside the
     sources), and compile them once, untimed."""
     global CHILD_ENV
@@ -268,16 +269,24 @@ def use_bytecode_cache() -> None:
     env["PYTHONPYCACHEPREFIX"] = str(OUT / "pycache")
     CHILD_ENV = env
     warm = "import slowcard.ingest, slowcard.ingest.chrome, slowcard.store; slowcard.ingest.readers()"
-    subprocess.run([sys.executable, "-c", warm], env=env, check=True)
+    for tree in [str(HERE.parent)] + trees:
+        subprocess.run(
+            [sys.executable, "-c", warm], env={**env, "PYTHONPATH": tree}, check=True, cwd=tempfile.gettempdir()
+        )
 
 
-def child(kind: str, path: Path, *extra: str) -> dict:
+def child(kind: str, path: Path, *extra: str, tree: str | None = None) -> dict:
+    """Run one measurement in a fresh process, importing slowcard from this checkout or from
+    ``tree`` (--baseline). It runs in a folder outside every checkout (Python puts the working
+    folder first on the import path) with the checkout first on PYTHONPATH."""
+    env = {**(CHILD_ENV or os.environ), "PYTHONPATH": tree or str(HERE.parent)}
     proc = subprocess.run(
         [sys.executable, "-c", CHILD, kind, str(path), *extra],
         capture_output=True,
         text=True,
         timeout=3600,
-        env=CHILD_ENV,
+        env=env,
+        cwd=tempfile.gettempdir(),
     )
     if proc.returncode != 0:
         return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "failed"}
@@ -327,6 +336,12 @@ def main() -> None:
     )
     ap.add_argument("--skip-single", action="store_true", help="only the --batch part")
     ap.add_argument(
+        "--baseline",
+        metavar="CHECKOUT",
+        help="with --batch: also ingest with slowcard imported from this other checkout (e.g. a git worktree "
+        "of an older commit), in the same repetitions against the same floors",
+    )
+    ap.add_argument(
         "--gz",
         action="store_true",
         help="with --batch: slowcard ingests the rank files gzipped (as vLLM writes them); the floors "
@@ -340,7 +355,7 @@ def main() -> None:
     )
     args = ap.parse_args()
     if not args.no_bytecode_cache:
-        use_bytecode_cache()
+        use_bytecode_cache([args.baseline] if args.baseline else [])
     if not args.skip_single:
         single_file(args)
     if args.batch:
@@ -388,11 +403,16 @@ def rank_files(args) -> None:
         (f"slowcard ingest{' .json.gz' if args.gz else ''} (batches)", "slowcard", ()),
         (f"slowcard ingest{' .json.gz' if args.gz else ''} --jobs 1", "slowcard", ("1",)),
     ]
+    trees: dict[str, str | None] = {label: None for label, _, _ in kinds}
+    if args.baseline:
+        label = f"baseline {Path(args.baseline).name} (batches)"
+        kinds.insert(3, (label, "slowcard", ()))
+        trees[label] = str(Path(args.baseline).resolve())
     got: dict[str, list[dict]] = {label: [] for label, _, _ in kinds}
     for _ in range(max(1, args.repeat)):
         for label, kind, extra in kinds:
             where = ingested if kind == "slowcard" else folder
-            got[label].append(child(kind, where, fresh_db("batch.duckdb"), *extra))
+            got[label].append(child(kind, where, fresh_db("batch.duckdb"), *extra, tree=trees[label]))
     load_end = os.getloadavg()
     print(
         f"\n{len(files)} rank files, {size_mb:,.0f} MB in all ({size_mb / len(files):,.1f} MB each), "
@@ -400,7 +420,9 @@ def rank_files(args) -> None:
     )
     print(f"load average (1, 5, 15 min): start {fmt_load(load_start)}, end {fmt_load(load_end)}\n")
     # events: the rows each inserted (the floors and slowcard must insert the same)
-    print(f"{'what':42} {'wall s (each repetition)':>28} {'MB/s':>8} {'peak RSS MB':>12} {'CPU s (each)':>16} {'events':>10}")
+    print(
+        f"{'what':42} {'wall s (each repetition)':>28} {'MB/s':>8} {'peak RSS MB':>12} {'CPU s (each)':>16} {'events':>10}"
+    )
     for label, runs in got.items():
         ok = [r for r in runs if "wall_s" in r]
         if not ok:
