@@ -127,19 +127,27 @@ def _copy_range(src: int, dst: int, offset: int, count: int) -> None:
 # A pipe's buffer while a part goes through it: Linux's default of 64 KiB wakes DuckDB's reader
 # and the feeder once per 64 KiB; with 1 MiB (the usual /proc/sys/fs/pipe-max-size) 64 rank
 # files of 4.7 MB went in 8 % faster, close to reading part files (bench/README "Many small rank
-# files"). Where the system refuses it (a lower maximum, the user's pipe quota) the default stays.
+# files"). Where the system refuses it (a lower maximum) the default stays. Pipe buffers count
+# against a per-user quota (fs/pipe-user-pages-soft, 64 MiB): past it, every new pipe of the user,
+# in any process, gets 8 KiB. So at most WIDE_PIPES pipes of this process are widened at once
+# (DuckDB reads a couple at a time; the others wait for their reader with the default).
 PIPE_BYTES = 1 << 20
+WIDE_PIPES = 8
+_WIDE = threading.BoundedSemaphore(WIDE_PIPES)
 
 
-def _widen(fd: int) -> None:
-    """Give a pipe PIPE_BYTES of buffer where the system allows it (Linux only)."""
+def _widen(fd: int) -> bool:
+    """Give a pipe PIPE_BYTES of buffer where the system allows it and fewer than WIDE_PIPES are
+    wide (Linux only); True when it took one of those places (``_WIDE.release()`` once closed)."""
     setsize = getattr(fcntl, "F_SETPIPE_SZ", None) if fcntl is not None else None
-    if setsize is None:
-        return
+    if setsize is None or not _WIDE.acquire(blocking=False):
+        return False
     try:
         fcntl.fcntl(fd, setsize, PIPE_BYTES)
     except OSError:
-        pass
+        _WIDE.release()
+        return False
+    return True
 
 
 def _feed_pipe(fd: int, offset: int, length: int, pipe: str, head: bytes = b"[", end: bytes = b"]", done=None) -> None:
@@ -149,8 +157,9 @@ def _feed_pipe(fd: int, offset: int, length: int, pipe: str, head: bytes = b"[",
         out = os.open(pipe, os.O_WRONLY)
     except OSError:
         return
+    wide = False
     try:
-        _widen(out)
+        wide = _widen(out)
         store.fault_point("feed")  # crash tests: DuckDB is reading the pipes here
         os.write(out, head)
         _copy_range(fd, out, offset, length)
@@ -162,6 +171,8 @@ def _feed_pipe(fd: int, offset: int, length: int, pipe: str, head: bytes = b"[",
         pass  # DuckDB stopped reading (the statement failed): the fallback re-reads the file
     finally:
         os.close(out)
+        if wide:
+            _WIDE.release()
 
 
 def _feed_part_file(part: str, pipe: str) -> None:
