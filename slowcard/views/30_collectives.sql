@@ -19,6 +19,13 @@
 -- its instance). A truncated source that fell back to its host lane while other ranks of the run
 -- have a device lane has lost that lane to the cut: its host calls are left out too (host op
 -- times are not kernel times). A run with duplicate ranks (rank_conflicts) is left out whole.
+-- One source per rank: torch_npu writes a rank's operators twice, in kernel_details.csv (its HCCL
+-- rows) and in trace_view.json (its hcom_* ops), side by side in ASCEND_PROFILER_OUTPUT. Read from
+-- both, every call of the rank counted twice (a straggler's cost doubled, sync-gaps failed on
+-- duplicate keys). A rank with collectives in several sources (of different formats: the same
+-- format twice is a rank conflict) reads them from the source its EP analysis uses
+-- (_ep_sources), else the one with a device lane, else the one with the most calls, else the
+-- first ingested.
 CREATE OR REPLACE VIEW _collectives AS
 WITH ex AS MATERIALIZED (
     SELECT * REPLACE (CASE WHEN op_class = 'collective' THEN pg ELSE 'ep:' || op_class END AS pg)
@@ -29,12 +36,20 @@ WITH ex AS MATERIALIZED (
 lanes AS (
     SELECT source_id, bool_or(on_device) AS device FROM ex GROUP BY source_id
 ),
+picked AS (
+    SELECT x.run, x.rank,
+           arg_max(x.source_id, (e.source_id IS NOT NULL, l.device, x.n_calls, -x.source_id)) AS source_id
+    FROM (SELECT run, rank, source_id, count(*) AS n_calls FROM ex WHERE rank IS NOT NULL GROUP BY ALL) x
+    JOIN lanes l USING (source_id)
+    LEFT JOIN (SELECT DISTINCT source_id FROM _ep_sources) e USING (source_id)
+    GROUP BY x.run, x.rank
+),
 calls AS (
     SELECT o.run, o.rank, coalesce(o.host, '') AS host, o.source_id, o.name, o.pg, o.coll_kind,
            o.ts_ns, o.end_ns, o.dur_ns,
            coalesce(o.seq, row_number() OVER (PARTITION BY o.source_id, o.pg, o.coll_kind ORDER BY o.ts_ns)) AS instance,
            o.seq IS NULL AS by_order, l.device
-    FROM ex o JOIN lanes l USING (source_id)
+    FROM ex o JOIN lanes l USING (source_id) SEMI JOIN picked p USING (source_id)
     WHERE o.on_device = l.device AND o.rank IS NOT NULL
       AND o.run NOT IN (SELECT run FROM rank_conflicts)
 ),
