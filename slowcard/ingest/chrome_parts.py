@@ -382,7 +382,8 @@ class _PartsPhase(_ExactPhase):
         """Insert a compressed file of a batch (ingest/_shared.py); returns the tail bytes.
 
         The file is decompressed and cut whole into part files first: the batch's files
-        decompress side by side, one thread each (zlib lets go of the GIL). Then it arrives at the
+        decompress side by side, UNPACK_THREADS at a time (zlib lets go of the GIL; _shared.py), each
+        in a producer thread of its own. Then it arrives at the
         batch's ONE INSERT with them. When the batch cannot take them (another ts type, the
         producer failed, DuckDB rejected the statement), they go in waves as before, each part
         falling back on its own.
