@@ -30,9 +30,19 @@ def db(tmp_path_factory):
     sd.write_ascend_run(d / "mixed", **same)
     for r in (2, 3):
         (d / "mixed" / f"rank{r}_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv").unlink()
+    notes = {}
     for run in RUNS:
         rep = ingest_paths(path, [d / run], run=run)
         assert all(f.status in ("ok", "skipped") for f in rep.files), run
+        notes[run] = [n for n in rep.notes if n.startswith("operators written twice")]
+    # the ingest says which ranks came in twice, and only those
+    assert notes["both"] == [
+        "operators written twice: 4 rank(s) (0, 1, 2, 3) have an operator table and a timeline "
+        "(trace_view.json) each, as torch_npu writes them; the queries read a rank's collectives from one "
+        "of them, never both"
+    ]
+    assert notes["mixed"] and "2 rank(s) (0, 1)" in notes["mixed"][0]
+    assert notes["csv"] == notes["timeline"] == []
     shutil.rmtree(d / "both")  # the database holds what the queries read
     return path
 

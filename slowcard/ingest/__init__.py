@@ -531,6 +531,7 @@ def ingest_paths(
         report.files = [results[i] for i in range(len(work))]
         report.warnings = run_checks(con, run)
         report.notes, extra = devices_mod.identify(con, run, dmap)
+        report.notes += written_twice(con, run)
         report.warnings += extra
         # The stored cross-rank views (store.MATERIALIZED) follow the new files now, so that the
         # duckdb shell reads the same rows as slowcard's queries right after an ingest.
@@ -720,6 +721,31 @@ def ingest_file(
 def _in_batch(one: Callable, work: list, shared: SharedBatch, i: int) -> FileResult:
     """File ``i`` of ``work`` ingested by ``one`` as a member of batch ``shared``."""
     return one(work[i], shared)
+
+
+def written_twice(con, run: str) -> list[str]:
+    """A note for ranks whose operators came in twice, as an operator table (kernel_details.csv /
+    op_summary) and a timeline (trace_view.json): torch_npu writes both into one output folder.
+    Not a conflict: the queries read a rank's collectives from one of them
+    (views/30_collectives.sql); the note says why a rank has two files."""
+    ranks = [
+        r[0]
+        for r in con.execute(
+            """SELECT rank FROM sources WHERE run = ? AND rank IS NOT NULL AND status <> 'failed'
+               GROUP BY rank
+               HAVING bool_or(format = 'ascend_trace') AND bool_or(format IN ('kernel_details', 'op_summary'))
+               ORDER BY rank""",
+            [run],
+        ).fetchall()
+    ]
+    if not ranks:
+        return []
+    shown = ", ".join(map(str, ranks[:8])) + (", …" if len(ranks) > 8 else "")
+    return [
+        f"operators written twice: {len(ranks)} rank(s) ({shown}) have an operator table and a timeline "
+        "(trace_view.json) each, as torch_npu writes them; the queries read a rank's collectives from one "
+        "of them, never both"
+    ]
 
 
 def run_checks(con, run: str) -> list[str]:
