@@ -1112,33 +1112,18 @@ def json_rows(columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[Any]],
 
 
 def _source_row(c: Commit) -> list[Any]:
-    """The `sources` row of a commit (but ingested_at), names as the database stores them (db_text)."""
-    rec = c.rec
-    text = {k: db_text(v) for k, v in vars(rec).items() if isinstance(v, str)}
-    rec = SourceRecord(**{**vars(rec), **text})
-    return [
-        c.sid,
-        db_text(c.run),
-        db_text(c.path),
-        c.size,
-        c.fingerprint,
-        rec.format,
-        rec.rank,
-        rec.rank_source,
-        rec.dp_rank,
-        rec.tp_rank,
-        rec.pp_rank,
-        rec.ep_rank,
-        rec.world_size,
-        rec.host,
-        rec.base_time_ns,
-        rec.rows_seen,
-        rec.rows_kept,
-        rec.rows_dropped,
-        rec.status,
-        rec.message,
-        json.dumps(rec.metadata, default=str),
-    ]
+    """The `sources` row of a commit (but ingested_at), in _SOURCE_COLUMNS' order (the record's
+    fields carry the columns' names), names as the database stores them (db_text)."""
+    values = {k: db_text(v) if isinstance(v, str) else v for k, v in vars(c.rec).items()}
+    values.update(
+        source_id=c.sid,
+        run=db_text(c.run),
+        path=db_text(c.path),
+        size_bytes=c.size,
+        fingerprint=c.fingerprint,
+        metadata=json.dumps(c.rec.metadata, default=str),
+    )
+    return [values[name] for name, _type in _SOURCE_COLUMNS]
 
 
 def _ledger(c: Commit) -> list[tuple[int, str, Any, int, str]]:
