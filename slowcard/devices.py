@@ -77,7 +77,8 @@ def load_device_map(path: str | Path) -> dict[int, tuple[str | None, int | None]
     return out
 
 
-def _ranges(ranks: list[int]) -> str:
+def shown_ranks(ranks: list[int]) -> str:
+    """Ranks as a note shows them: the first 8, then "…"."""
     shown = ", ".join(map(str, ranks[:8]))
     return shown + (", …" if len(ranks) > 8 else "")
 
@@ -226,7 +227,7 @@ def identify(
         [run],
     ).fetchone()
     if missing:
-        shown = ", ".join(map(str, missing[:8])) + (", …" if len(missing) > 8 else "")
+        shown = shown_ranks(missing)
         unknown = " and ".join(w for w, n in (("host", no_host), ("device id", no_dev)) if n)
         notes.append(
             f"device: {len(missing)} of {ranks} rank(s) ({shown}) without a {unknown} in their files: stored "
@@ -238,7 +239,7 @@ def identify(
         have = {r for (r,) in con.execute("SELECT DISTINCT rank FROM rank_devices WHERE run = ?", [run]).fetchall()}
         if have and not have & set(device_map):
             warnings.append(
-                f"run {run!r}: --device-map names none of the run's ranks ({_ranges(sorted(have))}); "
+                f"run {run!r}: --device-map names none of the run's ranks ({shown_ranks(sorted(have))}); "
                 "it was not used for this run"
             )
     return notes, warnings

@@ -740,9 +740,8 @@ def written_twice(con, run: str) -> list[str]:
     ]
     if not ranks:
         return []
-    shown = ", ".join(map(str, ranks[:8])) + (", …" if len(ranks) > 8 else "")
     return [
-        f"operators written twice: {len(ranks)} rank(s) ({shown}) have an operator table and a timeline "
+        f"operators written twice: {len(ranks)} rank(s) ({devices_mod.shown_ranks(ranks)}) have an operator table and a timeline "
         "(trace_view.json) each, as torch_npu writes them; the queries read a rank's collectives from one "
         "of them, never both"
     ]
