@@ -3,8 +3,9 @@
 Owns: walking paths (files, folders, globs), the format registry (every module in this package
 that exposes ``READER``), rank resolution through ``slowcard.ranks``, the commit point of each
 file (``store.commit_sources``; a batch's files that succeeded share one), parallel files
-(``jobs``), batches of small traces that share one INSERT (``_shared``) and the end-of-run checks (duplicate and missing ranks). It parses no format
-itself and never prints: progress goes to a callback.
+(``jobs``), batches of small traces that share one INSERT (``_shared``) and the end-of-run checks
+(duplicate and missing ranks). It parses no format itself and never prints: progress goes to a
+callback.
 """
 
 from __future__ import annotations

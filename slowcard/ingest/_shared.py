@@ -288,8 +288,7 @@ class SharedBatch:
         """Arrive at the commit stage (a member here is past the insert stage: one whose format
         never reached it leaves it now); True when this file is committed, with the batch's
         other arrivals, in one transaction; False: it must commit alone."""
-        self.end_prework(key)
-        self.insert_stage.leave(key)
+        self.leave_insert(key)
         result = self.commit_stage.arrive(key, (con, commit), _commit_all)
         return bool(result) and commit.sid in result
 

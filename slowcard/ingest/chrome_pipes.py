@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
 try:
     import fcntl
 except ImportError:  # not on Windows; named pipes are not used there either
     fcntl = None  # type: ignore[assignment]
-from collections.abc import Callable, Sequence
-from pathlib import Path
 
 from .. import store
 from ..errors import InputError
@@ -125,9 +125,9 @@ def _copy_range(src: int, dst: int, offset: int, count: int) -> None:
 
 
 # A pipe's buffer while a part goes through it: Linux's default of 64 KiB wakes DuckDB's reader
-# and the feeder once per 64 KiB; with 1 MiB (the usual /proc/sys/fs/pipe-max-size) 64 rank
-# files of 4.7 MB went in 8 % faster, close to reading part files (bench/README "Many small rank
-# files"). Where the system refuses it (a lower maximum) the default stays. Pipe buffers count
+# and the feeder once per 64 KiB; with 1 MiB (the usual /proc/sys/fs/pipe-max-size) the INSERT of
+# 64 rank files of 4.7 MB took 1.39-1.51 s against 1.48-1.70 s in paired runs (bench/README "Many
+# small rank files", round 4). Where the system refuses it (a lower maximum) the default stays. Pipe buffers count
 # against a per-user quota (fs/pipe-user-pages-soft, 64 MiB): past it, every new pipe of the user,
 # in any process, gets 8 KiB. So at most WIDE_PIPES pipes of this process are widened at once
 # (DuckDB reads a couple at a time; the others wait for their reader with the default).
