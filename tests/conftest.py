@@ -58,8 +58,10 @@ def duckdb_cli() -> str | None:
     return shutil.which("duckdb")
 
 
-def ingest_ok(db, paths, run) -> None:
-    """Ingest paths into db under run and assert every file went in cleanly."""
+def ingest_ok(db, paths, run, skipped_ok: bool = False):
+    """Ingest paths into db under run and assert every file went in cleanly (``skipped_ok``: or
+    was skipped, a companion file such as profiler_info_N.json, with at least one file in);
+    returns the ingest report."""
     from slowcard.ingest import ingest_paths
 
     con = store.open_db(db)
@@ -67,7 +69,10 @@ def ingest_ok(db, paths, run) -> None:
         rep = ingest_paths(db, [str(p) for p in paths], run=run, con=con)
     finally:
         con.close()
-    assert all(f.status == "ok" for f in rep.files), [(f.path, f.status, f.message) for f in rep.files]
+    fine = ("ok", "skipped") if skipped_ok else ("ok",)
+    assert all(f.status in fine for f in rep.files), [(f.path, f.status, f.message) for f in rep.files]
+    assert any(f.status == "ok" for f in rep.files), run
+    return rep
 
 
 def run_builtin(db, name, run, params=None):
