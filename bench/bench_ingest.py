@@ -73,9 +73,7 @@ def cut_to_files(path, tmp, prefix):
     size = os.fstat(fd).st_size
     cuts, tail_at = ing._plain_parts(fd, s.base + ing._find_events(s), size)
     if cuts:
-        kb = ing._tail_events(os.pread(fd, size - tail_at, tail_at), cuts[0][3])
-        offset, _length, sep, mode = cuts[-1]
-        cuts[-1] = (offset, tail_at + kb - offset, sep, mode)
+        cuts, _kb = ing._with_tail_events(cuts, tail_at, os.pread(fd, size - tail_at, tail_at))
     parts = []
     for i, (offset, length, _sep, _mode) in enumerate(cuts):
         parts.append(f"{tmp}/{prefix}{i:05d}.json")

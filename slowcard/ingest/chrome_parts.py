@@ -267,11 +267,7 @@ class _PartsPhase(_ExactPhase):
             n = None
             kb = 0
             if parts and len(modes) == 1 and "exact" not in modes and hasattr(os, "mkfifo"):
-                spans = parts
-                kb = self._tail_events(tail, parts[0][3])
-                if kb:  # the last span runs on over its separator and the tail's complete events
-                    offset, _length, sep, mode = parts[-1]
-                    spans = parts[:-1] + [(offset, tail_at + kb - offset, sep, mode)]
+                spans, kb = self._with_tail_events(parts, tail_at, tail)
                 n = shared.insert(self.ctx.path, self, fd, spans)  # waits for the batch's other files
             shared.leave_insert(self.ctx.path)
             if n is not None:
@@ -306,6 +302,17 @@ class _PartsPhase(_ExactPhase):
                     del self.part_info[part]
             self.ctx.read_bytes(sum(length for _, length, _, _ in parts[b : b + cap]))
         return tail
+
+    def _with_tail_events(
+        self, parts: list[tuple[int, int, bytes, str]], tail_at: int, tail: bytes
+    ) -> tuple[list[tuple[int, int, bytes, str]], int]:
+        """``parts`` (non-empty) with the last one running on over its separator and the tail's
+        complete events (_tail_events), and the bytes of ``tail`` that took (0: parts unchanged)."""
+        kb = self._tail_events(tail, parts[0][3])
+        if not kb:
+            return parts, 0
+        offset, _length, sep, mode = parts[-1]
+        return parts[:-1] + [(offset, tail_at + kb - offset, sep, mode)], kb
 
     def _tail_events(self, tail: bytes, mode: str) -> int:
         """Bytes at the start of ``tail`` that are complete events the tail parser would insert in
